@@ -1,0 +1,69 @@
+"""The public entry point: ``cuvil.compile``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from cuvil.errors import CuvilError
+from cuvil.ir.graph import Graph
+from cuvil.ir.types import SymbolInfo
+from cuvil.runtime.compiled import CompiledModel
+
+TARGETS = ("ref",)
+
+
+class multiple_of:  # noqa: N801  (reads as a constraint: dims={"h": multiple_of(32)})
+    """A constraint that a symbolic dim is a multiple of ``n``."""
+
+    def __init__(self, n: int, min: int | None = None, max: int | None = None) -> None:
+        if n <= 0:
+            raise ValueError("multiple_of needs a positive number")
+        self.n, self.min, self.max = n, min, max
+
+
+DimConstraint = tuple[int | None, int | None] | multiple_of | int
+
+
+def apply_dims(graph: Graph, dims: Mapping[str, DimConstraint]) -> None:
+    """Constrain the graph's symbols: ``(lo, hi)``, ``multiple_of(n)`` or a fixed int."""
+    for name, c in dims.items():
+        if name not in graph.symbols:
+            known = ", ".join(sorted(graph.symbols)) or "none"
+            raise CuvilError(f"dims: the model has no symbolic dim {name!r} (its symbols: {known})")
+        if isinstance(c, multiple_of):
+            info = SymbolInfo(name, c.min, c.max, c.n)
+        elif isinstance(c, int):
+            info = SymbolInfo(name, c, c)
+        else:
+            lo, hi = c
+            info = SymbolInfo(name, lo, hi)
+        if info.min is not None and info.max is not None and info.min > info.max:
+            raise CuvilError(f"dims: {name} has minimum {info.min} above maximum {info.max}")
+        graph.symbols[name] = info
+
+
+def import_model(model: Any) -> Graph:
+    """Any supported model form as a Cuvil graph."""
+    if isinstance(model, Graph):
+        return model
+    from cuvil.frontends.onnx import load_onnx
+
+    return load_onnx(model)
+
+
+def compile(  # noqa: A001  (the library's main verb)
+    model: Any,
+    target: str = "ref",
+    *,
+    dims: Mapping[str, DimConstraint] | None = None,
+) -> CompiledModel:
+    """Compile a model (ONNX path or ModelProto, or a Cuvil Graph) for ``target``."""
+    if target not in TARGETS:
+        raise CuvilError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
+    graph = import_model(model)
+    if dims:
+        apply_dims(graph, dims)
+    from cuvil.backends.ref import RefExecutor
+
+    return CompiledModel(graph, RefExecutor(graph), target)

@@ -1,0 +1,25 @@
+"""The ONNX front end: ONNX models (every opset from 7 on) to Cuvil IR."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+from cuvil.frontends.onnx.importer import convert_model, importer, simple, supported_op_types
+from cuvil.frontends.onnx.loader import ModelLike, read_model
+from cuvil.ir.graph import Graph
+
+for _m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+    if _m.name.startswith("ops_"):
+        importlib.import_module(f"{__name__}.{_m.name}")
+
+
+def load_onnx(model: ModelLike) -> Graph:
+    """Import an ONNX model (path, bytes or ModelProto) as a Cuvil graph."""
+    import cuvil.ops  # noqa: F401  (registers the op set)
+
+    proto, _ = read_model(model)
+    return convert_model(proto)
+
+
+__all__ = ["importer", "load_onnx", "read_model", "simple", "supported_op_types"]

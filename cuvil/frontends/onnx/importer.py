@@ -1,0 +1,383 @@
+"""Turning an ONNX graph into Cuvil IR.
+
+Each ONNX op type has one importer function, registered with
+:func:`importer`, that receives an :class:`ImportCtx` for the node and
+returns one Cuvil value per ONNX output.  Importers map every opset version
+of their op to Cuvil's op set (which follows the newest ONNX semantics), so
+older forms (attributes that later became inputs, changed defaults) are
+upgraded here and nowhere else.
+
+Before converting anything, the whole model (regions included) is scanned
+for op types without an importer, so the user sees every unsupported op in
+one error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from cuvil.errors import CuvilError, ModelError, ShapeError, UnsupportedOpError, UnsupportedUse
+from cuvil.ir.builder import Builder
+from cuvil.ir.dtypes import DType
+from cuvil.ir.graph import Graph, Value
+from cuvil.ir.symbolic import Dim, sym
+from cuvil.ir.types import SymbolInfo, TensorType
+
+ONNX_DOMAINS = ("", "ai.onnx")
+
+# ONNX TensorProto element types Cuvil supports.
+_ELEM: dict[int, DType] = {
+    onnx.TensorProto.DOUBLE: DType.f64,
+    onnx.TensorProto.FLOAT: DType.f32,
+    onnx.TensorProto.FLOAT16: DType.f16,
+    onnx.TensorProto.BFLOAT16: DType.bf16,
+    onnx.TensorProto.INT64: DType.i64,
+    onnx.TensorProto.INT32: DType.i32,
+    onnx.TensorProto.INT16: DType.i16,
+    onnx.TensorProto.INT8: DType.i8,
+    onnx.TensorProto.UINT8: DType.u8,
+    onnx.TensorProto.UINT16: DType.u16,
+    onnx.TensorProto.UINT32: DType.u32,
+    onnx.TensorProto.UINT64: DType.u64,
+    onnx.TensorProto.BOOL: DType.bool,
+}
+
+
+def dtype_of(elem_type: int, what: str) -> DType:
+    """The Cuvil dtype of an ONNX element type, or a clear error."""
+    try:
+        return _ELEM[elem_type]
+    except KeyError:
+        name = onnx.TensorProto.DataType.Name(elem_type) if elem_type in onnx.TensorProto.DataType.values() else str(elem_type)
+        raise UnsupportedOpError([UnsupportedUse(f"tensor type {name}", "", None, (what,), "element type not supported")]) from None
+
+
+def to_onnx_elem(dtype: DType) -> int:
+    for k, v in _ELEM.items():
+        if v is dtype:
+            return k
+    raise KeyError(dtype)
+
+
+ImporterFn = Callable[["ImportCtx"], Sequence[Value | None]]
+
+
+@dataclass(frozen=True)
+class Importer:
+    fn: ImporterFn
+    since: int = 1
+
+
+_IMPORTERS: dict[tuple[str, str], Importer] = {}
+
+
+def importer(op_type: str, *, domain: str = "", since: int = 1) -> Callable[[ImporterFn], ImporterFn]:
+    """Register the importer of an ONNX op type (all versions from ``since`` on)."""
+
+    def wrap(fn: ImporterFn) -> ImporterFn:
+        _IMPORTERS[(domain, op_type)] = Importer(fn, since)
+        return fn
+
+    return wrap
+
+
+def simple(op_type: str, cuvil_op: str, *, since: int = 1, drop_attrs: Sequence[str] = ()) -> None:
+    """An ONNX op whose inputs and attributes map unchanged to a Cuvil op."""
+
+    def fn(ctx: ImportCtx) -> Sequence[Value | None]:
+        attrs = {k: v for k, v in ctx.attrs.items() if k not in drop_attrs}
+        return ctx.emit(cuvil_op, ctx.inputs(), attrs, num_outputs=ctx.num_outputs)
+
+    importer(op_type, since=since)(fn)
+
+
+def find_importer(domain: str, op_type: str) -> Importer | None:
+    dom = "" if domain in ONNX_DOMAINS else domain
+    return _IMPORTERS.get((dom, op_type))
+
+
+def supported_op_types() -> list[str]:
+    return sorted(f"{d + '::' if d else ''}{t}" for d, t in _IMPORTERS)
+
+
+@dataclass
+class Scope:
+    """ONNX names visible in a graph: its own, then its enclosing graph's."""
+
+    values: dict[str, Value] = field(default_factory=dict)
+    parent: Scope | None = None
+
+    def lookup(self, name: str) -> Value | None:
+        s: Scope | None = self
+        while s is not None:
+            if name in s.values:
+                return s.values[name]
+            s = s.parent
+        return None
+
+
+class ImportCtx:
+    """What an importer sees for one ONNX node."""
+
+    def __init__(self, conv: _Converter, node: onnx.NodeProto, scope: Scope, builder: Builder) -> None:
+        self._conv = conv
+        self.node = node
+        self.scope = scope
+        self.builder = builder
+        self.op_type = node.op_type
+        self.name = node.name or f"{node.op_type}_{conv.node_count}"
+        self.opset = conv.opset(node.domain)
+        self.attrs: dict[str, Any] = {a.name: _attr_value(a) for a in node.attribute}
+        self.created: set[Value] = set()
+
+    # inputs ------------------------------------------------------------
+    @property
+    def num_inputs(self) -> int:
+        return len(self.node.input)
+
+    @property
+    def num_outputs(self) -> int:
+        n = len(self.node.output)
+        while n and not self.node.output[n - 1]:
+            n -= 1
+        return n
+
+    def input(self, i: int) -> Value | None:
+        if i >= len(self.node.input) or not self.node.input[i]:
+            return None
+        name = self.node.input[i]
+        v = self.scope.lookup(name)
+        if v is None:
+            raise ModelError(f"node {self.name!r} ({self.op_type}) reads {name!r}, which nothing defines before it")
+        return v
+
+    def inputs(self) -> list[Value | None]:
+        return [self.input(i) for i in range(len(self.node.input))]
+
+    def const_input(self, i: int) -> np.ndarray | None:
+        from cuvil.ops.common import const_of
+
+        return const_of(self.input(i))
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        return self.attrs.get(name, default)
+
+    # building ------------------------------------------------------------
+    def emit(
+        self,
+        op: str,
+        inputs: Sequence[Value | None],
+        attrs: dict[str, Any] | None = None,
+        *,
+        num_outputs: int = 1,
+    ) -> list[Value]:
+        """Add a Cuvil node for this ONNX node and return its outputs."""
+        names = [self.builder.fresh_name(f"{self.name}/") for _ in range(num_outputs)]
+        try:
+            outs = self.builder.add(op, inputs, attrs or {}, num_outputs=num_outputs, names=names, node_name=self.name)
+        except ShapeError as exc:
+            raise ModelError(f"node {self.name!r} ({self.op_type}): {exc}") from None
+        self.created.update(outs)
+        return outs
+
+    def emit1(self, op: str, inputs: Sequence[Value | None], attrs: dict[str, Any] | None = None) -> Value:
+        return self.emit(op, inputs, attrs)[0]
+
+    def constant(self, value: Any, dtype: DType | None = None) -> Value:
+        arr = np.asarray(value, dtype=dtype.np if dtype else None)
+        return self.emit1("constant", [], {"value": arr})
+
+    def subgraph(self, attr: str, input_types: Sequence[TensorType] | None = None) -> Graph:
+        """Convert a graph attribute into a region that can read this graph's values.
+
+        ``input_types`` overrides the types the ONNX subgraph declares for its inputs."""
+        g = self.attrs.get(attr)
+        if not isinstance(g, onnx.GraphProto):
+            raise ModelError(f"node {self.name!r} ({self.op_type}) needs a graph attribute {attr!r}")
+        return self._conv.convert_graph(g, self.scope, input_types=input_types, name=attr)
+
+    def fail(self, message: str) -> ModelError:
+        return ModelError(f"node {self.name!r} ({self.op_type}): {message}")
+
+    def unsupported(self, detail: str) -> UnsupportedOpError:
+        dom = self.node.domain
+        return UnsupportedOpError([UnsupportedUse(self.op_type, dom, self.opset, (self.name,), detail)])
+
+
+def _attr_value(a: onnx.AttributeProto) -> Any:
+    T = onnx.AttributeProto
+    if a.type == T.FLOAT:
+        return float(a.f)
+    if a.type == T.INT:
+        return int(a.i)
+    if a.type == T.STRING:
+        return a.s.decode("utf-8", errors="replace")
+    if a.type == T.TENSOR:
+        return tensor_to_array(a.t, a.name)
+    if a.type == T.GRAPH:
+        return a.g
+    if a.type == T.FLOATS:
+        return [float(x) for x in a.floats]
+    if a.type == T.INTS:
+        return [int(x) for x in a.ints]
+    if a.type == T.STRINGS:
+        return [s.decode("utf-8", errors="replace") for s in a.strings]
+    if a.type == T.TENSORS:
+        return [tensor_to_array(t, a.name) for t in a.tensors]
+    if a.type == T.SPARSE_TENSOR:
+        raise ModelError(f"attribute {a.name!r}: sparse tensors are not supported")
+    raise ModelError(f"attribute {a.name!r} has an unsupported type {T.AttributeType.Name(a.type)}")
+
+
+def tensor_to_array(t: onnx.TensorProto, what: str) -> np.ndarray:
+    dtype_of(t.data_type, f"tensor {t.name or what!r}")
+    try:
+        arr = numpy_helper.to_array(t)
+    except Exception as exc:
+        raise ModelError(f"tensor {t.name or what!r} is malformed: {exc}") from None
+    expected = _ELEM[t.data_type].np
+    if arr.dtype != expected:
+        arr = arr.astype(expected)
+    return np.ascontiguousarray(arr)
+
+
+class _Converter:
+    def __init__(self, proto: onnx.ModelProto) -> None:
+        self.proto = proto
+        self.opsets: dict[str, int] = {}
+        for o in proto.opset_import:
+            self.opsets["" if o.domain in ONNX_DOMAINS else o.domain] = int(o.version)
+        if not proto.opset_import:  # IR version < 3: opset 1 implied
+            self.opsets[""] = 1
+        self.symbols: dict[str, SymbolInfo] = {}
+        self.node_count = 0
+        self._anon_dims = 0
+
+    def opset(self, domain: str) -> int:
+        return self.opsets.get("" if domain in ONNX_DOMAINS else domain, 1)
+
+    # scanning ------------------------------------------------------------
+    def check_supported(self) -> None:
+        found: dict[tuple[str, str], list[str]] = {}
+
+        def scan(g: onnx.GraphProto) -> None:
+            for i, n in enumerate(g.node):
+                imp = find_importer(n.domain, n.op_type)
+                if imp is None or self.opset(n.domain) < imp.since:
+                    key = ("" if n.domain in ONNX_DOMAINS else n.domain, n.op_type)
+                    found.setdefault(key, []).append(n.name or f"{n.op_type}_{i}")
+                for a in n.attribute:
+                    if a.type == onnx.AttributeProto.GRAPH:
+                        scan(a.g)
+                    elif a.type == onnx.AttributeProto.GRAPHS:
+                        for sg in a.graphs:
+                            scan(sg)
+
+        scan(self.proto.graph)
+        if found:
+            uses = [UnsupportedUse(t, d, self.opset(d), tuple(names)) for (d, t), names in sorted(found.items())]
+            raise UnsupportedOpError(uses)
+
+    # conversion ------------------------------------------------------------
+    def value_type(self, vi: onnx.ValueInfoProto, what: str) -> TensorType:
+        tp = vi.type
+        if tp.WhichOneof("value") != "tensor_type":
+            kind = tp.WhichOneof("value") or "no type"
+            raise UnsupportedOpError([UnsupportedUse(f"{kind} value", "", None, (vi.name,), "only tensors are supported")])
+        tt = tp.tensor_type
+        dtype = dtype_of(tt.elem_type, f"{what} {vi.name!r}")
+        if not tt.HasField("shape"):
+            raise ModelError(f"{what} {vi.name!r} has no shape (its rank must be known)")
+        dims: list[Dim] = []
+        for axis, d in enumerate(tt.shape.dim):
+            which = d.WhichOneof("value")
+            if which == "dim_value":
+                if d.dim_value < 0:
+                    raise ModelError(f"{what} {vi.name!r} has a negative dim {d.dim_value}")
+                dims.append(int(d.dim_value))
+            elif which == "dim_param" and d.dim_param:
+                dims.append(self._symbol(d.dim_param))
+            else:
+                self._anon_dims += 1
+                dims.append(self._symbol(f"{vi.name}_dim{axis}"))
+        return TensorType(dtype, tuple(dims))
+
+    def _symbol(self, name: str) -> Dim:
+        self.symbols.setdefault(name, SymbolInfo(name))
+        return sym(name)
+
+    def convert_graph(
+        self,
+        g: onnx.GraphProto,
+        parent: Scope | None,
+        *,
+        input_types: Sequence[TensorType] | None = None,
+        name: str = "main",
+    ) -> Graph:
+        graph = Graph(name=name if parent is not None else (g.name or "main"), symbols=self.symbols)
+        root = self._root_graph if parent is not None else graph
+        builder = Builder(graph, symbols_from=root)
+        if parent is None:
+            self._root_graph = graph
+        scope = Scope(parent=parent)
+        inits = {t.name for t in g.initializer}
+        for t in g.initializer:
+            arr = tensor_to_array(t, t.name)
+            scope.values[t.name] = builder.add1("constant", [], {"value": arr}, names=[t.name], node_name=t.name)
+        k = 0
+        for vi in g.input:
+            if vi.name in inits and parent is None:
+                continue  # an initializer listed as an input keeps its stored value
+            if input_types is not None and k < len(input_types):
+                t = input_types[k]
+            else:
+                t = self.value_type(vi, "input")
+            k += 1
+            scope.values[vi.name] = builder.input(vi.name, t)
+        named: set[Value] = set()
+        for node in g.node:
+            self.node_count += 1
+            ctx = ImportCtx(self, node, scope, builder)
+            imp = find_importer(node.domain, node.op_type)
+            assert imp is not None  # check_supported ran first
+            try:
+                outs = list(imp.fn(ctx))
+            except CuvilError:
+                raise
+            except (ValueError, TypeError, IndexError, KeyError) as exc:
+                raise ModelError(f"node {ctx.name!r} ({node.op_type}): {exc}") from None
+            for i, oname in enumerate(node.output):
+                if not oname:
+                    continue
+                v = outs[i] if i < len(outs) else None
+                if v is None:
+                    raise ModelError(f"node {ctx.name!r} ({node.op_type}) cannot produce output {i} ({oname!r})")
+                if v in ctx.created and v not in named:
+                    named.add(v)
+                    v.name = oname
+                    scope.values[oname] = v
+                else:  # an importer that returns an existing value (Identity-like)
+                    scope.values[oname] = builder.add1("identity", [v], names=[oname], node_name=ctx.name)
+        for vi in g.output:
+            v = scope.lookup(vi.name)
+            if v is None:
+                raise ModelError(f"graph output {vi.name!r} is not defined by any node, input or initializer")
+            if v in graph.outputs or (parent is not None and scope.values.get(vi.name) is not v) or v in graph.inputs:
+                v = builder.add1("identity", [v], names=[vi.name], node_name=vi.name)
+            graph.outputs.append(v)
+            elem = vi.type.tensor_type.elem_type if vi.type.WhichOneof("value") == "tensor_type" else 0
+            if elem and elem in _ELEM and _ELEM[elem] is not v.type.dtype:
+                raise ModelError(f"graph output {vi.name!r} is declared {_ELEM[elem]} but computes {v.type.dtype}")
+        return graph
+
+
+def convert_model(proto: onnx.ModelProto) -> Graph:
+    conv = _Converter(proto)
+    conv.check_supported()
+    return conv.convert_graph(proto.graph, None)

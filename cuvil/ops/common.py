@@ -1,0 +1,106 @@
+"""Helpers shared by op declarations: broadcasting, axes, node inference."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from cuvil.errors import ShapeError
+from cuvil.ir.dtypes import DType
+from cuvil.ir.graph import Node, Value
+from cuvil.ir.symbolic import Dim, broadcast_dim
+from cuvil.ir.types import SymbolInfo, TensorType
+from cuvil.ops.registry import InferCtx, get
+
+
+def broadcast_shapes(op: str, *shapes: Sequence[Dim]) -> tuple[Dim, ...]:
+    """NumPy-style multidirectional broadcasting of shapes."""
+    rank = max((len(s) for s in shapes), default=0)
+    out: list[Dim] = [1] * rank
+    for s in shapes:
+        padded = [1] * (rank - len(s)) + list(s)
+        for i, d in enumerate(padded):
+            try:
+                out[i] = broadcast_dim(out[i], d)
+            except ValueError:
+                shown = " and ".join(f"[{', '.join(map(str, x))}]" for x in shapes)
+                raise ShapeError(f"{op}: shapes {shown} do not broadcast") from None
+    return tuple(out)
+
+
+def normalize_axis(op: str, axis: int, rank: int) -> int:
+    """An axis in ``[-rank, rank)`` as a non-negative index."""
+    if not -rank <= axis < rank:
+        raise ShapeError(f"{op}: axis {axis} is out of range for rank {rank}")
+    return axis % rank if rank else 0
+
+
+def normalize_axes(op: str, axes: Sequence[int], rank: int) -> list[int]:
+    out = [normalize_axis(op, int(a), rank) for a in axes]
+    if len(set(out)) != len(out):
+        raise ShapeError(f"{op}: repeated axis in {list(axes)}")
+    return out
+
+
+def const_of(v: Value | None) -> np.ndarray | None:
+    """The compile-time value of ``v`` when a ``constant`` node defines it."""
+    if v is not None and v.producer is not None and v.producer.op == "constant":
+        value: np.ndarray = v.producer.attrs["value"]
+        return value
+    return None
+
+
+def infer_types(
+    op: str,
+    inputs: Sequence[Value | None],
+    attrs: Mapping[str, object],
+    num_outputs: int,
+    symbols: Mapping[str, SymbolInfo] | None = None,
+) -> tuple[list[TensorType], dict[str, object]]:
+    """Run an op's inference; returns output types and the attributes with defaults."""
+    opdef = get(op)
+    lo, hi = opdef.input_arity()
+    n_in = len(inputs)
+    while n_in and inputs[n_in - 1] is None:
+        n_in -= 1
+    if n_in < lo or (hi is not None and n_in > hi):
+        want = f"{lo}" if hi == lo else f"{lo} to {hi if hi is not None else 'any'}"
+        raise ShapeError(f"{op}: takes {want} inputs, got {n_in}")
+    for i, name in enumerate(opdef.inputs):
+        if not name.endswith(("?", "*")) and (i >= len(inputs) or inputs[i] is None):
+            raise ShapeError(f"{op}: required input {i} ({name}) is missing")
+    olo, ohi = opdef.output_arity()
+    if num_outputs < min(olo, 1) or (ohi is not None and num_outputs > ohi):
+        raise ShapeError(f"{op}: cannot produce {num_outputs} outputs")
+    full = opdef.fill_attrs(attrs)
+    ctx = InferCtx(
+        op=op,
+        types=[v.type if v is not None else None for v in inputs],
+        consts=[const_of(v) for v in inputs],
+        attrs=full,
+        num_outputs=num_outputs,
+        symbols=symbols or {},
+    )
+    types = list(opdef.infer(ctx))
+    if len(types) < num_outputs:
+        raise ShapeError(f"{op}: inference gave {len(types)} outputs, {num_outputs} requested")
+    return types[:num_outputs], full
+
+
+def infer_node(node: Node, symbols: Mapping[str, SymbolInfo] | None = None) -> list[TensorType]:
+    return infer_types(node.op, node.inputs, node.attrs, len(node.outputs), symbols)[0]
+
+
+def static_ints(ctx: InferCtx, i: int, what: str) -> list[int] | None:
+    """The integer contents of constant input ``i``, or None when computed at run time."""
+    c = ctx.const(i)
+    if c is None:
+        return None
+    if c.dtype.kind not in "iu":
+        raise ctx.fail(f"{what} must be integers, got {c.dtype}")
+    return [int(x) for x in c.reshape(-1)]
+
+
+def same_type(t: TensorType, dtype: DType | None = None) -> TensorType:
+    return TensorType(dtype or t.dtype, t.shape)
