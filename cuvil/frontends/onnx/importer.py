@@ -125,13 +125,13 @@ class Scope:
 class ImportCtx:
     """What an importer sees for one ONNX node."""
 
-    def __init__(self, conv: _Converter, node: onnx.NodeProto, scope: Scope, builder: Builder) -> None:
+    def __init__(self, conv: _Converter, node: onnx.NodeProto, name: str, scope: Scope, builder: Builder) -> None:
         self._conv = conv
         self.node = node
         self.scope = scope
         self.builder = builder
         self.op_type = node.op_type
-        self.name = node.name or f"{node.op_type}_{conv.node_count}"
+        self.name = name
         self.opset = conv.opset(node.domain)
         self.attrs: dict[str, Any] = {a.name: _attr_value(a) for a in node.attribute}
         self.created: set[Value] = set()
@@ -200,7 +200,7 @@ class ImportCtx:
         g = self.attrs.get(attr)
         if not isinstance(g, onnx.GraphProto):
             raise ModelError(f"node {self.name!r} ({self.op_type}) needs a graph attribute {attr!r}")
-        return self._conv.convert_graph(g, self.scope, input_types=input_types, name=attr)
+        return self._conv.convert_graph(g, self.scope, input_types=input_types, name=attr, prefix=f"{self.name}/{attr}/")
 
     def fail(self, message: str) -> ModelError:
         return ModelError(f"node {self.name!r} ({self.op_type}): {message}")
@@ -208,6 +208,11 @@ class ImportCtx:
     def unsupported(self, detail: str) -> UnsupportedOpError:
         dom = self.node.domain
         return UnsupportedOpError([UnsupportedUse(self.op_type, dom, self.opset, (self.name,), detail)])
+
+
+def node_name(node: onnx.NodeProto, index: int, prefix: str) -> str:
+    """The node's own name, or a stable one made from its position."""
+    return node.name or f"{prefix}{node.op_type}_{index}"
 
 
 def _attr_value(a: onnx.AttributeProto) -> Any:
@@ -256,7 +261,6 @@ class _Converter:
         if not proto.opset_import:  # IR version < 3: opset 1 implied
             self.opsets[""] = 1
         self.symbols: dict[str, SymbolInfo] = {}
-        self.node_count = 0
         self._anon_dims = 0
 
     def opset(self, domain: str) -> int:
@@ -266,20 +270,21 @@ class _Converter:
     def check_supported(self) -> None:
         found: dict[tuple[str, str], list[str]] = {}
 
-        def scan(g: onnx.GraphProto) -> None:
+        def scan(g: onnx.GraphProto, prefix: str) -> None:
             for i, n in enumerate(g.node):
+                name = node_name(n, i, prefix)
                 imp = find_importer(n.domain, n.op_type)
                 if imp is None or self.opset(n.domain) < imp.since:
                     key = ("" if n.domain in ONNX_DOMAINS else n.domain, n.op_type)
-                    found.setdefault(key, []).append(n.name or f"{n.op_type}_{i}")
+                    found.setdefault(key, []).append(name)
                 for a in n.attribute:
                     if a.type == onnx.AttributeProto.GRAPH:
-                        scan(a.g)
+                        scan(a.g, f"{name}/{a.name}/")
                     elif a.type == onnx.AttributeProto.GRAPHS:
                         for sg in a.graphs:
-                            scan(sg)
+                            scan(sg, f"{name}/{a.name}/")
 
-        scan(self.proto.graph)
+        scan(self.proto.graph, "")
         if found:
             uses = [UnsupportedUse(t, d, self.opset(d), tuple(names)) for (d, t), names in sorted(found.items())]
             raise UnsupportedOpError(uses)
@@ -319,6 +324,7 @@ class _Converter:
         *,
         input_types: Sequence[TensorType] | None = None,
         name: str = "main",
+        prefix: str = "",
     ) -> Graph:
         graph = Graph(name=name if parent is not None else (g.name or "main"), symbols=self.symbols)
         root = self._root_graph if parent is not None else graph
@@ -341,9 +347,8 @@ class _Converter:
             k += 1
             scope.values[vi.name] = builder.input(vi.name, t)
         named: set[Value] = set()
-        for node in g.node:
-            self.node_count += 1
-            ctx = ImportCtx(self, node, scope, builder)
+        for i, node in enumerate(g.node):
+            ctx = ImportCtx(self, node, node_name(node, i, prefix), scope, builder)
             imp = find_importer(node.domain, node.op_type)
             assert imp is not None  # check_supported ran first
             try:
