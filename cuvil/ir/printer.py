@@ -113,7 +113,7 @@ class _Printer:
 
     def name(self, v: Value) -> str:
         if v not in self.names:
-            base = v.name or "v"
+            base = v.name
             cand, k = base, 0
             while cand in self.used:
                 k += 1
