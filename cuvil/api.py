@@ -8,6 +8,7 @@ from typing import Any
 from cuvil.errors import CuvilError
 from cuvil.ir.graph import Graph
 from cuvil.ir.types import SymbolInfo
+from cuvil.ir.verify import verify
 from cuvil.runtime.compiled import CompiledModel
 
 TARGETS = ("ref",)
@@ -64,6 +65,7 @@ def compile(  # noqa: A001  (the library's main verb)
     graph = import_model(model)
     if dims:
         apply_dims(graph, dims)
+    verify(graph)
     from cuvil.backends.ref import RefExecutor
 
     return CompiledModel(graph, RefExecutor(graph), target)

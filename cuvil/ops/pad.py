@@ -57,20 +57,20 @@ def _pad_infer(ctx: InferCtx) -> list[TensorType]:
         if isinstance(shape[a], int) and shape[a] < 0:
             raise ctx.fail(f"pads {pads} crop more than the {x.shape[a]} elements of axis {a}")
         if mode != "constant" and isinstance(x.shape[a], int) and (pads[i] > 0 or pads[k + i] > 0):
-            _check_source(ctx.fail, mode, a, x.shape[a] + min(pads[i], 0) + min(pads[k + i], 0),
-                          max(pads[i], 0), max(pads[k + i], 0))
+            kept = x.shape[a] + min(pads[i], 0) + min(pads[k + i], 0)
+            problem = _source_problem(mode, a, kept, max(pads[i], 0), max(pads[k + i], 0))
+            if problem:
+                raise ctx.fail(problem)
     return [TensorType(x.dtype, tuple(shape))]
 
 
-def _check_source(fail: type[Exception] | object, mode: str, axis: int, size: int, before: int, after: int) -> None:
+def _source_problem(mode: str, axis: int, size: int, before: int, after: int) -> str | None:
     """Non-constant modes read the data: it must be non-empty, and reflect cannot reach past it."""
-    message = None
     if size < 1:
-        message = f"{mode} padding of axis {axis} needs a non-empty axis"
-    elif mode == "reflect" and max(before, after) > size - 1:
-        message = f"reflect padding of axis {axis} by {max(before, after)} exceeds its size {size} minus 1"
-    if message is not None:
-        raise fail(message) if callable(fail) else ValueError(message)  # type: ignore[misc]
+        return f"{mode} padding of axis {axis} needs a non-empty axis"
+    if mode == "reflect" and max(before, after) > size - 1:
+        return f"reflect padding of axis {axis} by {max(before, after)} exceeds its size {size} minus 1"
+    return None
 
 
 def _pad_ref(ctx: RefCtx) -> list[np.ndarray]:
@@ -95,8 +95,9 @@ def _pad_ref(ctx: RefCtx) -> list[np.ndarray]:
         y = np.pad(x, widths, mode="constant", constant_values=value)
     else:
         for a, (b, e) in enumerate(widths):
-            if b or e:
-                _check_source(None, mode, a, x.shape[a], b, e)
+            problem = _source_problem(mode, a, x.shape[a], b, e) if b or e else None
+            if problem:
+                raise ValueError(f"pad: {problem}")
         y = np.pad(x, widths, mode=mode)
     return [y.astype(ctx.out_dtype(), copy=False)]
 

@@ -8,6 +8,7 @@ resolves its bounds against a symbolic dim when the result is provable
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -125,7 +126,7 @@ def _split_ref(ctx: RefCtx) -> list[np.ndarray]:
     bounds = np.cumsum([0, *sizes])
     index: list[slice] = [slice(None)] * x.ndim
     outs = []
-    for lo, hi in zip(bounds[:-1], bounds[1:]):
+    for lo, hi in itertools.pairwise(bounds):
         index[axis] = slice(int(lo), int(hi))
         outs.append(np.ascontiguousarray(x[tuple(index)]))
     return outs

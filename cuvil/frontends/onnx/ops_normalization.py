@@ -1,0 +1,128 @@
+"""Importers of ONNX normalization ops and the softmax family.
+
+Version differences handled here:
+
+* Softmax, LogSoftmax, Hardmax before opset 13 normalize over every axis from
+  ``axis`` (default 1) on, as a 2-D view; the Cuvil op's ``coerce_2d`` does that.
+* BatchNormalization is imported in inference mode only.  Before opset 14 the
+  mode is given by the number of outputs (opset 7+; ``is_test`` before that),
+  from opset 14 by ``training_mode``.  ``spatial=0`` (before opset 9) means
+  per-activation parameters ``[C, D1, ..., Dn]``.  ``momentum`` only updates
+  running statistics in training, and ``consumed_inputs`` (opset 1) was a
+  memory hint; neither affects inference.
+* GroupNormalization before opset 21 takes scale and bias per group; they are
+  expanded to per channel (opset 21's form) at import time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from cuvil.frontends.onnx.importer import ImportCtx, dtype_of, importer
+from cuvil.frontends.onnx.ops_reduce import known_attrs
+from cuvil.ir.graph import Value
+
+
+def _softmax_importer(onnx_op: str, cuvil_op: str) -> None:
+    @importer(onnx_op)
+    def fn(ctx: ImportCtx) -> Sequence[Value | None]:
+        known_attrs(ctx, ("axis",))
+        if ctx.opset < 13:
+            attrs = {"axis": ctx.attr("axis", 1), "coerce_2d": 1}
+        else:
+            attrs = {"axis": ctx.attr("axis", -1)}
+        return ctx.emit(cuvil_op, [ctx.input(0)], attrs)
+
+
+_softmax_importer("Softmax", "softmax")
+_softmax_importer("LogSoftmax", "log_softmax")
+_softmax_importer("Hardmax", "hardmax")
+
+
+@importer("LpNormalization")
+def _lp_normalization(ctx: ImportCtx) -> Sequence[Value | None]:
+    known_attrs(ctx, ("axis", "p"))
+    return ctx.emit("lp_normalization", [ctx.input(0)], dict(ctx.attrs))
+
+
+@importer("BatchNormalization")
+def _batch_norm(ctx: ImportCtx) -> Sequence[Value | None]:
+    allowed = ["epsilon", "momentum"]
+    if ctx.opset < 9:
+        allowed.append("spatial")
+    if ctx.opset < 7:
+        allowed.append("is_test")
+    if ctx.opset < 6:
+        allowed.append("consumed_inputs")
+    if ctx.opset >= 14:
+        allowed.append("training_mode")
+    known_attrs(ctx, allowed)
+    training = bool(ctx.attr("training_mode", 0)) if ctx.opset >= 14 else ctx.num_outputs > 1
+    if training:
+        raise ctx.unsupported(
+            "training mode (batch statistics and running-statistics outputs); Cuvil compiles inference graphs, "
+            "export the model in eval mode"
+        )
+    x = ctx.input(0)
+    params = [ctx.input(i) for i in range(1, 5)]
+    if x is None or any(p is None for p in params):
+        raise ctx.fail("needs the five inputs X, scale, B, mean, var")
+    spatial = ctx.attr("spatial", 1)
+    want_rank = 1 if spatial or x.type.rank <= 2 else x.type.rank - 1
+    for name, p in zip(("scale", "B", "mean", "var"), params):
+        assert p is not None
+        if p.type.rank != want_rank:
+            raise ctx.fail(f"{name} has rank {p.type.rank}; spatial={spatial} needs rank {want_rank}")
+    return ctx.emit("batch_norm", [x, *params], {"epsilon": ctx.attr("epsilon", 1e-5)})
+
+
+@importer("InstanceNormalization")
+def _instance_norm(ctx: ImportCtx) -> Sequence[Value | None]:
+    known_attrs(ctx, ("epsilon", "consumed_inputs") if ctx.opset < 6 else ("epsilon",))
+    return ctx.emit("instance_norm", ctx.inputs(), {"epsilon": ctx.attr("epsilon", 1e-5)})
+
+
+@importer("LayerNormalization")
+def _layer_norm(ctx: ImportCtx) -> Sequence[Value | None]:
+    known_attrs(ctx, ("axis", "epsilon", "stash_type"))
+    attrs = {
+        "axis": ctx.attr("axis", -1),
+        "epsilon": ctx.attr("epsilon", 1e-5),
+        "stash_type": dtype_of(ctx.attr("stash_type", 1), "LayerNormalization stash_type"),
+    }
+    return ctx.emit("layer_norm", ctx.inputs(), attrs, num_outputs=max(ctx.num_outputs, 1))
+
+
+@importer("GroupNormalization")
+def _group_norm(ctx: ImportCtx) -> Sequence[Value | None]:
+    known_attrs(ctx, ("epsilon", "num_groups", "stash_type") if ctx.opset >= 21 else ("epsilon", "num_groups"))
+    if "num_groups" not in ctx.attrs:
+        raise ctx.fail("attribute 'num_groups' is required")
+    groups = int(ctx.attrs["num_groups"])
+    x, scale, bias = ctx.input(0), ctx.input(1), ctx.input(2)
+    if x is None or scale is None or bias is None:
+        raise ctx.fail("needs the three inputs X, scale, bias")
+    if ctx.opset < 21:
+        scale, bias = (_per_channel(ctx, v, name, x, groups) for v, name in ((scale, "scale"), (bias, "bias")))
+    attrs = {
+        "epsilon": ctx.attr("epsilon", 1e-5),
+        "num_groups": groups,
+        "stash_type": dtype_of(ctx.attr("stash_type", 1), "GroupNormalization stash_type"),
+    }
+    return ctx.emit("group_norm", [x, scale, bias], attrs)
+
+
+def _per_channel(ctx: ImportCtx, v: Value, name: str, x: Value, groups: int) -> Value:
+    """Opset-18 per-group scale/bias ``[G]`` as the per-channel ``[C]`` that opset 21 takes."""
+    value = ctx.const_input(1 if name == "scale" else 2)
+    channels = x.type.shape[1] if x.type.rank >= 2 else None
+    if value is None or not isinstance(channels, int):
+        raise ctx.unsupported(
+            f"GroupNormalization-{ctx.opset} with a {name} computed at run time or a symbolic channel count "
+            "(per-group parameters are expanded to per-channel ones at import)"
+        )
+    if value.shape != (groups,) or channels % groups:
+        raise ctx.fail(f"{name} must have shape [{groups}] (one per group) and {groups} must divide {channels}")
+    return ctx.constant(np.repeat(value, channels // groups))

@@ -1,0 +1,18 @@
+"""Shared test fixtures and locations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+NODE_TESTS = REPO.parent / "shared" / "onnx-node-tests" / "node"
+
+
+@pytest.fixture(scope="session")
+def node_tests() -> Path:
+    """The ONNX node conformance cases laid beside the repository."""
+    if not NODE_TESTS.is_dir():
+        pytest.skip(f"conformance data not found at {NODE_TESTS}")
+    return NODE_TESTS
