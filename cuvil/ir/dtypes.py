@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import enum
 
 import ml_dtypes
@@ -35,15 +36,15 @@ class DType(enum.Enum):
         return int(_TO_NP[self].itemsize)
 
     @property
-    def is_float(self) -> bool:
+    def is_float(self) -> builtins.bool:
         return self in FLOATS
 
     @property
-    def is_int(self) -> bool:
+    def is_int(self) -> builtins.bool:
         return self in INTS
 
     @property
-    def is_signed(self) -> bool:
+    def is_signed(self) -> builtins.bool:
         return self in FLOATS or self in SIGNED_INTS
 
     @staticmethod

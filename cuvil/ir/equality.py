@@ -60,8 +60,8 @@ def _diff(a: Graph, b: Graph, ignore_names: bool, vmap: dict[Value, Value]) -> s
             return f"{where}: name {m.name!r} vs {n.name!r}"
         if len(m.inputs) != len(n.inputs) or len(m.outputs) != len(n.outputs):
             return f"{where}: arity differs"
-        for x, y in zip(m.inputs, n.inputs):
-            if (x is None) != (y is None) or (x is not None and vmap.get(x) is not y):
+        for xi, yi in zip(m.inputs, n.inputs):
+            if (xi is None) != (yi is None) or (xi is not None and vmap.get(xi) is not yi):
                 return f"{where}: inputs differ"
         if set(m.attrs) != set(n.attrs):
             return f"{where}: attribute names differ"

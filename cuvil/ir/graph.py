@@ -24,7 +24,7 @@ _ids = itertools.count()
 class Value:
     """An SSA value: a tensor with a type, defined once."""
 
-    __slots__ = ("name", "type", "producer", "uid")
+    __slots__ = ("name", "producer", "type", "uid")
 
     def __init__(self, name: str, type: TensorType, producer: Node | None = None) -> None:
         self.name = name
@@ -40,7 +40,7 @@ class Node:
     """One operation: an op name, inputs (``None`` for an omitted optional
     input), attributes and output values."""
 
-    __slots__ = ("op", "inputs", "outputs", "attrs", "name")
+    __slots__ = ("attrs", "inputs", "name", "op", "outputs")
 
     def __init__(
         self,

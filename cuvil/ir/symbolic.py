@@ -130,7 +130,7 @@ Monomial = tuple[_Atom, ...]
 class DimExpr:
     """A canonical integer polynomial over atoms. Immutable and hashable."""
 
-    __slots__ = ("_terms", "_key")
+    __slots__ = ("_key", "_terms")
 
     def __init__(self, terms: Mapping[Monomial, int]) -> None:
         items = sorted(

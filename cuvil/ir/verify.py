@@ -48,9 +48,9 @@ def verification_errors(graph: Graph) -> list[str]:
             if lookup(n.op) is None:
                 problems.append(f"{where(n)}: unknown op {n.op!r}")
                 continue
-            for i, v in enumerate(n.inputs):
-                if v is not None and v not in scope:
-                    problems.append(f"{where(n)}: input {i} (%{v.name}) is not defined before use")
+            for i, arg in enumerate(n.inputs):
+                if arg is not None and arg not in scope:
+                    problems.append(f"{where(n)}: input {i} (%{arg.name}) is not defined before use")
             for _, region in n.regions():
                 visit(region, scope)
             try:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from exported import ModelStore
+
+from tests.models.exported import ModelStore
 
 
 @pytest.fixture(scope="session")

@@ -26,7 +26,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import torch
-from zoo import CASES, ModelCase
+
+from tests.models.zoo import CASES, ModelCase
 
 OPSET = 18
 

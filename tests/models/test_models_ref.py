@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from exported import ModelStore, assert_outputs_close
 
 import cuvil
 from cuvil.ir.symbolic import DimExpr
+from tests.models.exported import ModelStore, assert_outputs_close
 
 TOL_ORT = 1e-5  # Cuvil ref vs onnxruntime on the same graph
 TOL_EAGER = 1e-4  # vs eager PyTorch: different kernels and a graph the exporter rewrote (BN folded into Conv)

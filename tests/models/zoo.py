@@ -9,6 +9,7 @@ normalisation is really exercised).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -238,7 +239,7 @@ def torch_encoder() -> nn.Module:
 class MLP(nn.Module):
     def __init__(self, sizes: tuple[int, ...] = (32, 64, 64, 10)) -> None:
         super().__init__()
-        self.linears = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes, sizes[1:]))
+        self.linears = nn.ModuleList(nn.Linear(a, b) for a, b in itertools.pairwise(sizes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for i, lin in enumerate(self.linears):

@@ -23,12 +23,12 @@ import onnx
 import pytest
 
 import cuvil.ops
-from tests.conftest import NODE_TESTS
 from cuvil.backends.ref.interpreter import run_graph
 from cuvil.conformance import case_dirs, in_core_scope, load_case
 from cuvil.errors import CuvilError
 from cuvil.frontends.onnx import load_onnx
 from cuvil.ir.symbolic import evaluate, is_unknown
+from tests.conftest import NODE_TESTS
 
 NODE_DIR = str(NODE_TESTS)
 SAMPLES_PER_OP = 4

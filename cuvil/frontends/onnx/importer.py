@@ -216,28 +216,28 @@ def node_name(node: onnx.NodeProto, index: int, prefix: str) -> str:
 
 
 def _attr_value(a: onnx.AttributeProto) -> Any:
-    T = onnx.AttributeProto
-    if a.type == T.FLOAT:
+    at = onnx.AttributeProto
+    if a.type == at.FLOAT:
         return float(a.f)
-    if a.type == T.INT:
+    if a.type == at.INT:
         return int(a.i)
-    if a.type == T.STRING:
+    if a.type == at.STRING:
         return a.s.decode("utf-8", errors="replace")
-    if a.type == T.TENSOR:
+    if a.type == at.TENSOR:
         return tensor_to_array(a.t, a.name)
-    if a.type == T.GRAPH:
+    if a.type == at.GRAPH:
         return a.g
-    if a.type == T.FLOATS:
+    if a.type == at.FLOATS:
         return [float(x) for x in a.floats]
-    if a.type == T.INTS:
+    if a.type == at.INTS:
         return [int(x) for x in a.ints]
-    if a.type == T.STRINGS:
+    if a.type == at.STRINGS:
         return [s.decode("utf-8", errors="replace") for s in a.strings]
-    if a.type == T.TENSORS:
+    if a.type == at.TENSORS:
         return [tensor_to_array(t, a.name) for t in a.tensors]
-    if a.type == T.SPARSE_TENSOR:
+    if a.type == at.SPARSE_TENSOR:
         raise ModelError(f"attribute {a.name!r}: sparse tensors are not supported")
-    raise ModelError(f"attribute {a.name!r} has an unsupported type {T.AttributeType.Name(a.type)}")
+    raise ModelError(f"attribute {a.name!r} has an unsupported type {at.AttributeType.Name(a.type)}")
 
 
 def tensor_to_array(t: onnx.TensorProto, what: str) -> np.ndarray:
@@ -261,7 +261,7 @@ class _Converter:
         if not proto.opset_import:  # IR version < 3: opset 1 implied
             self.opsets[""] = 1
         self.symbols: dict[str, SymbolInfo] = {}
-        self._anon_dims = 0
+        self._root_graph: Graph | None = None
 
     def opset(self, domain: str) -> int:
         return self.opsets.get("" if domain in ONNX_DOMAINS else domain, 1)
@@ -309,7 +309,6 @@ class _Converter:
             elif which == "dim_param" and d.dim_param:
                 dims.append(self._symbol(d.dim_param))
             else:
-                self._anon_dims += 1
                 dims.append(self._symbol(f"{vi.name}_dim{axis}"))
         return TensorType(dtype, tuple(dims))
 
@@ -327,7 +326,7 @@ class _Converter:
         prefix: str = "",
     ) -> Graph:
         graph = Graph(name=name if parent is not None else (g.name or "main"), symbols=self.symbols)
-        root = self._root_graph if parent is not None else graph
+        root = self._root_graph if parent is not None and self._root_graph is not None else graph
         builder = Builder(graph, symbols_from=root)
         if parent is None:
             self._root_graph = graph
