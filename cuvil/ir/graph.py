@@ -92,6 +92,12 @@ class Graph:
             for _, g in n.regions():
                 yield from g.walk()
 
+    def share_symbols(self) -> None:
+        """Make every region use this graph's symbol table (symbols are model-wide)."""
+        for n in self.walk():
+            for _, g in n.regions():
+                g.symbols = self.symbols
+
     def constants(self) -> dict[Value, np.ndarray]:
         return {n.outputs[0]: n.attrs["value"] for n in self.nodes if n.op == "constant"}
 

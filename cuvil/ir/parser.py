@@ -62,7 +62,8 @@ class _Parser:
         self.text = text
         self.toks = _tokenize(text)
         self.i = 0
-        self.symbols: dict[str, SymbolInfo] = {}
+        self.symbols: dict[str, SymbolInfo] = {}  # declared, in declaration order
+        self.used: dict[str, SymbolInfo] = {}  # seen in types
 
     # token helpers ---------------------------------------------------------
     def error(self, msg: str) -> IRError:
@@ -137,8 +138,8 @@ class _Parser:
                 d = parse_dim(self.text[start.pos : end.pos])
             except ValueError as exc:
                 raise self.error(str(exc)) from None
-            for s in d.symbols() if not isinstance(d, int) else ():
-                self.symbols.setdefault(s, SymbolInfo(s))
+            for s in sorted(d.symbols()) if not isinstance(d, int) else ():
+                self.used.setdefault(s, SymbolInfo(s))
             dims.append(d)
             self.accept(",")
         self.take("]")
@@ -343,5 +344,8 @@ def parse_graph(text: str) -> Graph:
     g = p.graph(None)
     if p.peek() is not None:
         raise p.error("text after the end of the graph")
-    g.symbols.update({k: v for k, v in p.symbols.items() if k not in g.symbols})
+    for k, v in p.used.items():
+        p.symbols.setdefault(k, v)
+    g.symbols = p.symbols
+    g.share_symbols()
     return g

@@ -27,7 +27,7 @@ def _zero(x: np.ndarray) -> np.ndarray:
 
 
 def _relu(x: np.ndarray) -> np.ndarray:
-    return np.maximum(x, _zero(x))
+    return np.asarray(np.maximum(x, _zero(x)))
 
 
 def _leaky_relu(x: np.ndarray, *, alpha: float) -> np.ndarray:
@@ -43,7 +43,7 @@ def _elu(x: np.ndarray, *, alpha: float) -> np.ndarray:
 
 
 def _celu(x: np.ndarray, *, alpha: float) -> np.ndarray:
-    return np.maximum(x, _zero(x)) + np.minimum(_zero(x), alpha * np.expm1(x / alpha))
+    return np.asarray(np.maximum(x, _zero(x)) + np.minimum(_zero(x), alpha * np.expm1(x / alpha)))
 
 
 def _selu(x: np.ndarray, *, alpha: float, gamma: float) -> np.ndarray:
@@ -57,7 +57,7 @@ def _thresholded_relu(x: np.ndarray, *, alpha: float) -> np.ndarray:
 def _sigmoid(x: np.ndarray) -> np.ndarray:
     # each branch only exponentiates non-positive numbers, so neither overflows where it is used
     e = np.exp(-np.abs(x))
-    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+    return np.asarray(np.where(x >= 0, 1 / (1 + e), e / (1 + e)))
 
 
 def _hard_sigmoid(x: np.ndarray, *, alpha: float, beta: float) -> np.ndarray:
@@ -65,25 +65,25 @@ def _hard_sigmoid(x: np.ndarray, *, alpha: float, beta: float) -> np.ndarray:
 
 
 def _hard_swish(x: np.ndarray) -> np.ndarray:
-    return x * _hard_sigmoid(x, alpha=1 / 6, beta=0.5)
+    return np.asarray(x * _hard_sigmoid(x, alpha=1 / 6, beta=0.5))
 
 
 def _softplus(x: np.ndarray) -> np.ndarray:
-    return np.logaddexp(_zero(x), x)  # log(1 + exp(x)) without overflow for large x
+    return np.asarray(np.logaddexp(_zero(x), x))  # log(1 + exp(x)) without overflow for large x
 
 
 def _softsign(x: np.ndarray) -> np.ndarray:
-    return x / (1 + np.abs(x))
+    return np.asarray(x / (1 + np.abs(x)))
 
 
 def _mish(x: np.ndarray) -> np.ndarray:
-    return x * np.tanh(_softplus(x))
+    return np.asarray(x * np.tanh(_softplus(x)))
 
 
 def _gelu(x: np.ndarray, *, approximate: str) -> np.ndarray:
     if approximate == "tanh":
-        return 0.5 * x * (1 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x**3)))
-    return (0.5 * x * (1 + erf(x / math.sqrt(2.0)))).astype(x.dtype)
+        return np.asarray(0.5 * x * (1 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x**3))))
+    return np.asarray(0.5 * x * (1 + erf(x / math.sqrt(2.0))), dtype=x.dtype)
 
 
 def _validate_gelu(ctx: InferCtx) -> None:

@@ -163,18 +163,18 @@ def variadic(
 def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """A / B; integers truncate toward zero (C semantics, as ONNX specifies)."""
     if a.dtype.kind not in "iu":
-        return np.divide(a, b)
+        return np.asarray(np.divide(a, b))
     q = np.floor_divide(a, b)
     if a.dtype.kind == "i":
         # floor and truncation differ when the division is inexact and the signs differ
         inexact = (a - q * b) != 0
         q = np.where(inexact & ((a < 0) != (b < 0)), q + 1, q)
-    return q
+    return np.asarray(q)
 
 
 def _mod(a: np.ndarray, b: np.ndarray, *, fmod: int) -> np.ndarray:
     """fmod=0: A - floor(A/B)*B (sign of B); fmod=1: A - trunc(A/B)*B (sign of A)."""
-    return np.fmod(a, b) if fmod else np.mod(a, b)
+    return np.asarray(np.fmod(a, b) if fmod else np.mod(a, b))
 
 
 def _validate_fmod(ctx: InferCtx) -> None:
@@ -198,7 +198,7 @@ binary(
 def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """A ** B in A's element type; B may have another element type."""
     if a.dtype.kind == "f":  # NumPy promotes to the wider type; the caller rounds to A's type once
-        return np.power(a, b)
+        return np.asarray(np.power(a, b))
     if b.dtype.kind == "f":  # integer base, float exponent: the float power truncated
         return np.trunc(np.power(a.astype(np.float64), b.astype(np.float64)))
     # integer ** integer wraps modulo 2**bits; computing in int64 then narrowing gives the same bits

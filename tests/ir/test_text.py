@@ -58,7 +58,7 @@ def test_nan_round_trips() -> None:
 def test_symbols_and_symbolic_shapes_round_trip() -> None:
     b = Builder()
     b.graph.symbols.update(
-        {"batch": SymbolInfo("batch", 1, 256), "h": SymbolInfo("h", multiple_of=32), "seq len": SymbolInfo("seq len")}
+        {"seq len": SymbolInfo("seq len"), "batch": SymbolInfo("batch", 1, 256), "h": SymbolInfo("h", multiple_of=32)}
     )
     x = b.input("x", TensorType(DType.f32, (sym("batch"), 3, sym("h"), sym("seq len"))))
     y = b.input("y", TensorType(DType.f32, (1, 1, 2 * sym("h") + 1 - sym("h") - 1, 1)))

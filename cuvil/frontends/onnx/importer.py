@@ -384,4 +384,7 @@ class _Converter:
 def convert_model(proto: onnx.ModelProto) -> Graph:
     conv = _Converter(proto)
     conv.check_supported()
-    return conv.convert_graph(proto.graph, None)
+    graph = conv.convert_graph(proto.graph, None)
+    graph.symbols = conv.symbols
+    graph.share_symbols()
+    return graph

@@ -16,13 +16,13 @@ from cuvil.frontends.onnx.importer import ImportCtx, importer
 from cuvil.frontends.onnx.ops_elementwise import first_opset, input_value, modern_attrs
 from cuvil.ir.graph import Value
 
-# Constant's value attributes and the array each one makes.
-_CONSTANT_FORMS = {
-    "value": lambda v: np.asarray(v),
-    "value_float": lambda v: np.asarray(v, dtype=np.float32),
-    "value_floats": lambda v: np.asarray(v, dtype=np.float32).reshape(-1),
-    "value_int": lambda v: np.asarray(v, dtype=np.int64),
-    "value_ints": lambda v: np.asarray(v, dtype=np.int64).reshape(-1),
+# Constant's value attributes: the element type each one gives (None: the tensor's own), and whether it is a list.
+_CONSTANT_FORMS: dict[str, tuple[type[np.generic] | None, bool]] = {
+    "value": (None, False),
+    "value_float": (np.float32, False),
+    "value_floats": (np.float32, True),
+    "value_int": (np.int64, False),
+    "value_ints": (np.int64, True),
 }
 _UNSUPPORTED_FORMS = ("value_string", "value_strings", "sparse_value")
 
@@ -38,7 +38,9 @@ def _constant(ctx: ImportCtx) -> Sequence[Value | None]:
     if len(ctx.attrs) != 1:
         raise ctx.fail(f"needs exactly one value attribute, got {sorted(ctx.attrs) or 'none'}")
     ((name, value),) = ctx.attrs.items()
-    return [ctx.emit1("constant", [], {"value": _CONSTANT_FORMS[name](value)})]
+    dtype, is_list = _CONSTANT_FORMS[name]
+    array = np.asarray(value, dtype=dtype)
+    return [ctx.emit1("constant", [], {"value": array.reshape(-1) if is_list else array})]
 
 
 @importer("Identity", since=first_opset("Identity"))
