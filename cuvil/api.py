@@ -11,7 +11,7 @@ from cuvil.ir.types import SymbolInfo
 from cuvil.ir.verify import verify
 from cuvil.runtime.compiled import CompiledModel
 
-TARGETS = ("ref",)
+TARGETS = ("ref", "generic", "x86_avx2", "x86_avx512", "native")
 
 
 class multiple_of:  # noqa: N801  (reads as a constraint: dims={"h": multiple_of(32)})
@@ -58,6 +58,9 @@ def compile(  # noqa: A001  (the library's main verb)
     target: str = "ref",
     *,
     dims: Mapping[str, DimConstraint] | None = None,
+    cache_dir: str | None = None,
+    cc: str | None = None,
+    sanitize: bool = False,
 ) -> CompiledModel:
     """Compile a model (ONNX path or ModelProto, or a Cuvil Graph) for ``target``."""
     if target not in TARGETS:
@@ -66,6 +69,15 @@ def compile(  # noqa: A001  (the library's main verb)
     if dims:
         apply_dims(graph, dims)
     verify(graph)
-    from cuvil.backends.ref import RefExecutor
+    if target == "ref":
+        from cuvil.backends.ref import RefExecutor
 
-    return CompiledModel(graph, RefExecutor(graph), target)
+        return CompiledModel(graph, RefExecutor(graph), target)
+    from pathlib import Path
+
+    from cuvil.backends.c import BuildOptions, CExecutor, build
+    from cuvil.backends.c.toolchain import Compiler
+
+    b = build(graph, BuildOptions(target=target, compiler=Compiler.from_string(cc),
+                                  cache_dir=Path(cache_dir) if cache_dir else None, sanitize=sanitize))
+    return CompiledModel(graph, CExecutor(b), target)

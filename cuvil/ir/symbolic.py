@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Union
 
@@ -364,6 +364,12 @@ def broadcast_dim(a: Dim, b: Dim) -> Dim:
         return a
     if isinstance(a, int) and isinstance(b, int):
         raise ValueError(f"dims {a} and {b} do not broadcast")
+    # A static extent other than 1 is the result whenever the model is valid: the
+    # other dim must then be 1 or equal to it (checked at run time by the kernels).
+    if isinstance(a, int):
+        return a
+    if isinstance(b, int):
+        return b
     if is_unknown(a) or is_unknown(b):
         return UNKNOWN
     return DimExpr._atom(_Bcast(a, b))._norm()
@@ -473,3 +479,32 @@ class _DimParser:
         if kind == "name":
             return sym(val)
         raise ValueError(f"bad dim expression {self.text!r}")
+
+
+def render_dim(d: Dim, symbol: Callable[[str], str], call: Callable[[str, list[str]], str]) -> str:
+    """Render a dim as an expression of another language (C): ``symbol(name)`` gives a
+    symbol's spelling and ``call("floordiv" | "bcast", args)`` a call; ints print as-is.
+
+    Raises ``ValueError`` for an unknown dim."""
+    if isinstance(d, int):
+        return str(d)
+    if d.is_unknown:
+        raise ValueError("an unknown dim has no expression")
+
+    def atom(a: _Atom) -> str:
+        if isinstance(a, _Sym):
+            return symbol(a.name)
+        if isinstance(a, _FloorDiv):
+            return call("floordiv", [render_dim(a.num, symbol, call), render_dim(a.den, symbol, call)])
+        if isinstance(a, _Bcast):
+            return call("bcast", [render_dim(a.a, symbol, call), render_dim(a.b, symbol, call)])
+        raise ValueError("an unknown dim has no expression")
+
+    parts: list[str] = []
+    for mono, coef in d._terms:
+        factors = [atom(a) for a in mono]
+        if not factors:
+            parts.append(f"({coef})")
+        else:
+            parts.append("*".join(([f"({coef})"] if coef != 1 else []) + factors))
+    return "(" + " + ".join(parts) + ")"

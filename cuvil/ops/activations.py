@@ -12,9 +12,9 @@ import math
 import numpy as np
 
 from cuvil.ir.dtypes import FLOATS, NUMERIC, SIGNED_INTS
+from cuvil.ir.symbolic import is_static
 from cuvil.ir.types import TensorType
-from cuvil.ops.common import broadcast_shapes
-from cuvil.ops.elementwise import binary, erf, unary, widen
+from cuvil.ops.elementwise import erfc, unary, widen
 from cuvil.ops.registry import ELEMENTWISE, AttrSpec, InferCtx, OpDef, RefCtx, register
 
 _SELU_ALPHA = 1.67326319217681884765625
@@ -81,9 +81,11 @@ def _mish(x: np.ndarray) -> np.ndarray:
 
 
 def _gelu(x: np.ndarray, *, approximate: str) -> np.ndarray:
+    # Written without 1 + tanh(u) or 1 + erf(u), which cancel for large negative X:
+    # 0.5*(1 + tanh(u)) = sigmoid(2u) and 0.5*(1 + erf(v)) = 0.5*erfc(-v).
     if approximate == "tanh":
-        return np.asarray(0.5 * x * (1 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x**3))))
-    return np.asarray(0.5 * x * (1 + erf(x / math.sqrt(2.0))), dtype=x.dtype)
+        return np.asarray(x * _sigmoid(2 * _SQRT_2_OVER_PI * (x + 0.044715 * x**3)))
+    return np.asarray(0.5 * x * erfc(-x / math.sqrt(2.0)), dtype=x.dtype)
 
 
 def _validate_gelu(ctx: InferCtx) -> None:
@@ -148,17 +150,33 @@ unary(
 )
 
 
-def _validate_prelu(ctx: InferCtx) -> None:
+def _prelu_infer(ctx: InferCtx) -> list[TensorType]:
+    """slope must broadcast to X's shape: each of its trailing-aligned dims is 1 or X's dim.
+
+    A symbolic dim against another dim cannot be decided here; the output is X's shape either way."""
+    ctx.same_dtype(0, 1)
+    ctx.require_dtype(0, NUMERIC)
     x, slope = ctx.type(0), ctx.type(1)
-    if broadcast_shapes("prelu", x.shape, slope.shape) != x.shape:
+    aligned = zip(x.shape[x.rank - slope.rank :], slope.shape)
+    if slope.rank > x.rank or any(is_static(dx) and is_static(ds) and ds not in (1, dx) for dx, ds in aligned):
         raise ctx.fail(f"slope {slope} must broadcast to the shape of X {x}")
+    return [x]
 
 
-binary(
-    "prelu",
-    _prelu,
-    validate=_validate_prelu,
-    doc="X < 0 ? slope*X : X; slope broadcasts to X's shape (unidirectionally)",
+def _prelu_ref(ctx: RefCtx) -> list[np.ndarray]:
+    y = _prelu(widen(ctx.input(0)), widen(ctx.input(1)))
+    return [np.asarray(y).astype(ctx.out_dtype(), copy=False)]
+
+
+register(
+    OpDef(
+        name="prelu",
+        inputs=("X", "slope"),
+        infer=_prelu_infer,
+        reference=_prelu_ref,
+        traits=frozenset({ELEMENTWISE}),
+        doc="X < 0 ? slope*X : X; slope broadcasts to X's shape (unidirectionally).",
+    )
 )
 
 

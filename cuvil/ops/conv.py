@@ -105,10 +105,17 @@ def window_out_dim(size: Dim, k: Dim, i: int, w: WindowAttrs, ceil_mode: bool = 
     return UNKNOWN
 
 
+def concrete(d: Dim) -> int:
+    """A dim the reference needs as a number (its inputs are arrays, so every dim is known)."""
+    if not isinstance(d, int):
+        raise ValueError(f"dim {d} is not known when running")
+    return d
+
+
 def resolve_pads(size: int, k: int, i: int, w: WindowAttrs, out: int) -> tuple[int, int]:
     """Concrete (begin, end) padding of spatial dim ``i`` for an input of ``size`` and ``out`` windows."""
     if w.auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        total = max((out - 1) * w.strides[i] + kernel_extent(k, w.dilations[i]) - size, 0)
+        total = max((out - 1) * w.strides[i] + (k - 1) * w.dilations[i] + 1 - size, 0)
         small, large = total // 2, total - total // 2
         return (small, large) if w.auto_pad == "SAME_UPPER" else (large, small)
     return w.pads_begin[i], w.pads_end[i]
@@ -124,15 +131,15 @@ def sliding_windows(
     overhang is filled with ``fill`` too (callers mask it out where it matters)."""
     n = len(kernel)
     widths = [(0, 0), (0, 0)]
+    extents = tuple((kernel[i] - 1) * w.dilations[i] + 1 for i in range(n))
     for i in range(n):
-        dk = kernel_extent(kernel[i], w.dilations[i])
+        dk = extents[i]
         pb, pe = pads[i]
         need = (out[i] - 1) * w.strides[i] + dk - x.shape[2 + i] - pb
         widths.append((pb, max(pe, need, 0)))
     xp = np.pad(x, widths, mode="constant", constant_values=fill) if any(a or b for a, b in widths) else x
-    extents = tuple(kernel_extent(kernel[i], w.dilations[i]) for i in range(n))
     view = np.lib.stride_tricks.sliding_window_view(xp, extents, axis=tuple(range(2, 2 + n)))
-    index = (slice(None), slice(None))
+    index: tuple[slice, ...] = (slice(None), slice(None))
     index += tuple(slice(0, (out[i] - 1) * w.strides[i] + 1, w.strides[i]) for i in range(n))
     index += tuple(slice(None, None, w.dilations[i]) for i in range(n))
     return view[index]
@@ -212,7 +219,7 @@ def _conv_ref(ctx: RefCtx) -> list[np.ndarray]:
     group = int(ctx.attrs["group"])
     kernel = wgt.shape[2:]
     w = window_attrs(ctx, n)
-    out = [int(d) for d in (window_out_dim(x.shape[2 + i], kernel[i], i, w) for i in range(n))]
+    out = [concrete(window_out_dim(x.shape[2 + i], kernel[i], i, w)) for i in range(n)]
     pads = [resolve_pads(x.shape[2 + i], kernel[i], i, w, out[i]) for i in range(n)]
     cols = sliding_windows(x.astype(acc, copy=False), kernel, w, out, pads, 0)  # [N, C, *out, *kernel]
     batch, chans = x.shape[0], x.shape[1]
@@ -306,8 +313,8 @@ def _conv_transpose_ref(ctx: RefCtx) -> list[np.ndarray]:
     sizes, kernel = x.shape[2:], wgt.shape[2:]
     w = window_attrs(ctx, n)
     outs_d, pads_d = _transpose_geometry(ctx, sizes, kernel)
-    outs = [int(d) for d in outs_d]
-    pads = [(int(a), int(b)) for a, b in pads_d]
+    outs = [concrete(d) for d in outs_d]
+    pads = [(concrete(a), concrete(b)) for a, b in pads_d]
     batch, chans = x.shape[0], x.shape[1]
     cg, mg = chans // group, wgt.shape[1]
     npix, nk = int(np.prod(sizes, dtype=np.int64)), int(np.prod(kernel, dtype=np.int64))
@@ -318,7 +325,7 @@ def _conv_transpose_ref(ctx: RefCtx) -> list[np.ndarray]:
     perm = (1, 0, 2 + n, *range(3 + n, 3 + 2 * n), *range(2, 2 + n))
     contrib = contrib.transpose(perm).reshape(batch, group * mg, *kernel, *sizes)
     # Scatter-add each tap at positions i * stride + k * dilation of the unpadded ("full") output.
-    full = [(sizes[i] - 1) * w.strides[i] + kernel_extent(kernel[i], w.dilations[i]) for i in range(n)]
+    full = [(sizes[i] - 1) * w.strides[i] + (kernel[i] - 1) * w.dilations[i] + 1 for i in range(n)]
     buf = np.zeros((batch, group * mg, *full), dtype=acc)
     for taps in itertools.product(*(range(k) for k in kernel)):
         dst = tuple(

@@ -245,12 +245,19 @@ variadic(
 
 # Unary math -------------------------------------------------------------------
 
+# NumPy has no erf; math.erf/erfc are accurate to a few float64 ulps, far below any float type's rounding.
 _erf_f64 = np.frompyfunc(math.erf, 1, 1)
+_erfc_f64 = np.frompyfunc(math.erfc, 1, 1)
 
 
 def erf(x: np.ndarray) -> np.ndarray:
-    # NumPy has no erf; math.erf is accurate to a few float64 ulps, far below any float type's rounding
+    """The error function, in float64."""
     return np.asarray(_erf_f64(x.astype(np.float64)), dtype=np.float64)
+
+
+def erfc(x: np.ndarray) -> np.ndarray:
+    """1 - erf(x) in float64, without the cancellation of computing it that way."""
+    return np.asarray(_erfc_f64(x.astype(np.float64)), dtype=np.float64)
 
 
 unary("abs", np.abs, dtypes=NUMERIC, doc="|X| (the most negative integer stays itself)")
@@ -277,4 +284,4 @@ unary("asinh", np.arcsinh)
 unary("acosh", np.arccosh)
 unary("atanh", np.arctanh)
 
-__all__ = ["HALF_FLOATS", "INTS", "binary", "erf", "unary", "variadic", "widen"]
+__all__ = ["HALF_FLOATS", "INTS", "binary", "erf", "erfc", "unary", "variadic", "widen"]

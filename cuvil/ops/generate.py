@@ -34,7 +34,7 @@ def _constant_of_shape_infer(ctx: InferCtx) -> list[TensorType]:
         return [TensorType(dtype, (UNKNOWN,) * n)]
     if any(d < 0 for d in dims):
         raise ctx.fail(f"shape {dims} has a negative dim")
-    return [TensorType(dtype, dims)]
+    return [TensorType(dtype, tuple(dims))]
 
 
 def _constant_of_shape_ref(ctx: RefCtx) -> list[np.ndarray]:

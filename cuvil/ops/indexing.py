@@ -95,7 +95,7 @@ def _elements_check(ctx: InferCtx, ind: TensorType, what: str) -> int:
 
 def _element_positions(op: str, x: np.ndarray, indices: np.ndarray, axis: int) -> tuple[np.ndarray, ...]:
     """Full index tuples into ``x``: the entry's own position, with ``indices`` on ``axis``."""
-    grid = list(np.indices(indices.shape, sparse=True))
+    grid: list[np.ndarray] = list(np.indices(indices.shape, sparse=True))
     grid[axis] = checked_indices(op, indices, x.shape[axis], f"axis {axis}")
     return tuple(grid)
 
@@ -310,7 +310,7 @@ def _one_hot_ref(ctx: RefCtx) -> list[np.ndarray]:
     idx = np.where(idx < 0, idx + depth, idx)  # out-of-range entries match no class: all off
     hot = idx[..., None] == np.arange(depth, dtype=np.int64)
     out = np.where(hot, values[1], values[0]).astype(values.dtype, copy=False)
-    return [np.ascontiguousarray(np.moveaxis(out, -1, axis))]
+    return [np.asarray(np.moveaxis(out, -1, axis), order="C")]
 
 
 register(

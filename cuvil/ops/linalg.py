@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cuvil.errors import ShapeError
 from cuvil.ir.dtypes import FLOATS, NUMERIC, DType
 from cuvil.ir.symbolic import Dim, broadcast_dim
 from cuvil.ir.types import TensorType
@@ -230,7 +231,7 @@ def einsum_shape(eq: Equation, shapes: list[tuple[Dim, ...]]) -> tuple[Dim, ...]
     for s in ell_shapes:
         try:
             ell = broadcast_shapes("einsum", ell, s)
-        except Exception:
+        except ShapeError:
             raise ValueError("the dims standing for '...' do not broadcast") from None
     if ell and ELLIPSIS not in eq.output:
         raise ValueError(f"'...' stands for {len(ell)} dims but the output term has no '...'")

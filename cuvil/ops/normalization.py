@@ -157,7 +157,7 @@ def _layer_norm_infer(ctx: InferCtx) -> list[TensorType]:
 def _layer_norm_ref(ctx: RefCtx) -> list[np.ndarray]:
     x = ctx.input(0)
     axis = normalize_axis(ctx.op, ctx.attrs["axis"], x.ndim)
-    stash = ctx.out_dtype(1)
+    stash = ctx.attrs["stash_type"].np
     norm, mean, inv_std = _standardize(x.astype(stash), tuple(range(axis, x.ndim)), ctx.attrs["epsilon"])
     # As ONNX's definition: the standardized value is cast back to X's type before the affine step.
     y = norm.astype(x.dtype) * ctx.input(1).astype(x.dtype)
@@ -171,7 +171,11 @@ register(
         name="layer_norm",
         inputs=("X", "Scale", "B?"),
         outputs=("Y", "Mean?", "InvStdDev?"),
-        attrs={"axis": AttrSpec("int", -1), "epsilon": AttrSpec("float", 1e-5), "stash_type": AttrSpec("dtype", DType.f32)},
+        attrs={
+            "axis": AttrSpec("int", -1),
+            "epsilon": AttrSpec("float", 1e-5),
+            "stash_type": AttrSpec("dtype", DType.f32),
+        },
         infer=_layer_norm_infer,
         reference=_layer_norm_ref,
         doc="Normalizes over the axes from axis to the last (statistics in stash_type), then * Scale + B "

@@ -53,11 +53,13 @@ def _pad_infer(ctx: InferCtx) -> list[TensorType]:
         return [TensorType(x.dtype, tuple(shape))]
     k = len(axes)
     for i, a in enumerate(axes):
-        shape[a] = x.shape[a] + pads[i] + pads[k + i]
-        if isinstance(shape[a], int) and shape[a] < 0:
+        size = x.shape[a] + pads[i] + pads[k + i]
+        shape[a] = size
+        if isinstance(size, int) and size < 0:
             raise ctx.fail(f"pads {pads} crop more than the {x.shape[a]} elements of axis {a}")
-        if mode != "constant" and isinstance(x.shape[a], int) and (pads[i] > 0 or pads[k + i] > 0):
-            kept = x.shape[a] + min(pads[i], 0) + min(pads[k + i], 0)
+        source = x.shape[a]
+        if mode != "constant" and isinstance(source, int) and (pads[i] > 0 or pads[k + i] > 0):
+            kept = source + min(pads[i], 0) + min(pads[k + i], 0)
             problem = _source_problem(mode, a, kept, max(pads[i], 0), max(pads[k + i], 0))
             if problem:
                 raise ctx.fail(problem)
@@ -77,7 +79,9 @@ def _pad_ref(ctx: RefCtx) -> list[np.ndarray]:
     x = ctx.input(0)
     mode = ctx.attrs["mode"]
     pads = [int(p) for p in ctx.input(1).reshape(-1)]
-    axes = list(range(x.ndim)) if not ctx.has(3) else [int(a) % x.ndim for a in ctx.input(3).reshape(-1)]
+    axes = list(range(x.ndim))
+    if ctx.has(3):
+        axes = normalize_axes(ctx.op, [int(a) for a in ctx.input(3).reshape(-1)], x.ndim)
     k = len(axes)
     if len(pads) != 2 * k:
         raise ValueError(f"pad: pads has {len(pads)} values, expected {2 * k}")

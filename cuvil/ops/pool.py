@@ -14,7 +14,7 @@ import numpy as np
 
 from cuvil.ir.dtypes import FLOATS, DType
 from cuvil.ir.types import TensorType
-from cuvil.ops.conv import WindowAttrs, acc_dtype, resolve_pads, sliding_windows, window_attrs, window_out_dim
+from cuvil.ops.conv import WindowAttrs, acc_dtype, concrete, resolve_pads, sliding_windows, window_attrs, window_out_dim
 from cuvil.ops.registry import AttrSpec, InferCtx, OpDef, RefCtx, register
 
 _WINDOW_ATTRS = {
@@ -62,7 +62,7 @@ def _geometry(ctx: RefCtx, x: np.ndarray) -> tuple[tuple[int, ...], WindowAttrs,
     kernel = _kernel(ctx, n)
     w = window_attrs(ctx, n)
     ceil_mode = bool(ctx.attrs["ceil_mode"])
-    out = [int(window_out_dim(x.shape[2 + i], kernel[i], i, w, ceil_mode)) for i in range(n)]
+    out = [concrete(window_out_dim(x.shape[2 + i], kernel[i], i, w, ceil_mode)) for i in range(n)]
     pads = [resolve_pads(x.shape[2 + i], kernel[i], i, w, out[i]) for i in range(n)]
     return kernel, w, out, pads
 
@@ -115,7 +115,7 @@ def _argmax_indices(
     spatial = x.shape[2:]
     coords = []
     for i in range(n):
-        o = np.arange(out[i]).reshape((1, 1) + tuple(out[j] if j == i else 1 for j in range(n)))
+        o = np.arange(out[i]).reshape((1, 1, *(out[j] if j == i else 1 for j in range(n))))
         coords.append(o * w.strides[i] - pads[i][0] + taps[i] * w.dilations[i])
     if int(ctx.attrs["storage_order"]) == 1:  # column major within each [D1, ..., Dn] plane
         flat_spatial = np.ravel_multi_index(tuple(coords), spatial, order="F")
@@ -123,7 +123,7 @@ def _argmax_indices(
         flat_spatial = np.ravel_multi_index(tuple(coords), spatial, order="C")
     plane = int(np.prod(spatial, dtype=np.int64))
     nc = np.arange(x.shape[0] * x.shape[1], dtype=np.int64).reshape(x.shape[0], x.shape[1], *([1] * n))
-    return (nc * plane + flat_spatial).astype(np.int64)
+    return np.asarray(nc * plane + flat_spatial, dtype=np.int64)
 
 
 register(

@@ -38,7 +38,7 @@ ReduceFn = Callable[[np.ndarray, Axes, bool], np.ndarray]
 
 
 def _sum(x: np.ndarray, axes: Axes, keep: bool) -> np.ndarray:
-    return np.sum(x, axis=axes, keepdims=keep, dtype=_acc_dtype(x.dtype))
+    return np.asarray(np.sum(x, axis=axes, keepdims=keep, dtype=_acc_dtype(x.dtype)))
 
 
 def _mean(x: np.ndarray, axes: Axes, keep: bool) -> np.ndarray:
@@ -47,16 +47,16 @@ def _mean(x: np.ndarray, axes: Axes, keep: bool) -> np.ndarray:
     if x.dtype.kind in "iu":
         # Integer mean truncates toward zero (the quotient of an integer division); an empty set gives 0.
         q = np.abs(total) // max(count, 1)
-        return np.where(total < 0, -q, q).astype(x.dtype)
+        return np.asarray(np.where(total < 0, -q, q)).astype(x.dtype)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.asarray(total / np.asarray(count, total.dtype))
 
 
 def _prod(x: np.ndarray, axes: Axes, keep: bool) -> np.ndarray:
-    return np.prod(x, axis=axes, keepdims=keep, dtype=_acc_dtype(x.dtype))
+    return np.asarray(np.prod(x, axis=axes, keepdims=keep, dtype=_acc_dtype(x.dtype)))
 
 
-def _extreme(x: np.ndarray, largest: bool) -> object:
+def _extreme(x: np.ndarray, largest: bool) -> int | float:
     """The identity of max (``largest``) or min for the dtype of ``x``."""
     if x.dtype == np.bool_:
         return not largest
@@ -67,11 +67,11 @@ def _extreme(x: np.ndarray, largest: bool) -> object:
 
 
 def _max(x: np.ndarray, axes: Axes, keep: bool) -> np.ndarray:
-    return np.max(x, axis=axes, keepdims=keep, initial=_extreme(x, True))
+    return np.asarray(np.max(x, axis=axes, keepdims=keep, initial=_extreme(x, True)))
 
 
 def _min(x: np.ndarray, axes: Axes, keep: bool) -> np.ndarray:
-    return np.min(x, axis=axes, keepdims=keep, initial=_extreme(x, False))
+    return np.asarray(np.min(x, axis=axes, keepdims=keep, initial=_extreme(x, False)))
 
 
 def _l1(x: np.ndarray, axes: Axes, keep: bool) -> np.ndarray:
@@ -86,13 +86,13 @@ def _sum_square(x: np.ndarray, axes: Axes, keep: bool) -> np.ndarray:
 def _l2(x: np.ndarray, axes: Axes, keep: bool) -> np.ndarray:
     s = _sum_square(x, axes, keep)
     if x.dtype.kind in "iu":  # an integer norm truncates, like a cast of the float result
-        return np.floor(np.sqrt(s.astype(np.float64)))
-    return np.sqrt(s)
+        return np.asarray(np.floor(np.sqrt(s.astype(np.float64))))
+    return np.asarray(np.sqrt(s))
 
 
 def _log_sum(x: np.ndarray, axes: Axes, keep: bool) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.log(_sum(x, axes, keep))
+        return np.asarray(np.log(_sum(x, axes, keep)))
 
 
 def _log_sum_exp(x: np.ndarray, axes: Axes, keep: bool) -> np.ndarray:
@@ -106,7 +106,7 @@ def _log_sum_exp(x: np.ndarray, axes: Axes, keep: bool) -> np.ndarray:
         out = np.log(s) + shift
     if not keep:
         out = np.squeeze(out, axis=axes)
-    return out
+    return np.asarray(out)
 
 
 def reduce_axes(ctx: InferCtx | RefCtx, rank: int, axes: list[int] | None) -> tuple[int, ...] | None:
@@ -132,6 +132,8 @@ def _reduce_infer(dtypes: frozenset[DType]) -> Callable[[InferCtx], list[TensorT
         keep = bool(ctx.attrs["keepdims"])
         _check_axes_input(ctx)
         listed = static_ints(ctx, 1, "axes") if ctx.has(1) else []
+        if listed is None and ctx.type(1).shape[0] == 0:
+            listed = []  # a run-time tensor known to be empty lists no axis
         if listed is not None:
             axes = reduce_axes(ctx, t.rank, listed)
             assert axes is not None
@@ -147,16 +149,10 @@ def _reduce_infer(dtypes: frozenset[DType]) -> Callable[[InferCtx], list[TensorT
         if not isinstance(n_axes, int):
             raise ctx.fail("with keepdims=0 the axes must be a constant or have a static length; "
                            "otherwise the output rank is unknown")
-        if n_axes == 0:
-            out_rank = t.rank if ctx.attrs["noop_with_empty_axes"] else 0
-        elif n_axes > t.rank:
+        if n_axes > t.rank:
             raise ctx.fail(f"{n_axes} axes given for an input of rank {t.rank}")
-        else:
-            out_rank = t.rank - n_axes
-        dims: tuple[Dim, ...] = tuple(UNKNOWN for _ in range(out_rank))
-        if n_axes == 0 and ctx.attrs["noop_with_empty_axes"]:
-            dims = t.shape
-        return [TensorType(t.dtype, dims)]
+        # Axes are distinct, so n of them remove n dims; which ones is known only at run time.
+        return [TensorType(t.dtype, tuple(UNKNOWN for _ in range(t.rank - n_axes)))]
 
     return infer
 
@@ -199,7 +195,7 @@ _reduce("reduce_l1", _l1, NUMERIC, "Sum of absolute values over axes.")
 _reduce("reduce_l2", _l2, NUMERIC, "Square root of the sum of squares over axes.")
 _reduce("reduce_sum_square", _sum_square, NUMERIC, "Sum of squares over axes.")
 _reduce("reduce_log_sum", _log_sum, FLOATS, "log(sum(x)) over axes; empty set gives -inf.")
-_reduce("reduce_log_sum_exp", _log_sum_exp, FLOATS, "log(sum(exp(x))) over axes, computed stably; empty set gives -inf.")
+_reduce("reduce_log_sum_exp", _log_sum_exp, FLOATS, "log(sum(exp(x))) over axes, computed stably; empty gives -inf.")
 
 
 # arg_max / arg_min ---------------------------------------------------------

@@ -70,7 +70,7 @@ def _axes(attrs: dict[str, object], rank: int, op: str) -> list[int]:
 def _out_len_from_scale(size: Dim, scale: float, crop: float) -> Dim:
     """``floor(size * crop * scale)``, kept symbolic where that is exact."""
     if isinstance(size, int):
-        return int(math.floor(size * crop * scale))
+        return math.floor(size * crop * scale)
     factor = crop * scale
     if factor == int(factor) and factor >= 1:
         return size * int(factor)
@@ -131,13 +131,15 @@ def _resize_infer(ctx: InferCtx) -> list[TensorType]:
     if policy == "stretch":
         for i, a in enumerate(axes):
             shape[a] = vals[i]
-    elif all(isinstance(x.shape[a], int) and x.shape[a] > 0 for a in axes):
-        scale = _policy_scale(policy, [vals[i] / int(x.shape[a]) for i, a in enumerate(axes)])
-        for a in axes:
-            shape[a] = int(scale * int(x.shape[a]) + 0.5)  # round half up, as ONNX specifies
     else:
-        for a in axes:
-            shape[a] = UNKNOWN
+        known = [d for d in (x.shape[a] for a in axes) if isinstance(d, int) and d > 0]
+        if len(known) == len(axes):
+            scale = _policy_scale(policy, [vals[i] / known[i] for i in range(len(axes))])
+            for i, a in enumerate(axes):
+                shape[a] = int(scale * known[i] + 0.5)  # round half up, as ONNX specifies
+        else:
+            for a in axes:
+                shape[a] = UNKNOWN
     return [TensorType(x.dtype, tuple(shape))]
 
 
@@ -235,7 +237,7 @@ def _plan(ctx: RefCtx, x: np.ndarray, axes: list[int]) -> tuple[list[float], lis
         if len(scales) != k:
             raise ValueError(f"resize: scales has {len(scales)} values, expected {k}")
         crop = [(e - s) if tf_crop else 1.0 for s, e in roi]
-        outs = [int(math.floor(x.shape[a] * crop[i] * scales[i])) for i, a in enumerate(axes)]
+        outs = [math.floor(x.shape[a] * crop[i] * scales[i]) for i, a in enumerate(axes)]
         return scales, outs, roi
     sizes = [int(s) for s in ctx.input(3).reshape(-1)]
     if len(sizes) != k:
@@ -259,7 +261,9 @@ def _resize_ref(ctx: RefCtx) -> list[np.ndarray]:
         in_len = x.shape[a]
         if outs[i] == in_len and scales[i] == 1.0 and (mode != "tf_crop_and_resize" or roi[i] == (0.0, 1.0)):
             continue  # the identity along this axis
-        if in_len == 0 or outs[i] == 0:
+        if in_len == 0 and outs[i] > 0:
+            raise ValueError(f"resize: axis {a} is empty and cannot be resized to {outs[i]}")
+        if outs[i] == 0:
             shape = list(y.shape)
             shape[a] = outs[i]
             y = np.zeros(shape, dtype=np.float64)
@@ -269,13 +273,11 @@ def _resize_ref(ctx: RefCtx) -> list[np.ndarray]:
         y = np.moveaxis(np.tensordot(w, y, axes=([1], [a])), 0, a)
         if outside is not None and outside.any():
             mask = outside.reshape((-1,) + (1,) * (y.ndim - a - 1))
-            y = np.where(mask, float(ctx.attrs["extrapolation_value"]), y)  # type: ignore[arg-type]
+            y = np.where(mask, float(ctx.attrs["extrapolation_value"]), y)
     dt = ctx.out_dtype()
     if dt.kind in "iu":
         info = np.iinfo(dt)
-        y = np.clip(np.round(y), info.min, info.max)
-    elif dt == np.bool_:
-        y = y != 0
+        y = np.clip(np.round(y), info.min, info.max)  # round half to even, then saturate
     return [np.ascontiguousarray(y).astype(dt)]
 
 

@@ -57,6 +57,14 @@ def scalar_operand(ctx: InferCtx, i: int, what: str) -> None:
         raise ctx.fail(f"{what} must be a scalar, got shape {list(map(str, t.shape))}")
 
 
+def concrete(dims: Sequence[Dim]) -> list[int]:
+    """Dims that must be concrete (a reference works on real arrays) as ints."""
+    out = [d for d in dims if isinstance(d, int)]
+    if len(out) != len(dims):
+        raise ValueError(f"dims {[str(d) for d in dims]} are not all concrete")
+    return out
+
+
 def int_list(a: np.ndarray) -> list[int]:
     return [int(x) for x in np.asarray(a).reshape(-1)]
 
@@ -109,13 +117,14 @@ def _reshape_infer(ctx: InferCtx) -> list[TensorType]:
     n, target = shape_operand(ctx, 1, "shape")
     if target is None:
         return [TensorType(data.dtype, (UNKNOWN,) * n)]
-    return [TensorType(data.dtype, resolve_reshape(data.shape, target, bool(ctx.attrs["allowzero"]), ctx.fail))]
+    dims = resolve_reshape(data.shape, target, bool(ctx.attrs["allowzero"]), ctx.fail)
+    return [TensorType(data.dtype, tuple(dims))]
 
 
 def _reshape_ref(ctx: RefCtx) -> list[np.ndarray]:
     x = ctx.input(0)
     dims = resolve_reshape(x.shape, int_list(ctx.input(1)), bool(ctx.attrs["allowzero"]), ValueError)
-    return [x.reshape([int(d) for d in dims])]
+    return [x.reshape(concrete(dims))]
 
 
 register(
@@ -234,13 +243,13 @@ def _unsqueeze_infer(ctx: InferCtx) -> list[TensorType]:
     n, axes = shape_operand(ctx, 1, "axes")
     if axes is None:
         return [TensorType(t.dtype, (UNKNOWN,) * (t.rank + n))]
-    return [TensorType(t.dtype, _unsqueeze_shape(ctx.op, t.shape, axes))]
+    return [TensorType(t.dtype, tuple(_unsqueeze_shape(ctx.op, t.shape, axes)))]
 
 
 def _unsqueeze_ref(ctx: RefCtx) -> list[np.ndarray]:
     x = ctx.input(0)
     shape = _unsqueeze_shape(ctx.op, x.shape, int_list(ctx.input(1)))
-    return [x.reshape([int(d) for d in shape])]
+    return [x.reshape(concrete(shape))]
 
 
 register(
@@ -274,7 +283,7 @@ def _transpose_infer(ctx: InferCtx) -> list[TensorType]:
 
 def _transpose_ref(ctx: RefCtx) -> list[np.ndarray]:
     x = ctx.input(0)
-    return [np.ascontiguousarray(np.transpose(x, _perm(ctx.attrs["perm"], x.ndim, ValueError)))]
+    return [np.asarray(np.transpose(x, _perm(ctx.attrs["perm"], x.ndim, ValueError)), order="C")]
 
 
 register(
@@ -302,19 +311,19 @@ def _expand_infer(ctx: InferCtx) -> list[TensorType]:
     # The target is computed at run time. A dim the target does not reach, or
     # an input dim known not to be 1, is the output dim whatever the target says.
     rank = max(t.rank, n)
-    padded: list[Dim] = [1] * (rank - t.rank) + list(t.shape)
+    padded: list[Dim] = [*([1] * (rank - t.rank)), *t.shape]
     out: list[Dim] = []
     for i, d in enumerate(padded):
         covered = i >= rank - n
         out.append(d if not covered or (isinstance(d, int) and d != 1) else UNKNOWN)
-    return [TensorType(t.dtype, out)]
+    return [TensorType(t.dtype, tuple(out))]
 
 
 def _expand_ref(ctx: RefCtx) -> list[np.ndarray]:
     x = ctx.input(0)
     target = int_list(ctx.input(1))
     shape = np.broadcast_shapes(x.shape, tuple(target))
-    return [np.ascontiguousarray(np.broadcast_to(x, shape))]
+    return [np.array(np.broadcast_to(x, shape))]  # a copy: broadcast_to gives a read-only view
 
 
 register(
@@ -374,4 +383,4 @@ register(
     )
 )
 
-__all__ = ["INDEX_DTYPES", "int_list", "operand_length", "resolve_reshape", "scalar_operand", "shape_operand"]
+__all__ = ["INDEX_DTYPES", "concrete", "int_list", "operand_length", "resolve_reshape", "scalar_operand", "shape_operand"]

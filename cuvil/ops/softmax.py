@@ -40,12 +40,12 @@ def _axes(ctx: RefCtx, rank: int) -> tuple[int, ...]:
 def _softmax(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
     shifted = x - np.max(x, axis=axes, keepdims=True)
     e = np.exp(shifted)
-    return e / np.sum(e, axis=axes, keepdims=True)
+    return np.asarray(e / np.sum(e, axis=axes, keepdims=True))
 
 
 def _log_softmax(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
     shifted = x - np.max(x, axis=axes, keepdims=True)
-    return shifted - np.log(np.sum(np.exp(shifted), axis=axes, keepdims=True))
+    return np.asarray(shifted - np.log(np.sum(np.exp(shifted), axis=axes, keepdims=True)))
 
 
 def _hardmax(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:

@@ -18,7 +18,7 @@ from cuvil.ir.symbolic import UNKNOWN, Dim, ceildiv, is_unknown, sym
 from cuvil.ir.types import TensorType
 from cuvil.ops.common import normalize_axes, normalize_axis, static_ints
 from cuvil.ops.registry import AttrSpec, InferCtx, OpDef, RefCtx, register
-from cuvil.ops.shape import INDEX_DTYPES, int_list, operand_length, scalar_operand, shape_operand
+from cuvil.ops.shape import INDEX_DTYPES, concrete, int_list, operand_length, scalar_operand, shape_operand
 
 # concat --------------------------------------------------------------------
 
@@ -46,7 +46,7 @@ def _concat_infer(ctx: InferCtx) -> list[TensorType]:
                     raise ctx.fail(f"inputs differ in dim {i} (not the concat axis): {[str(x) for x in types]}")
             elif isinstance(d, int) or is_unknown(out[i]):
                 out[i] = d  # a static dim (or any dim over an unknown one) says more
-    return [TensorType(dtype, out)]
+    return [TensorType(dtype, tuple(out))]
 
 
 def _concat_ref(ctx: RefCtx) -> list[np.ndarray]:
@@ -122,13 +122,13 @@ def _split_ref(ctx: RefCtx) -> list[np.ndarray]:
         if sum(sizes) != x.shape[axis] or any(s < 0 for s in sizes):
             raise ValueError(f"split sizes {sizes} do not partition dim {axis} of shape {list(x.shape)}")
     else:
-        sizes = [int(s) for s in _equal_parts(x.shape[axis], len(ctx.out_types), ValueError)]
+        sizes = concrete(_equal_parts(x.shape[axis], len(ctx.out_types), ValueError))
     bounds = np.cumsum([0, *sizes])
     index: list[slice] = [slice(None)] * x.ndim
     outs = []
     for lo, hi in itertools.pairwise(bounds):
         index[axis] = slice(int(lo), int(hi))
-        outs.append(np.ascontiguousarray(x[tuple(index)]))
+        outs.append(np.asarray(x[tuple(index)], order="C"))
     return outs
 
 
@@ -204,7 +204,7 @@ def _slice_len(ctx: InferCtx, d: Dim, start: int, end: int, step: int) -> Dim:
     if is_unknown(span):
         return UNKNOWN
     if isinstance(span, int):
-        return max(0, ceildiv(span, abs(step)))
+        return max(0, -(-span // abs(step)))
     return ceildiv(span, abs(step)) if at_least(span, 0) else UNKNOWN
 
 
@@ -235,7 +235,7 @@ def _slice_infer(ctx: InferCtx) -> list[TensorType]:
             out[a] = UNKNOWN
         else:
             out[a] = _slice_len(ctx, t.shape[a], starts[j], ends[j], steps[j])
-    return [TensorType(t.dtype, out)]
+    return [TensorType(t.dtype, tuple(out))]
 
 
 def _slice_ref(ctx: RefCtx) -> list[np.ndarray]:
@@ -248,7 +248,7 @@ def _slice_ref(ctx: RefCtx) -> list[np.ndarray]:
     index: list[slice] = [slice(None)] * x.ndim
     for a, s, e, st in zip(axes, starts, ends, steps):
         index[a] = slice(s, e, st)  # Python's slice clamping is ONNX's
-    return [np.ascontiguousarray(x[tuple(index)])]
+    return [np.asarray(x[tuple(index)], order="C")]
 
 
 register(

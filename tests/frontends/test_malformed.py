@@ -236,6 +236,73 @@ def test_value_defined_twice(tmp_path: Path) -> None:
     expect_model_error(o, "'s'", "'relu0'")
 
 
+@pytest.mark.parametrize(
+    "damage, fragments",
+    [
+        ("opset_zero", ("opset_import", "version 0")),
+        ("opset_twice", ("imported twice",)),
+        ("unnamed_initializer", ("initializer 0 has no name",)),
+        ("initializer_shadows_initializer", ("'w' is defined twice",)),
+        ("node_overwrites_input", ("'x' is defined twice", "'add'")),
+        ("node_without_op_type", ("has no op_type",)),
+        ("unknown_element_type", ("'w'", "element type 77")),
+        ("duplicate_in_branch", ("node 'if'/", "'b' is defined twice")),
+    ],
+)
+def test_structural_damage(tmp_path: Path, damage: str, fragments: tuple[str, ...]) -> None:
+    """Damage the importer must never see: the loader names the graph part and the broken rule."""
+    model = tiny_model()
+    g = model.graph
+    if damage == "opset_zero":
+        model.opset_import[0].version = 0
+    elif damage == "opset_twice":
+        model.opset_import.append(helper.make_opsetid("", OPSET - 1))
+    elif damage == "unnamed_initializer":
+        g.initializer[0].name = ""
+    elif damage == "initializer_shadows_initializer":
+        g.initializer.append(g.initializer[0])
+    elif damage == "node_overwrites_input":
+        g.node[0].output[0] = "x"
+    elif damage == "node_without_op_type":
+        g.node[1].op_type = ""
+    elif damage == "unknown_element_type":
+        g.initializer[0].data_type = 77
+    elif damage == "duplicate_in_branch":
+        branch = helper.make_graph(
+            [helper.make_node("Relu", ["x"], ["b"], name="r1"), helper.make_node("Relu", ["x"], ["b"], name="r2")],
+            "then",
+            [],
+            [helper.make_tensor_value_info("b", TensorProto.FLOAT, [2, 3])],
+        )
+        cond = helper.make_node("Constant", [], ["c"], name="cond", value=numpy_helper.from_array(np.array(True)))
+        g.node.extend([cond, helper.make_node("If", ["c"], ["z"], name="if", then_branch=branch, else_branch=branch)])
+    o = compile_one(write(tmp_path, "m.onnx", model))
+    expect_model_error(o, o.path, *fragments)
+
+
+def test_sparse_initializer_is_unsupported(tmp_path: Path) -> None:
+    """A valid ONNX feature Cuvil does not take: an UnsupportedOpError, not a confusing 'undefined value'."""
+    model = tiny_model()
+    dense = model.graph.initializer.pop()
+    values = numpy_helper.from_array(np.array([1.0], np.float32), "w")
+    indices = numpy_helper.from_array(np.array([0], np.int64), "")
+    model.graph.sparse_initializer.append(helper.make_sparse_tensor(values, indices, list(dense.dims)))
+    o = compile_one(write(tmp_path, "m.onnx", model))
+    expect_model_error(o, "sparse", "'w'", kinds=("UnsupportedOpError",))
+
+
+def test_in_memory_forms(tmp_path: Path) -> None:
+    """``cuvil.compile`` also takes bytes and a ModelProto; their failures are ModelErrors too."""
+    data = tiny_model().SerializeToString()
+    assert cuvil.compile(data).output_names == ["y"]
+    with pytest.raises(cuvil.ModelError, match=r"<bytes>: not a valid ONNX model"):
+        cuvil.compile(data[: len(data) // 2])
+    with pytest.raises(cuvil.ModelError, match=r"<bytes>: file is empty"):
+        cuvil.compile(b"")
+    with pytest.raises(cuvil.ModelError, match=r"cannot read a model from int"):
+        cuvil.compile(42)
+
+
 # External data ---------------------------------------------------------------------------------------
 
 
@@ -275,6 +342,15 @@ def test_external_data_loads(tmp_path: Path) -> None:
     np.testing.assert_array_equal(y, np.maximum(w, 0))
 
 
+def test_external_data_needs_the_path(tmp_path: Path) -> None:
+    """A ModelProto whose weights live in a file cannot be compiled from memory: say so, and how."""
+    path = _with_external_w(tmp_path, "weights.bin")
+    (tmp_path / "weights.bin").write_bytes(bytes(24))
+    proto = onnx.load(str(path), load_external_data=False)
+    with pytest.raises(cuvil.ModelError, match=r"tensor 'w' keeps its data in an external file.*from its path"):
+        cuvil.compile(proto)
+
+
 # Fuzzing: damaged copies of a valid model -------------------------------------------------------------
 
 
@@ -292,6 +368,72 @@ def test_flipped_bytes(tmp_path: Path, seed: int) -> None:
     for o in compile_all(paths):
         if o.outcome == "error":
             assert o.cuvil, f"{o.path}: {o.type} escaped:\n{o.traceback}"
+
+
+def small_cnn(folder: Path) -> Path:
+    """Conv -> Relu -> MaxPool -> Reshape -> Gemm -> Softmax with its weights in an external file."""
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "conv_w"),
+        numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "conv_b"),
+        numpy_helper.from_array(np.array([1, -1], np.int64), "flat"),
+        numpy_helper.from_array(rng.standard_normal((36, 10)).astype(np.float32), "fc_w"),
+        numpy_helper.from_array(rng.standard_normal(10).astype(np.float32), "fc_b"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "conv_w", "conv_b"], ["c"], name="conv", kernel_shape=[3, 3]),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("MaxPool", ["r"], ["p"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Reshape", ["p", "flat"], ["f"], name="flatten"),
+        helper.make_node("Gemm", ["f", "fc_w", "fc_b"], ["g"], name="fc"),
+        helper.make_node("Softmax", ["g"], ["y"], name="softmax", axis=-1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "cnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 10])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=8)
+    path = folder / "cnn.onnx"
+    onnx.save_model(model, str(path), save_as_external_data=True, location="cnn.bin", size_threshold=0)
+    return path
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_flipped_bytes_with_external_data(tmp_path: Path, seed: int) -> None:
+    """Damage to a multi-op model's structure (names, attributes, external-data entries): compiled or a Cuvil error."""
+    src = small_cnn(tmp_path)
+    expect_ok(compile_one(src))  # the control
+    data = src.read_bytes()
+    rng = np.random.default_rng(100 + seed)
+    paths = []
+    for i in range(80):
+        d = bytearray(data)
+        for pos in rng.integers(0, len(d), size=int(rng.integers(1, 4))):
+            d[pos] = int(rng.integers(0, 256))
+        paths.append(write(tmp_path, f"flip{i}.onnx", bytes(d)))  # beside cnn.bin, so the weights are found
+    for o in compile_all(paths):
+        if o.outcome == "error":
+            assert o.cuvil, f"{o.path}: {o.type} escaped:\n{o.traceback}"
+
+
+@pytest.mark.parametrize(
+    "old, new, fragments",
+    [
+        (b"relu", b"rel\xff", ("name of node 1", "not valid UTF-8")),
+        (b"offset", b"offsez", ("'conv_w'", "unknown external data key 'offsez'")),
+        (b"offset", b"off\xe4et", ("'conv_w'", "not valid text")),
+        (b"cnn.bin", b"cnn.b\xffn", ("'conv_w'", "not valid text")),
+    ],
+)
+def test_damaged_text(tmp_path: Path, old: bytes, new: bytes, fragments: tuple[str, ...]) -> None:
+    """Bytes that are not UTF-8 in a name, or a mangled external-data key, are named, not ignored."""
+    data = small_cnn(tmp_path).read_bytes()
+    assert old in data
+    o = compile_one(write(tmp_path, "damaged.onnx", data.replace(old, new, 1)))
+    expect_model_error(o, *fragments)
 
 
 # Unsupported ops ----------------------------------------------------------------------------------------
@@ -358,10 +500,13 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=_env(), check=False)
 
 
-@pytest.mark.parametrize("kind", ["empty", "truncated", "random", "missing", "folder"])
+@pytest.mark.parametrize("kind", ["empty", "truncated", "random", "missing", "folder", "undefined_value"])
 def test_cli_inspect_bad_file(tmp_path: Path, kind: str) -> None:
     data = tiny_model().SerializeToString()
-    if kind == "missing":
+    if kind == "undefined_value":
+        nodes = [helper.make_node("Relu", ["ghost"], ["y"], name="relu")]
+        path = write(tmp_path, "m.onnx", tiny_model(node=nodes))
+    elif kind == "missing":
         path = tmp_path / "absent.onnx"
     elif kind == "folder":
         path = tmp_path
@@ -372,5 +517,5 @@ def test_cli_inspect_bad_file(tmp_path: Path, kind: str) -> None:
     assert proc.returncode == 2, (proc.returncode, proc.stderr)
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("cuvil: error: "), proc.stderr
-    assert str(path) in lines[0], proc.stderr
+    assert (str(path) if kind != "undefined_value" else "'ghost'") in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout

@@ -17,7 +17,9 @@ from cuvil.ir.symbolic import DimExpr
 from tests.models.exported import ModelStore, assert_outputs_close
 
 TOL_ORT = 1e-5  # Cuvil ref vs onnxruntime on the same graph
-TOL_EAGER = 1e-4  # vs eager PyTorch: different kernels and a graph the exporter rewrote (BN folded into Conv)
+# vs eager PyTorch: other kernels, and a graph the exporter rewrote (batch norm folded into Conv); the
+# measured errors are below 5e-7 for every model, as are onnxruntime's own against PyTorch.
+TOL_EAGER = 1e-5
 
 STATIC = [
     "mlp",
@@ -55,7 +57,15 @@ def test_unoptimized_export_matches_onnxruntime(models: ModelStore) -> None:
     check_model(models, "mobilenet_v2", batch=1, optimize=False)
 
 
-@pytest.mark.parametrize("name", ["mlp", "transformer", pytest.param("torch_encoder", marks=pytest.mark.slow)])
+DYNAMIC = [
+    "mlp",
+    "transformer",
+    pytest.param("torch_encoder", marks=pytest.mark.slow),  # batch flows through Shape/Slice/Concat/Reshape
+    pytest.param("mobilenet_v2", marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize("name", DYNAMIC)
 def test_symbolic_batch(models: ModelStore, name: str) -> None:
     """One compiled model, exported with a symbolic batch, runs batches 1 and 3."""
     em = models.get(name, dynamic=True)

@@ -178,6 +178,9 @@ def test_reduce_shape_inference_symbolic_and_runtime_axes() -> None:
     dyn = b.input("axes", TensorType(DType.i64, (1,)))
     assert b.add1("reduce_max", [x, dyn], {"keepdims": 1}).type.shape == (UNKNOWN, UNKNOWN, 1)
     assert b.add1("reduce_max", [x, dyn], {"keepdims": 0}).type.rank == 2
+    empty = b.input("axes0", TensorType(DType.i64, (0,)))
+    assert b.add1("reduce_sum", [x, empty], {"keepdims": 0, "noop_with_empty_axes": 1}).type.shape == x.type.shape
+    assert b.add1("reduce_sum", [x, empty], {"keepdims": 0}).type.shape == ()
     dyn_n = b.input("axes_n", TensorType(DType.i64, (sym("k"),)))
     with pytest.raises(ShapeError, match="output rank is unknown"):
         b.add1("reduce_mean", [x, dyn_n], {"keepdims": 0})
@@ -222,7 +225,8 @@ def test_cumsum(exclusive: int, reverse: int, dtype: type) -> None:
 def test_cumsum_hand_computed() -> None:
     x = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
     for ex, rev, want in [(1, 0, [0, 1, 3, 6]), (0, 1, [10, 9, 7, 4]), (1, 1, [9, 7, 4, 0])]:
-        model = make_model("CumSum", {"x": x}, ["y"], 14, consts={"axis": np.array(0, np.int64)}, exclusive=ex, reverse=rev)
+        axis = {"axis": np.array(0, np.int64)}
+        model = make_model("CumSum", {"x": x}, ["y"], 14, consts=axis, exclusive=ex, reverse=rev)
         np.testing.assert_array_equal(run_cuvil(model, {"x": x})[0], np.array(want, np.float32))
 
 

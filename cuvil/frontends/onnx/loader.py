@@ -83,7 +83,7 @@ def _check_model(proto: onnx.ModelProto, where: str) -> None:
         raise ModelError(f"{where}: not a valid ONNX model (no opset_import)")
     seen: dict[str, int] = {}
     for o in proto.opset_import:
-        dom = o.domain or "ai.onnx"
+        dom = _text(o.domain, where, "an opset_import domain") or "ai.onnx"
         if o.version < 1:
             raise ModelError(f"{where}: opset_import of domain {dom!r} has version {o.version}")
         if seen.get(dom, o.version) != o.version:
@@ -109,13 +109,13 @@ def _check_graph(g: onnx.GraphProto, where: str, path: str, *, top: bool) -> Non
         defined[name] = by
 
     for i, t in enumerate(g.initializer):
-        if not t.name:
+        if not _text(t.name, where, f"{path}: the name of initializer {i}"):
             raise ModelError(f"{where}: {path}: initializer {i} has no name")
         _check_elem(t.data_type, where, f"{path}: initializer {t.name!r}")
         define(t.name, f"initializer {t.name!r}")
     inits = set(defined)
     for i, vi in enumerate(g.input):
-        if not vi.name:
+        if not _text(vi.name, where, f"{path}: the name of input {i}"):
             raise ModelError(f"{where}: {path}: input {i} has no name")
         if vi.name in inits:
             continue  # old models (IR < 4) list every initializer among the inputs too
@@ -126,20 +126,33 @@ def _check_graph(g: onnx.GraphProto, where: str, path: str, *, top: bool) -> Non
         if which == "tensor_type" and (top or vi.type.tensor_type.elem_type):
             _check_elem(vi.type.tensor_type.elem_type, where, f"{path}: input {vi.name!r}")
     for i, node in enumerate(g.node):
+        _text(node.name, where, f"{path}: the name of node {i}")
+        _text(node.op_type, where, f"{path}: the op_type of node {i}")
         label = f"node {node.name!r}" if node.name else f"node {i} ({node.op_type})"
         if not node.op_type:
             raise ModelError(f"{where}: {path}: {label} has no op_type")
-        for out in node.output:
-            if out:  # an empty name is an omitted optional output
+        _text(node.domain, where, f"{path}: the domain of {label}")
+        for k, name in enumerate(node.input):
+            _text(name, where, f"{path}: input {k} of {label}")
+        for k, out in enumerate(node.output):
+            if _text(out, where, f"{path}: output {k} of {label}"):  # an empty name is an omitted optional output
                 define(out, label)
         for a in node.attribute:
+            _text(a.name, where, f"{path}: an attribute name of {label}")
             for sub_path, sub in _subgraphs(a, f"{path}/{label}/{a.name}"):
                 _check_graph(sub, where, sub_path, top=False)
             for t in _attr_tensors(a):
                 _check_elem(t.data_type, where, f"{path}: {label} attribute {a.name!r}")
     for i, vi in enumerate(g.output):
-        if not vi.name:
+        if not _text(vi.name, where, f"{path}: the name of output {i}"):
             raise ModelError(f"{where}: {path}: output {i} has no name")
+
+
+def _text(value: object, where: str, what: str) -> str:
+    """A string field of the proto; protobuf returns bytes where the file's text is not UTF-8."""
+    if not isinstance(value, str):
+        raise ModelError(f"{where}: {what} is not valid UTF-8 text ({value!r:.60})")
+    return value
 
 
 def _subgraphs(a: onnx.AttributeProto, path: str) -> Iterator[tuple[str, onnx.GraphProto]]:
@@ -177,7 +190,7 @@ def _load_external(proto: onnx.ModelProto, base: Path | None, where: str) -> Non
         )
     root = base.resolve()
     for t in tensors:
-        info = {e.key: e.value for e in t.external_data}
+        info = _external_info(t, where)
         loc = info.get("location", "")
         target = (root / loc).resolve()
         if not loc or os.path.isabs(loc) or root not in target.parents:
@@ -189,6 +202,29 @@ def _load_external(proto: onnx.ModelProto, base: Path | None, where: str) -> Non
         load_external_data_for_model(proto, str(root))
     except (OSError, ValueError) as exc:
         raise ModelError(f"{where}: cannot load external data: {exc}") from None
+
+
+# The keys ONNX defines for TensorProto.external_data.
+_EXTERNAL_KEYS = frozenset({"location", "offset", "length", "checksum", "basepath"})
+
+
+def _external_info(t: onnx.TensorProto, where: str) -> dict[str, str]:
+    """A tensor's external-data entries, refusing any key onnx would silently ignore.
+
+    A damaged key (``offset`` with a flipped byte) must not quietly become
+    "read from byte 0"; protobuf hands back bytes for text that is not UTF-8."""
+    info: dict[str, str] = {}
+    for e in t.external_data:
+        key, value = e.key, e.value
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise ModelError(f"{where}: tensor {t.name!r}: external data entry {key!r} is not valid text")
+        if key not in _EXTERNAL_KEYS:
+            raise ModelError(
+                f"{where}: tensor {t.name!r}: unknown external data key {key!r} "
+                f"(ONNX defines {', '.join(sorted(_EXTERNAL_KEYS))})"
+            )
+        info[key] = value
+    return info
 
 
 def _check_extent(t: onnx.TensorProto, info: dict[str, str], target: Path, where: str) -> None:

@@ -68,19 +68,29 @@ def _check_inference_mode(ctx: ImportCtx) -> None:
 
 
 def _check_ratio(ctx: ImportCtx) -> None:
+    """A ratio known at import time must be valid, even though inference does not use it."""
     ratio = ctx.attr("ratio") if ctx.opset < 12 else ctx.const_input(1)
-    if ratio is not None and not 0 <= float(np.asarray(ratio).reshape(-1)[0]) < 1:
-        raise ctx.fail(f"ratio must be in [0, 1), got {ratio}")
+    if ratio is None:
+        return
+    r = np.asarray(ratio)
+    if r.size != 1 or r.dtype.kind != "f":
+        raise ctx.fail(f"ratio must be a float scalar, got {r.dtype} of shape {list(r.shape)}")
+    if not 0 <= float(r.reshape(())) < 1:
+        raise ctx.fail(f"ratio must be in [0, 1), got {float(r.reshape(()))}")
 
 
 @importer("Dropout", since=first_opset("Dropout"))
 def _dropout(ctx: ImportCtx) -> Sequence[Value | None]:
+    max_inputs = 3 if ctx.opset >= 12 else 1
+    if ctx.num_inputs > max_inputs:
+        raise ctx.fail(f"takes at most {max_inputs} input(s) at opset {ctx.opset}, got {ctx.num_inputs}")
     if ctx.num_outputs > 2:
         raise ctx.fail(f"has at most 2 outputs, got {ctx.num_outputs}")
     _check_inference_mode(ctx)
     _check_ratio(ctx)
-    # ratio, seed and is_test only matter in training, which was refused above
-    attrs = modern_attrs(ctx, drop=("ratio", "seed", "is_test"))
+    # these attributes only matter in training, which was refused above
+    training_attrs = ("seed",) if ctx.opset >= 12 else ("ratio",) if ctx.opset >= 7 else ("ratio", "is_test")
+    attrs = modern_attrs(ctx, drop=training_attrs)
     if attrs:
         raise ctx.fail(f"unknown attribute(s) {', '.join(sorted(attrs))}")
     x = input_value(ctx, 0)

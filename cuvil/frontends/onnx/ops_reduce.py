@@ -78,6 +78,7 @@ def _cumsum(ctx: ImportCtx) -> Sequence[Value | None]:
 @importer("TopK")
 def _top_k(ctx: ImportCtx) -> Sequence[Value | None]:
     attrs = {"axis": ctx.attr("axis", -1)}
+    k: Value | None
     if ctx.opset < 10:
         known_attrs(ctx, ("axis", "k"))
         if "k" not in ctx.attrs:

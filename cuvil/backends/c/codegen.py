@@ -1,0 +1,342 @@
+"""Generating one C translation unit for a whole graph.
+
+The unit holds the model's API (``cuvil_api.h``): loading the weights blob,
+and ``cuvil_run``, which checks inputs, binds symbols, runs every node's
+kernel in order, frees each intermediate after its last use, and hands the
+outputs to the caller.  All memory a call uses belongs to that call.
+
+Output shapes come from the op registry's inference: for a node whose input
+dims are only known at run time, inference is re-run with those dims as
+run-time symbols, so no op's shape logic is written twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from cuvil import __version__
+from cuvil.backends.c import ctypes_map as ct
+from cuvil.backends.c.kernel import CVal, KernelCtx, find_kernel
+from cuvil.backends.c.writer import CWriter, Names, c_comment, c_string
+from cuvil.errors import CuvilError, UnsupportedOpError, UnsupportedUse
+from cuvil.ir.graph import Graph, Node, Value
+from cuvil.ir.symbolic import Dim, DimExpr, is_unknown, render_dim, sym
+from cuvil.ir.types import TensorType
+
+WEIGHT_ALIGN = 64
+
+
+class CodegenError(CuvilError):
+    """The C backend cannot generate code for this graph."""
+
+
+@dataclass(frozen=True)
+class CodegenOptions:
+    target: str = "generic"
+    model_name: str = "model"
+
+
+@dataclass
+class GeneratedModule:
+    source: str
+    weights: bytes
+    line_origins: list[str | None]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def missing_kernels(graph: Graph) -> list[UnsupportedUse]:
+    import cuvil.backends.c.kernels  # noqa: F401  (fills the kernel table)
+
+    found: dict[str, list[str]] = {}
+    for n in graph.walk():
+        if find_kernel(n.op) is None and n.op not in ("constant", "if", "loop"):
+            found.setdefault(n.op, []).append(n.name)
+    return [UnsupportedUse(op, "cuvil", None, tuple(names), "no C kernel") for op, names in sorted(found.items())]
+
+
+def _layout_weights(graph: Graph) -> tuple[dict[Value, int], bytes]:
+    offsets: dict[Value, int] = {}
+    chunks: list[bytes] = []
+    pos = 0
+    for n in graph.walk():
+        if n.op != "constant":
+            continue
+        a = np.ascontiguousarray(n.attrs["value"])
+        data = a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
+        pad = (-pos) % WEIGHT_ALIGN
+        chunks.append(b"\0" * pad)
+        pos += pad
+        offsets[n.outputs[0]] = pos
+        chunks.append(data)
+        pos += len(data)
+    return offsets, b"".join(chunks)
+
+
+class FunctionEmitter:
+    """Emits the body of ``cuvil_run``."""
+
+    def __init__(self, graph: Graph, options: CodegenOptions, weight_offsets: dict[Value, int]) -> None:
+        self.graph = graph
+        self.options = options
+        self.w = CWriter()
+        self.names = Names()
+        self.offsets = weight_offsets
+        self.vals: dict[Value, CVal] = {}
+        self.sym_c: dict[str, str] = {name: self.names.fresh("sym") for name in graph.symbols}
+        self.rt_syms: dict[str, str] = {}
+        self.includes: set[str] = set()
+
+    # values -----------------------------------------------------------------
+    def cval(self, v: Value) -> CVal:
+        if v not in self.vals:
+            ptr = self.names.fresh("v")
+            const = v.producer.attrs["value"] if v.producer is not None and v.producer.op == "constant" else None
+            self.vals[v] = CVal(v, ptr, f"{ptr}_s", v.type.dtype, v.type.rank, const)
+        return self.vals[v]
+
+    def declare_all(self) -> None:
+        def visit(g: Graph) -> None:
+            for v in g.inputs:
+                self.cval(v)
+            for n in g.nodes:
+                for o in n.outputs:
+                    self.cval(o)
+                for _, r in n.regions():
+                    visit(r)
+
+        visit(self.graph)
+        for c in self.vals.values():
+            self.w.line(f"{c.ctype} *{c.ptr} = NULL; int64_t {c.shape}[{max(c.rank, 1)}] = {{0}};")
+            self.w.line(f"(void){c.ptr}; (void){c.shape};")
+
+    def render(self, d: Dim) -> str:
+        def symbol(name: str) -> str:
+            if name in self.rt_syms:
+                return self.rt_syms[name]
+            return self.sym_c[name]
+
+        def call(fn: str, args: list[str]) -> str:
+            return f"cuvil_{fn}({', '.join(args)})"
+
+        return render_dim(d, symbol, call)
+
+    def alloc_value(self, c: CVal, node: Node | None) -> None:
+        size = f"(int64_t)sizeof({c.ctype}) * cuvil_numel({c.shape}, {c.rank})"
+        self.w.line(f"{c.ptr} = ({c.ctype} *)cuvil_alloc(call, {size});")
+        where = c_string(node.name if node else c.value.name)
+        self.w.line(f'if (!{c.ptr}) {{ cuvil_fail(call, "node %s: out of memory", {where}); goto fail; }}')
+
+    # inputs -----------------------------------------------------------------
+    def bind_inputs(self) -> None:
+        w = self.w
+        bound: set[str] = set()
+        for i, v in enumerate(self.graph.inputs):
+            c = self.cval(v)
+            name = c_string(v.name)
+            w.line(f"if (inputs[{i}].dtype != {ct.code(v.type.dtype)}) {{ cuvil_fail(call, "
+                   f'"input %s: expected element type {v.type.dtype}, got code %d", {name}, (int)inputs[{i}].dtype); goto fail; }}')
+            w.line(f"if (inputs[{i}].rank != {c.rank}) {{ cuvil_fail(call, "
+                   f'"input %s: expected rank {c.rank}, got %d", {name}, (int)inputs[{i}].rank); goto fail; }}')
+            w.line(f"{c.ptr} = ({c.ctype} *)inputs[{i}].data;")
+            for j, d in enumerate(v.type.shape):
+                w.line(f"{c.shape}[{j}] = inputs[{i}].shape[{j}];")
+                w.line(f'if ({c.shape}[{j}] < 0) {{ cuvil_fail(call, "input %s: dim {j} is negative", {name}); goto fail; }}')
+                if isinstance(d, int):
+                    w.line(f"if ({c.shape}[{j}] != {d}) {{ cuvil_fail(call, "
+                           f'"input %s: dim {j} must be {d}, got %lld", {name}, (long long){c.shape}[{j}]); goto fail; }}')
+                elif isinstance(d, DimExpr) and len(d.symbols()) == 1 and d == sym(next(iter(d.symbols()))):
+                    s = next(iter(d.symbols()))
+                    cs = self.sym_c[s]
+                    if s in bound:
+                        w.line(f"if ({c.shape}[{j}] != {cs}) {{ cuvil_fail(call, "
+                               f'"input %s: dim {j} is %s=%lld, but an earlier input gave %lld", {name}, '
+                               f"{c_string(s)}, (long long){c.shape}[{j}], (long long){cs}); goto fail; }}")
+                    else:
+                        w.line(f"{cs} = {c.shape}[{j}];")
+                        bound.add(s)
+        for s in bound:
+            info = self.graph.symbols[s]
+            cs = self.sym_c[s]
+            if info.min is not None:
+                w.line(f"if ({cs} < {info.min}) {{ cuvil_fail(call, \"%s=%lld is below its minimum {info.min}\", "
+                       f"{c_string(s)}, (long long){cs}); goto fail; }}")
+            if info.max is not None:
+                w.line(f"if ({cs} > {info.max}) {{ cuvil_fail(call, \"%s=%lld is above its maximum {info.max}\", "
+                       f"{c_string(s)}, (long long){cs}); goto fail; }}")
+            if info.multiple_of is not None:
+                w.line(f"if ({cs} % {info.multiple_of} != 0) {{ cuvil_fail(call, \"%s=%lld is not a multiple of "
+                       f"{info.multiple_of}\", {c_string(s)}, (long long){cs}); goto fail; }}")
+        for i, v in enumerate(self.graph.inputs):  # dims that are expressions of bound symbols
+            c = self.cval(v)
+            for j, d in enumerate(v.type.shape):
+                if isinstance(d, DimExpr) and not is_unknown(d) and d.symbols() <= bound and not (
+                    len(d.symbols()) == 1 and d == sym(next(iter(d.symbols())))
+                ):
+                    w.line(f"if ({c.shape}[{j}] != {self.render(d)}) {{ cuvil_fail(call, "
+                           f'"input %s: dim {j} does not match its declared expression", {c_string(v.name)}); goto fail; }}')
+
+    # nodes -------------------------------------------------------------------
+    def out_dims(self, node: Node) -> list[list[str | None]]:
+        """Each output dim as a C expression, or None when only the kernel can know it."""
+        from cuvil.ops.common import infer_types
+
+        types: Sequence[TensorType] = [o.type for o in node.outputs]
+        if any(v is not None and any(is_unknown(d) for d in v.type.shape) for v in node.inputs):
+            stand_ins: list[Value | None] = []
+            for v in node.inputs:
+                if v is None or not any(is_unknown(d) for d in v.type.shape):
+                    stand_ins.append(v)
+                    continue
+                dims: list[Dim] = []
+                for j, d in enumerate(v.type.shape):
+                    if is_unknown(d):
+                        name = f"__rt{len(self.rt_syms)}"
+                        while name in self.graph.symbols:
+                            name += "_"
+                        self.rt_syms[name] = f"{self.cval(v).shape}[{j}]"
+                        dims.append(sym(name))
+                    else:
+                        dims.append(d)
+                stand_ins.append(Value(v.name, TensorType(v.type.dtype, tuple(dims))))
+            try:
+                types, _ = infer_types(node.op, stand_ins, node.attrs, len(node.outputs), self.graph.symbols)
+            except CuvilError:
+                types = [o.type for o in node.outputs]
+        out: list[list[str | None]] = []
+        for t in types:
+            out.append([None if is_unknown(d) else self.render(d) for d in t.shape])
+        return out
+
+    def emit_node(self, node: Node) -> None:
+        w = self.w
+        outs = [self.cval(o) for o in node.outputs]
+        if node.op == "constant":
+            c = outs[0]
+            w.line(f"{c.ptr} = ({c.ctype} *)(m->weights + {self.offsets[c.value]});")
+            for j, d in enumerate(c.value.type.shape):
+                w.line(f"{c.shape}[{j}] = {d};")
+            return
+        ins = [self.cval(v) if v is not None else None for v in node.inputs]
+        args = ", ".join("_" if v is None else f"%{v.name}" for v in node.inputs)
+        res = ", ".join(f"%{o.name}" for o in node.outputs)
+        w.comment(f"node '{node.name}': {res} = {node.op}({args})")
+        if node.op in ("if", "loop"):
+            from cuvil.backends.c import control
+
+            with w.block(""):
+                control.emit(self, node, ins, outs)
+            return
+        k = find_kernel(node.op)
+        if k is None:
+            raise CodegenError(f"op {node.op} has no C kernel")
+        dims = self.out_dims(node)
+        with w.block(""):
+            for c, ds in zip(outs, dims):
+                for j, e in enumerate(ds):
+                    if e is not None:
+                        w.line(f"{c.shape}[{j}] = {e};")
+                    elif not k.computes_shape:
+                        raise CodegenError(
+                            f"node {node.name!r} ({node.op}): output dim {j} is only known at run time, "
+                            "and this op's C kernel cannot compute it"
+                        )
+                checks = [f"{c.shape}[{j}] < 0" for j, e in enumerate(ds) if e is not None and not e.isdigit()]
+                if checks:
+                    w.line(f"if ({' || '.join(checks)}) {{ cuvil_fail(call, \"node %s ({node.op}): input shapes "
+                           f"do not fit together\", {c_string(node.name)}); goto fail; }}")
+                if all(e is not None for e in ds):
+                    self.alloc_value(c, node)
+            k.emit(KernelCtx(self, node, ins, outs))
+
+    def emit_graph(self, g: Graph, keep: set[Value]) -> None:
+        """Emit ``g``'s nodes, releasing each value it defines after its last use (except ``keep``)."""
+        last: dict[Value, int] = {}
+        for i, n in enumerate(g.nodes):
+            for v in _reads(n):
+                last[v] = i
+        defined_here = {o for n in g.nodes for o in n.outputs}
+        for i, n in enumerate(g.nodes):
+            with self.w.node(n.name):
+                self.emit_node(n)
+            for o in n.outputs:
+                if o not in last and o not in keep and n.op != "constant":
+                    self.w.line(f"cuvil_release(call, {self.cval(o).ptr}); {self.cval(o).ptr} = NULL;")
+            for v, li in last.items():
+                if li == i and v in defined_here and v not in keep and v.producer is not None and v.producer.op != "constant":
+                    self.w.line(f"cuvil_release(call, {self.cval(v).ptr}); {self.cval(v).ptr} = NULL;")
+
+    def emit_outputs(self) -> None:
+        w = self.w
+        seen: set[Value] = set()
+        for i, v in enumerate(self.graph.outputs):
+            c = self.cval(v)
+            owned = v.producer is not None and v.producer.op != "constant" and v not in seen
+            seen.add(v)
+            if owned:
+                w.line(f"cuvil_forget(call, {c.ptr});")
+                w.line(f"outputs[{i}].data = {c.ptr};")
+            else:
+                tmp = self.names.fresh("copy")
+                size = f"(size_t)sizeof({c.ctype}) * (size_t)cuvil_numel({c.shape}, {c.rank})"
+                w.line(f"void *{tmp} = malloc({size} ? {size} : 1);")
+                w.line(f'if (!{tmp}) {{ cuvil_fail(call, "out of memory"); goto fail; }}')
+                w.line(f"if ({size}) memcpy({tmp}, {c.ptr}, {size});")
+                w.line(f"outputs[{i}].data = {tmp};")
+            w.line(f"outputs[{i}].rank = {c.rank}; outputs[{i}].dtype = {ct.code(v.type.dtype)};")
+            for j in range(c.rank):
+                w.line(f"outputs[{i}].shape[{j}] = {c.shape}[{j}];")
+
+
+def _reads(n: Node) -> list[Value]:
+    from cuvil.ir.graph import _reads as reads
+
+    return list(reads(n))
+
+
+def generate(graph: Graph, options: CodegenOptions) -> GeneratedModule:
+    """The C source, weights blob and line map for ``graph``."""
+    missing = missing_kernels(graph)
+    if missing:
+        raise UnsupportedOpError(missing)
+    for v in list(graph.inputs) + list(graph.outputs):
+        if v.type.rank > 8:
+            raise CodegenError(f"{v.name!r} has rank {v.type.rank}; the C API supports rank 8 at most")
+    offsets, weights = _layout_weights(graph)
+    fn = FunctionEmitter(graph, options, offsets)
+    body = fn.w
+    with body.indented():
+        body.line("cuvil_call call_ = {0}; cuvil_call *call = &call_;")
+        body.line("call->err = err; call->errlen = errlen;")
+        body.line("if (err && errlen) err[0] = 0;")
+        for name, cs in fn.sym_c.items():
+            body.line(f"int64_t {cs} = 0; (void){cs}; /* {c_comment(name)} */")
+        fn.declare_all()
+        body.line("if (!m || !inputs || !outputs) return cuvil_fail(call, \"null argument\");")
+        fn.bind_inputs()
+        fn.emit_graph(graph, keep=set(graph.outputs))
+        fn.emit_outputs()
+        body.line("cuvil_call_end(call);")
+        body.line("return 0;")
+    w = CWriter()
+    w.line(f"/* Generated by Cuvil {__version__} for target {options.target}. */")
+    w.line(f"/* Model: {c_comment(options.model_name)} */")
+    w.line('#include "cuvil_rt.h"')
+    for header in sorted(fn.includes):
+        w.line(f'#include "{header}"')
+    w.line("")
+    w.line("struct cuvil_model { const unsigned char *weights; size_t size; unsigned char *owned; };")
+    w.line(f"#define CUVIL_WEIGHTS_SIZE ((size_t){len(weights)})")
+    w.line(f"static const int cuvil_n_inputs = {len(graph.inputs)};")
+    w.line(f"static const int cuvil_n_outputs = {len(graph.outputs)};")
+    w.line('#include "cuvil_model_api.inc"')
+    w.line("")
+    w.line("CUVIL_EXPORT int cuvil_run(const cuvil_model *m, const cuvil_tensor *inputs, cuvil_tensor *outputs, "
+           "char *err, size_t errlen) {")
+    lines = w.lines + body.lines + ["fail:", "    cuvil_call_end(call);", "    return -1;", "}"]
+    origins = [None] * len(w.lines) + body.origins + [None] * 4
+    meta = {"weights_size": len(weights)}
+    return GeneratedModule("\n".join(lines) + "\n", weights, origins, meta)

@@ -1,0 +1,77 @@
+/* The C API of a model compiled by Cuvil.
+ *
+ *   char err[512];
+ *   cuvil_model *m = cuvil_load("weights.bin", err, sizeof err);
+ *   cuvil_tensor in[1] = {{data, {1, 3, 224, 224}, 4, CUVIL_F32}};
+ *   cuvil_tensor out[1];
+ *   if (cuvil_run(m, in, out, err, sizeof err) != 0) fprintf(stderr, "%s\n", err);
+ *   ... use out[0].data, out[0].shape, out[0].rank ...
+ *   cuvil_free(out[0].data);
+ *   cuvil_unload(m);
+ *
+ * Inputs are checked (count is given by cuvil_num_inputs(); element type,
+ * rank, static dims and symbol constraints) before anything runs; a failed
+ * check returns non-zero with a message in err. Outputs are allocated by
+ * cuvil_run and released with cuvil_free. A loaded model is read-only:
+ * any number of threads may call cuvil_run on it at once.
+ */
+#ifndef CUVIL_API_H
+#define CUVIL_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CUVIL_MAX_RANK 8
+
+enum cuvil_dtype {
+    CUVIL_F64 = 0,
+    CUVIL_F32 = 1,
+    CUVIL_F16 = 2,
+    CUVIL_BF16 = 3,
+    CUVIL_I64 = 4,
+    CUVIL_I32 = 5,
+    CUVIL_I16 = 6,
+    CUVIL_I8 = 7,
+    CUVIL_U8 = 8,
+    CUVIL_U16 = 9,
+    CUVIL_U32 = 10,
+    CUVIL_U64 = 11,
+    CUVIL_BOOL = 12
+};
+
+typedef struct cuvil_tensor {
+    void *data;
+    int64_t shape[CUVIL_MAX_RANK];
+    int32_t rank;
+    int32_t dtype; /* enum cuvil_dtype */
+} cuvil_tensor;
+
+typedef struct cuvil_model cuvil_model;
+
+#if defined(_WIN32)
+#define CUVIL_EXPORT __declspec(dllexport)
+#else
+#define CUVIL_EXPORT __attribute__((visibility("default")))
+#endif
+
+/* Load the weights file written beside the library (NULL if the model has none). */
+CUVIL_EXPORT cuvil_model *cuvil_load(const char *weights_path, char *err, size_t errlen);
+/* Load from weights already in memory (the buffer must outlive the model). */
+CUVIL_EXPORT cuvil_model *cuvil_load_from_memory(const void *weights, size_t size, char *err, size_t errlen);
+CUVIL_EXPORT void cuvil_unload(cuvil_model *model);
+CUVIL_EXPORT int cuvil_num_inputs(void);
+CUVIL_EXPORT int cuvil_num_outputs(void);
+CUVIL_EXPORT int cuvil_run(const cuvil_model *model, const cuvil_tensor *inputs, cuvil_tensor *outputs, char *err,
+                           size_t errlen);
+CUVIL_EXPORT void cuvil_free(void *data);
+/* For hosts that cannot call the C library's allocator themselves (WebAssembly). */
+CUVIL_EXPORT void *cuvil_malloc(size_t size);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CUVIL_API_H */

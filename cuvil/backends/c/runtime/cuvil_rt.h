@@ -1,0 +1,233 @@
+/* Cuvil C runtime: the types and helpers that generated model code uses.
+ *
+ * Everything here is static: each generated model is one translation unit
+ * that includes this header, so a model library exports only its own API.
+ * A call owns all memory it allocates (cuvil_call); calls share nothing,
+ * so one loaded model may run on many threads at once.
+ */
+#ifndef CUVIL_RT_H
+#define CUVIL_RT_H
+
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuvil_api.h"
+
+#if defined(__GNUC__) || defined(__clang__)
+#define CUVIL_UNUSED __attribute__((unused))
+#define CUVIL_LIKELY(x) __builtin_expect(!!(x), 1)
+#define CUVIL_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define CUVIL_UNUSED
+#define CUVIL_LIKELY(x) (x)
+#define CUVIL_UNLIKELY(x) (x)
+#endif
+
+#define CUVIL_ALIGN 64
+
+typedef uint16_t cuvil_f16;
+typedef uint16_t cuvil_bf16;
+typedef uint8_t cuvil_bool;
+
+/* ---- per-call state -------------------------------------------------- */
+
+typedef struct cuvil_call {
+    void **allocs;
+    size_t n_allocs, cap_allocs;
+    char *err;
+    size_t errlen;
+} cuvil_call;
+
+static CUVIL_UNUSED int cuvil_fail(cuvil_call *c, const char *fmt, ...) {
+    if (c->err && c->errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(c->err, c->errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+/* Zeroed, aligned scratch memory owned by the call (freed at its end unless kept). */
+static CUVIL_UNUSED void *cuvil_alloc(cuvil_call *c, int64_t bytes) {
+    if (bytes < 0) return NULL;
+    if (c->n_allocs == c->cap_allocs) {
+        size_t cap = c->cap_allocs ? 2 * c->cap_allocs : 64;
+        void **a = (void **)realloc(c->allocs, cap * sizeof(void *));
+        if (!a) return NULL;
+        c->allocs = a;
+        c->cap_allocs = cap;
+    }
+    size_t n = (size_t)bytes;
+    n = (n + CUVIL_ALIGN - 1) / CUVIL_ALIGN * CUVIL_ALIGN;
+    if (n == 0) n = CUVIL_ALIGN;
+    void *p = aligned_alloc(CUVIL_ALIGN, n);
+    if (!p) return NULL;
+    memset(p, 0, n);
+    c->allocs[c->n_allocs++] = p;
+    return p;
+}
+
+static CUVIL_UNUSED void cuvil_forget(cuvil_call *c, const void *p) {
+    for (size_t i = c->n_allocs; i-- > 0;) {
+        if (c->allocs[i] == p) {
+            c->allocs[i] = c->allocs[--c->n_allocs];
+            return;
+        }
+    }
+}
+
+/* Free a buffer the call no longer needs. */
+static CUVIL_UNUSED void cuvil_release(cuvil_call *c, void *p) {
+    if (!p) return;
+    cuvil_forget(c, p);
+    free(p);
+}
+
+static CUVIL_UNUSED void cuvil_call_end(cuvil_call *c) {
+    for (size_t i = 0; i < c->n_allocs; i++) free(c->allocs[i]);
+    free(c->allocs);
+    c->allocs = NULL;
+    c->n_allocs = c->cap_allocs = 0;
+}
+
+/* ---- shape arithmetic -------------------------------------------------- */
+
+static inline int64_t cuvil_floordiv(int64_t a, int64_t b) {
+    if (b == 0) return 0;
+    int64_t q = a / b;
+    if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1;
+    return q;
+}
+
+static inline int64_t cuvil_floormod(int64_t a, int64_t b) {
+    if (b == 0) return 0;
+    int64_t r = a % b;
+    if (r != 0 && ((r < 0) != (b < 0))) r += b;
+    return r;
+}
+
+/* Broadcast of two dims; -1 when they do not broadcast. */
+static inline int64_t cuvil_bcast(int64_t a, int64_t b) {
+    if (a == 1) return b;
+    if (b == 1 || a == b) return a;
+    return -1;
+}
+
+static inline int64_t cuvil_numel(const int64_t *shape, int rank) {
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++) n *= shape[i];
+    return n;
+}
+
+/* Strides (in elements) that read an input of shape `in` (rank `r`) broadcast to `out` (rank `R`). */
+static CUVIL_UNUSED void cuvil_bcast_strides(const int64_t *in, int r, const int64_t *out, int R, int64_t *strides) {
+    int64_t s = 1;
+    for (int j = R - 1; j >= 0; j--) {
+        int i = j - (R - r);
+        if (i < 0 || in[i] == 1) {
+            strides[j] = 0;
+        } else {
+            strides[j] = s;
+        }
+        if (i >= 0) s *= in[i];
+    }
+    (void)out;
+}
+
+/* Whether `in` (rank r) broadcasts to `out` (rank R): each dim is 1 or equal. */
+static CUVIL_UNUSED int cuvil_bcast_ok(const int64_t *in, int r, const int64_t *out, int R) {
+    if (r > R) return 0;
+    for (int i = 0; i < r; i++) {
+        int64_t d = in[i], o = out[i + (R - r)];
+        if (d != 1 && d != o) return 0;
+    }
+    return 1;
+}
+
+static CUVIL_UNUSED int cuvil_same_shape(const int64_t *a, int ra, const int64_t *b, int rb) {
+    if (ra != rb) return 0;
+    for (int i = 0; i < ra; i++)
+        if (a[i] != b[i]) return 0;
+    return 1;
+}
+
+/* ---- half precision ---------------------------------------------------- */
+
+static inline float cuvil_f16_to_f32(cuvil_f16 h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t man = h & 0x3ffu;
+    uint32_t bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else { /* subnormal: normalise */
+            int e = -1;
+            do {
+                e++;
+                man <<= 1;
+            } while ((man & 0x400u) == 0);
+            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ffu) << 13);
+        }
+    } else if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static inline cuvil_f16 cuvil_f32_to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    uint32_t absx = x & 0x7fffffffu;
+    if (absx >= 0x7f800000u) { /* inf or nan */
+        return (cuvil_f16)(sign | 0x7c00u | (absx > 0x7f800000u ? 0x200u | ((absx >> 13) & 0x3ffu) : 0));
+    }
+    if (absx >= 0x477ff000u) return (cuvil_f16)(sign | 0x7c00u); /* rounds to inf */
+    if (absx < 0x38800000u) {                                     /* subnormal or zero in f16 */
+        if (absx < 0x33000000u) return (cuvil_f16)sign;           /* below half the smallest subnormal */
+        uint32_t e = absx >> 23;
+        uint32_t m = (absx & 0x7fffffu) | 0x800000u;
+        uint32_t shift = 126 - e; /* 14 + (112 - e) + ... */
+        uint32_t r = m >> (shift - 0);
+        uint32_t rem = m & ((1u << shift) - 1);
+        uint32_t half = 1u << (shift - 1);
+        /* value = m * 2^(e-150); f16 subnormal unit = 2^-24 -> shift = 150 - 24 - e = 126 - e */
+        if (rem > half || (rem == half && (r & 1u))) r++;
+        return (cuvil_f16)(sign | r);
+    }
+    uint32_t e = (absx >> 23) - 127 + 15;
+    uint32_t m = absx & 0x7fffffu;
+    uint32_t r = (e << 10) | (m >> 13);
+    uint32_t rem = m & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) r++;
+    return (cuvil_f16)(sign | r);
+}
+
+static inline float cuvil_bf16_to_f32(cuvil_bf16 h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static inline cuvil_bf16 cuvil_f32_to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (cuvil_bf16)((x >> 16) | 0x40u); /* quiet nan */
+    uint32_t lsb = (x >> 16) & 1u;
+    x += 0x7fffu + lsb;
+    return (cuvil_bf16)(x >> 16);
+}
+
+#endif /* CUVIL_RT_H */

@@ -1,0 +1,70 @@
+"""The C compiler: which one, with which flags per target, and building libraries."""
+
+from __future__ import annotations
+
+import functools
+import shlex
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from cuvil.errors import CuvilError
+
+RUNTIME_DIR = Path(__file__).parent / "runtime"
+
+# Flags per target. "generic" is portable C: no target-specific instructions.
+TARGET_FLAGS: dict[str, tuple[str, ...]] = {
+    "generic": (),
+    "x86_avx2": ("-mavx2", "-mfma", "-mf16c"),
+    "x86_avx512": ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx2", "-mfma", "-mf16c"),
+    "native": ("-march=native",),
+}
+SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer")
+BASE_FLAGS = ("-std=c11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-ffp-contract=off", "-fno-math-errno")
+WARN_FLAGS = ("-Wall", "-Wextra")
+
+
+class BuildError(CuvilError):
+    """The C compiler rejected generated code (a Cuvil bug: please report it)."""
+
+
+@dataclass(frozen=True)
+class Compiler:
+    """A C compiler command line, e.g. ``("cc",)`` or ``("ccache", "gcc")``."""
+
+    argv: tuple[str, ...] = ("cc",)
+
+    @staticmethod
+    def from_string(cmd: str | None) -> Compiler:
+        return Compiler(tuple(shlex.split(cmd))) if cmd else Compiler()
+
+    @functools.cached_property
+    def version(self) -> str:
+        try:
+            out = subprocess.run([*self.argv, "--version"], capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise CuvilError(f"C compiler {' '.join(self.argv)!r} cannot run: {exc}") from None
+        if out.returncode != 0:
+            raise CuvilError(f"C compiler {' '.join(self.argv)!r} failed: {out.stderr.strip()[:300]}")
+        return out.stdout.splitlines()[0] if out.stdout else "unknown"
+
+
+def compile_flags(target: str, *, sanitize: bool = False) -> list[str]:
+    if target not in TARGET_FLAGS:
+        raise CuvilError(f"unknown C target {target!r}")
+    flags = [*BASE_FLAGS, *WARN_FLAGS, *TARGET_FLAGS[target], f"-I{RUNTIME_DIR}"]
+    if sanitize:
+        flags += [*SANITIZE_FLAGS]
+        flags = [f for f in flags if f != "-O2"] + ["-O1"]
+    return flags
+
+
+def build_library(compiler: Compiler, source: Path, out: Path, target: str, *, sanitize: bool = False) -> None:
+    """Compile one generated source file into a shared library."""
+    cmd = [*compiler.argv, *compile_flags(target, sanitize=sanitize), str(source), "-o", str(out), "-lm"]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BuildError(f"C compiler failed to run: {exc}") from None
+    if r.returncode != 0:
+        raise BuildError(f"C compilation failed ({' '.join(cmd[:2])} ...):\n{r.stderr[-4000:]}")
