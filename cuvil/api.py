@@ -9,7 +9,7 @@ from cuvil.errors import CuvilError
 from cuvil.ir.graph import Graph
 from cuvil.ir.types import SymbolInfo
 from cuvil.ir.verify import verify
-from cuvil.runtime.compiled import CompiledModel
+from cuvil.runtime.compiled import CompiledModel, Signature
 
 TARGETS = ("ref", "generic", "x86_avx2", "x86_avx512", "native")
 
@@ -26,31 +26,42 @@ class multiple_of:  # noqa: N801  (reads as a constraint: dims={"h": multiple_of
 DimConstraint = tuple[int | None, int | None] | multiple_of | int
 
 
+def constraint_info(name: str, c: DimConstraint) -> SymbolInfo:
+    """The SymbolInfo a ``dims=`` entry describes: ``(lo, hi)``, ``multiple_of(n)`` or a fixed int."""
+    if isinstance(c, multiple_of):
+        info = SymbolInfo(name, c.min, c.max, c.n)
+    elif isinstance(c, int):
+        info = SymbolInfo(name, c, c)
+    else:
+        lo, hi = c
+        info = SymbolInfo(name, lo, hi)
+    if info.min is not None and info.max is not None and info.min > info.max:
+        raise CuvilError(f"dims: {name} has minimum {info.min} above maximum {info.max}")
+    return info
+
+
 def apply_dims(graph: Graph, dims: Mapping[str, DimConstraint]) -> None:
-    """Constrain the graph's symbols: ``(lo, hi)``, ``multiple_of(n)`` or a fixed int."""
+    """Constrain the graph's symbols (each must exist in the graph)."""
     for name, c in dims.items():
         if name not in graph.symbols:
             known = ", ".join(sorted(graph.symbols)) or "none"
             raise CuvilError(f"dims: the model has no symbolic dim {name!r} (its symbols: {known})")
-        if isinstance(c, multiple_of):
-            info = SymbolInfo(name, c.min, c.max, c.n)
-        elif isinstance(c, int):
-            info = SymbolInfo(name, c, c)
-        else:
-            lo, hi = c
-            info = SymbolInfo(name, lo, hi)
-        if info.min is not None and info.max is not None and info.min > info.max:
-            raise CuvilError(f"dims: {name} has minimum {info.min} above maximum {info.max}")
-        graph.symbols[name] = info
+        graph.symbols[name] = constraint_info(name, c)
 
 
-def import_model(model: Any) -> Graph:
-    """Any supported model form as a Cuvil graph."""
+def import_model(model: Any, dims: Mapping[str, DimConstraint] | None = None) -> Graph:
+    """Any supported model form as a Cuvil graph, its symbols constrained by ``dims``.
+
+    Constraints are known while the model is imported, so shape inference can use them."""
     if isinstance(model, Graph):
-        return model
-    from cuvil.frontends.onnx import load_onnx
+        graph = model
+    else:
+        from cuvil.frontends.onnx import load_onnx
 
-    return load_onnx(model)
+        graph = load_onnx(model, symbols={k: constraint_info(k, c) for k, c in (dims or {}).items()})
+    if dims:
+        apply_dims(graph, dims)
+    return graph
 
 
 def compile(  # noqa: A001  (the library's main verb)
@@ -65,14 +76,12 @@ def compile(  # noqa: A001  (the library's main verb)
     """Compile a model (ONNX path or ModelProto, or a Cuvil Graph) for ``target``."""
     if target not in TARGETS:
         raise CuvilError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
-    graph = import_model(model)
-    if dims:
-        apply_dims(graph, dims)
+    graph = import_model(model, dims)
     verify(graph)
     if target == "ref":
         from cuvil.backends.ref import RefExecutor
 
-        return CompiledModel(graph, RefExecutor(graph), target)
+        return CompiledModel(Signature.of(graph), RefExecutor(graph), target, graph)
     from pathlib import Path
 
     from cuvil.backends.c import BuildOptions, CExecutor, build
@@ -80,4 +89,4 @@ def compile(  # noqa: A001  (the library's main verb)
 
     b = build(graph, BuildOptions(target=target, compiler=Compiler.from_string(cc),
                                   cache_dir=Path(cache_dir) if cache_dir else None, sanitize=sanitize))
-    return CompiledModel(graph, CExecutor(b), target)
+    return CompiledModel(Signature.of(graph), CExecutor(b), target, graph)

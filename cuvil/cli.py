@@ -123,7 +123,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     else:
         from cuvil.runtime.samples import random_inputs
 
-        arrays = random_inputs(m.input_specs, m.graph.symbols, seed=args.seed)
+        arrays = random_inputs(m.input_specs, m.symbols, seed=args.seed)
         outs = dict(zip(m.output_names, m(*arrays)))
     t2 = time.perf_counter()
     print(f"compiled {args.model} for {m.target} in {t1 - t0:.3f} s; ran in {t2 - t1:.3f} s")

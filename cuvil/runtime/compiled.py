@@ -1,14 +1,17 @@
-"""CompiledModel: the callable that ``cuvil.compile`` returns."""
+"""CompiledModel: the callable that ``cuvil.compile`` and ``cuvil.load`` return."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
 from cuvil.errors import InputError
+from cuvil.ir.dtypes import DType
 from cuvil.ir.graph import Graph
+from cuvil.ir.symbolic import Dim, format_dim, parse_dim
 from cuvil.ir.types import SymbolInfo, TensorType
 from cuvil.runtime.guards import bind_inputs
 
@@ -31,22 +34,71 @@ class TensorSpec:
         return str(self.type.dtype)
 
     @property
-    def shape(self) -> tuple[Any, ...]:
+    def shape(self) -> tuple[Dim, ...]:
         return self.type.shape
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "dtype": str(self.type.dtype), "shape": [format_dim(d) for d in self.type.shape]}
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any]) -> TensorSpec:
+        shape = tuple(parse_dim(str(x)) for x in d["shape"])
+        return TensorSpec(str(d["name"]), TensorType(DType.parse(str(d["dtype"])), shape))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TensorSpec) and (self.name, self.type) == (other.name, other.type)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.type))
 
     def __repr__(self) -> str:
         return f"TensorSpec({self.name!r}, {self.type})"
 
 
+@dataclass(frozen=True)
+class Signature:
+    """A model's contract: its inputs, outputs and the constraints of its symbols."""
+
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    symbols: Mapping[str, SymbolInfo] = field(default_factory=dict)
+
+    @staticmethod
+    def of(graph: Graph) -> Signature:
+        return Signature(
+            tuple(TensorSpec(v.name, v.type) for v in graph.inputs),
+            tuple(TensorSpec(v.name, v.type) for v in graph.outputs),
+            dict(graph.symbols),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "inputs": [s.to_json() for s in self.inputs],
+            "outputs": [s.to_json() for s in self.outputs],
+            "symbols": [
+                {"name": i.name, "min": i.min, "max": i.max, "multiple_of": i.multiple_of} for i in self.symbols.values()
+            ],
+        }
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any]) -> Signature:
+        return Signature(
+            tuple(TensorSpec.from_json(x) for x in d["inputs"]),
+            tuple(TensorSpec.from_json(x) for x in d["outputs"]),
+            {s["name"]: SymbolInfo(s["name"], s.get("min"), s.get("max"), s.get("multiple_of")) for s in d["symbols"]},
+        )
+
+
 class CompiledModel:
     """A model compiled for one target. Call it with arrays in graph-input order."""
 
-    def __init__(self, graph: Graph, executor: Executor, target: str) -> None:
-        self.graph = graph
+    def __init__(self, signature: Signature, executor: Executor, target: str, graph: Graph | None = None) -> None:
+        self.signature = signature
         self.target = target
+        self.graph = graph
         self._executor = executor
-        self.input_specs = [TensorSpec(v.name, v.type) for v in graph.inputs]
-        self.output_specs = [TensorSpec(v.name, v.type) for v in graph.outputs]
+        self.input_specs = list(signature.inputs)
+        self.output_specs = list(signature.outputs)
 
     @property
     def input_names(self) -> list[str]:
@@ -58,11 +110,11 @@ class CompiledModel:
 
     @property
     def symbols(self) -> dict[str, SymbolInfo]:
-        return dict(self.graph.symbols)
+        return dict(self.signature.symbols)
 
     def __call__(self, *arrays: Any) -> list[np.ndarray]:
         arrs = [np.asarray(a) for a in arrays]
-        env = bind_inputs(self.input_names, [s.type for s in self.input_specs], arrs, self.graph.symbols)
+        env = bind_inputs(self.input_names, [s.type for s in self.input_specs], arrs, self.signature.symbols)
         return self._executor.run(arrs, env)
 
     def run(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -81,5 +133,3 @@ class CompiledModel:
     def __repr__(self) -> str:
         ins = ", ".join(f"{s.name}: {s.type}" for s in self.input_specs)
         return f"CompiledModel(target={self.target!r}, inputs=({ins}))"
-
-

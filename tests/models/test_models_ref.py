@@ -10,6 +10,7 @@ second, looser check that the exported file still means what the module does.
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 
 import cuvil
@@ -50,8 +51,6 @@ def test_model_matches_onnxruntime(models: ModelStore, name: str) -> None:
 def test_unoptimized_export_matches_onnxruntime(models: ModelStore) -> None:
     """Without the exporter's optimiser the graph keeps BatchNormalization, Shape, Expand and CastLike."""
     em = models.get("mobilenet_v2", optimize=False)
-    import onnx
-
     ops = {n.op_type for n in onnx.load(str(em.path), load_external_data=False).graph.node}
     assert {"BatchNormalization", "Conv", "Clip"} <= ops, ops  # the test is only worth it if BN is still there
     check_model(models, "mobilenet_v2", batch=1, optimize=False)

@@ -15,7 +15,7 @@ one error.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -314,6 +314,7 @@ class _Converter:
             self.opsets[""] = 1
         self.symbols: dict[str, SymbolInfo] = {}
         self._root_graph: Graph | None = None
+        self.used_symbols: set[str] = set()
 
     def opset(self, domain: str) -> int:
         return self.opsets.get("" if domain in ONNX_DOMAINS else domain, 1)
@@ -366,6 +367,7 @@ class _Converter:
 
     def _symbol(self, name: str) -> Dim:
         self.symbols.setdefault(name, SymbolInfo(name))
+        self.used_symbols.add(name)
         return sym(name)
 
     def convert_graph(
@@ -433,10 +435,11 @@ class _Converter:
         return graph
 
 
-def convert_model(proto: onnx.ModelProto) -> Graph:
+def convert_model(proto: onnx.ModelProto, symbols: Mapping[str, SymbolInfo] | None = None) -> Graph:
     conv = _Converter(proto)
+    conv.symbols.update(symbols or {})
     conv.check_supported()
     graph = conv.convert_graph(proto.graph, None)
-    graph.symbols = conv.symbols
+    graph.symbols = {k: v for k, v in conv.symbols.items() if k in conv.used_symbols}
     graph.share_symbols()
     return graph
