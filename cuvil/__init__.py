@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cuvil.api import compile, multiple_of
+from cuvil.api import compile, multiple_of  # noqa: A004  (the library's main verb)
 from cuvil.errors import CuvilError, InputError, IRError, ModelError, ShapeError, UnsupportedOpError
 from cuvil.runtime.compiled import CompiledModel, TensorSpec
 

@@ -186,7 +186,10 @@ def run_cases(case_dirs: Iterable[str], target: str, runner: Runner | None = Non
         try:
             model, inputs, expected = load_case(case)
         except Exception as exc:  # a case we cannot read is reported, not fatal
-            summary.results.append(CaseResult(name, "error", [], False, f"cannot load case: {exc}"))
+            r = CaseResult(name, "error", [], False, f"cannot load case: {exc}")
+            summary.results.append(r)
+            if progress:
+                progress(r)
             continue
         ops = model_ops(model)
         scope = in_core_scope(name, model)

@@ -295,7 +295,7 @@ def _cumsum_ref(ctx: RefCtx) -> list[np.ndarray]:
         y = shifted
     if ctx.attrs["reverse"]:
         y = np.flip(y, axis=axis)
-    return [np.ascontiguousarray(y).astype(ctx.out_dtype(), copy=False)]
+    return [np.asarray(y, order="C").astype(ctx.out_dtype(), copy=False)]
 
 
 register(

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -89,13 +91,36 @@ class Signature:
         )
 
 
+@dataclass(frozen=True)
+class CompileInfo:
+    """Where a compiled model came from and what compiling it took (saved in an artifact's meta.json)."""
+
+    source_kind: str | None = None  # "onnx file", "onnx model" or "cuvil graph"
+    source_sha256: str | None = None  # of the model file's bytes, the serialized ModelProto, or the IR text
+    seconds: float | None = None  # import + code generation + C build (or cache lookup)
+    cached: bool | None = None  # the build came from the build cache (None: the target has no build)
+    compiled_at: str | None = None  # UTC, ISO 8601
+
+    def to_json(self) -> dict[str, Any]:
+        return {"source_kind": self.source_kind, "source_sha256": self.source_sha256, "seconds": self.seconds,
+                "cached": self.cached, "compiled_at": self.compiled_at}
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any]) -> CompileInfo:
+        seconds = d.get("seconds")
+        return CompileInfo(d.get("source_kind"), d.get("source_sha256"), None if seconds is None else float(seconds),
+                           d.get("cached"), d.get("compiled_at"))
+
+
 class CompiledModel:
     """A model compiled for one target. Call it with arrays in graph-input order."""
 
-    def __init__(self, signature: Signature, executor: Executor, target: str, graph: Graph | None = None) -> None:
+    def __init__(self, signature: Signature, executor: Executor, target: str, graph: Graph | None = None,
+                 info: CompileInfo | None = None) -> None:
         self.signature = signature
         self.target = target
         self.graph = graph
+        self.info = info or CompileInfo()
         self._executor = executor
         self.input_specs = list(signature.inputs)
         self.output_specs = list(signature.outputs)
@@ -129,6 +154,12 @@ class CompiledModel:
             raise InputError(f"inputs do not match the model: {'; '.join(parts)}; expected {self.input_names}")
         outs = self(*[inputs[n] for n in self.input_names])
         return dict(zip(self.output_names, outs))
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Save as an artifact folder that ``cuvil.load`` reads back (see cuvil/runtime/artifact.py)."""
+        from cuvil.runtime.artifact import save
+
+        return save(self, path)
 
     def __repr__(self) -> str:
         ins = ", ".join(f"{s.name}: {s.type}" for s in self.input_specs)

@@ -44,7 +44,7 @@ def test_hostile_names_import_print_parse_and_run() -> None:
     g = load_onnx(m)
     text = print_graph(g)
     assert print_graph(parse_graph(text)) == text
-    assert [n.name for n in parse_graph(text).nodes if n.op != "constant"] == HOSTILE[4:6] + [HOSTILE[7]]
+    assert [n.name for n in parse_graph(text).nodes if n.op != "constant"] == [*HOSTILE[4:6], HOSTILE[7]]
     a = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
     for graph in (g, parse_graph(text)):
         (out,) = cuvil.compile(graph)(a)
@@ -125,7 +125,7 @@ def test_external_data_next_to_the_model(tmp_path: Path) -> None:
 def test_external_data_missing_or_escaping_is_refused(tmp_path: Path) -> None:
     path, _ = _external_model(tmp_path)
     (tmp_path / "weights.bin").unlink()
-    with pytest.raises(cuvil.ModelError, match="external data file 'weights.bin' not found"):
+    with pytest.raises(cuvil.ModelError, match=r"external data file .weights\.bin. not found"):
         cuvil.compile(path)
     m = onnx.load(str(path), load_external_data=False)
     for t in m.graph.initializer:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +15,7 @@ from cuvil.backends.c import cache
 from cuvil.backends.c.codegen import CodegenOptions, GeneratedModule, generate
 from cuvil.backends.c.library import NativeModel
 from cuvil.backends.c.toolchain import RUNTIME_DIR, Compiler, build_library, compile_flags
+from cuvil.errors import CuvilError
 from cuvil.ir.graph import Graph
 
 C_TARGETS = ("generic", "x86_avx2", "x86_avx512", "native")
@@ -23,7 +24,7 @@ C_TARGETS = ("generic", "x86_avx2", "x86_avx512", "native")
 @dataclass(frozen=True)
 class BuildOptions:
     target: str = "generic"
-    compiler: Compiler = Compiler()
+    compiler: Compiler = field(default_factory=Compiler)
     cache_dir: Path | None = None
     sanitize: bool = False
 
@@ -36,6 +37,7 @@ class Build:
     cached: bool
     seconds: float
     module: GeneratedModule | None = None
+    options: BuildOptions | None = None
 
     @property
     def library(self) -> Path:
@@ -79,18 +81,89 @@ def build(graph: Graph, options: BuildOptions) -> Build:
 
     root = options.cache_dir or cache.default_cache_dir()
     folder, hit = cache.get_or_build(root, key, make)
-    return Build(folder, hit, time.perf_counter() - t0, module)
+    return Build(folder, hit, time.perf_counter() - t0, module, options)
 
 
 class CExecutor:
     """Runs a built model library."""
 
-    def __init__(self, b: Build) -> None:
+    def __init__(self, b: Build, facts: Mapping[str, Any] | None = None, *, library: Path | None = None) -> None:
         self.build = b
-        self.native = NativeModel(b.library, b.weights)
+        self.native = NativeModel(library or b.library, b.weights)
+        if facts is None:
+            if b.options is None:
+                raise CuvilError("a C build needs its build options or saved facts")
+            facts = build_facts(b.options)
+        self.facts = dict(facts)
 
     def run(self, inputs: list[np.ndarray], env: dict[str, int]) -> list[np.ndarray]:
         return self.native.run(inputs)
+
+    # what an artifact (cuvil/runtime/artifact.py) needs --------------------------
+    def artifact_files(self) -> dict[str, Path]:
+        """Every file a saved artifact holds, by its name there: source, headers, library, weights."""
+        files = {"model.c": self.build.source, "model.so": self.build.library, "weights.bin": self.build.weights}
+        for header in runtime_headers(self.build.source):
+            files[header.name] = header
+        return files
+
+    def artifact_meta(self) -> dict[str, Any]:
+        """The backend's part of an artifact's meta.json: its files' roles and how the library was built."""
+        return dict(self.facts)
+
+
+# The roles of an artifact's files, by the name each has in the artifact.
+ARTIFACT_FILES = {"source": "model.c", "header": "cuvil_api.h", "library": "model.so", "weights": "weights.bin"}
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"/\\]+)"', re.M)
+
+
+def build_facts(options: BuildOptions) -> dict[str, Any]:
+    """How a library was built, as saved in an artifact: compiler, flags, and a command that rebuilds it."""
+    # The build adds -I<installed runtime>; a saved artifact holds its headers beside model.c instead.
+    flags = [f for f in compile_flags(options.target, sanitize=options.sanitize) if not f.startswith("-I")]
+    cmd = [*options.compiler.argv, *flags, ARTIFACT_FILES["source"], "-o", ARTIFACT_FILES["library"], "-lm"]
+    return {
+        "backend": "c",
+        "files": dict(ARTIFACT_FILES),
+        "compiler": {"command": list(options.compiler.argv), "version": options.compiler.version, "flags": flags},
+        "rebuild": " ".join(shlex.quote(c) for c in cmd),
+    }
+
+
+def runtime_headers(source: Path) -> list[Path]:
+    """The runtime headers ``source`` includes, directly or through each other, in a stable order.
+
+    Each is looked for beside ``source`` first (a saved artifact), then in the installed runtime."""
+    found: dict[str, Path] = {}
+    todo = [source]
+    while todo:
+        text = todo.pop().read_text(encoding="utf-8")
+        for name in _INCLUDE.findall(text):
+            if name in found:
+                continue
+            for folder in (source.parent, RUNTIME_DIR):
+                if (folder / name).is_file():
+                    found[name] = folder / name
+                    todo.append(found[name])
+                    break
+            else:
+                raise CuvilError(f"{source}: included header {name!r} is not in the Cuvil runtime")
+    return [found[k] for k in sorted(found)]
+
+
+def load_executor(folder: Path, meta: Mapping[str, Any]) -> CExecutor:
+    """The executor of a saved artifact (meta.json already checked by cuvil.runtime.artifact)."""
+    files = meta["files"]
+    if dict(files) != ARTIFACT_FILES:
+        raise CuvilError(f"{folder}: meta.json lists files {dict(files)}; a C artifact holds {ARTIFACT_FILES}")
+    b = Build(folder, cached=True, seconds=0.0)
+    # The dynamic loader knows a library by its path: a second dlopen of the same path returns the library
+    # already mapped, even when a newer artifact has replaced the file since (ctypes never unloads). Opening
+    # it through a link of a unique name makes every load map the file that is there now.
+    with tempfile.TemporaryDirectory(prefix="cuvil-load-") as tmp:
+        link = Path(tmp) / ARTIFACT_FILES["library"]
+        link.symlink_to(b.library.resolve())
+        return CExecutor(b, {k: meta[k] for k in ("backend", "files", "compiler", "rebuild")}, library=link)
 
 
 def write_meta(path: Path, meta: dict[str, object]) -> None:

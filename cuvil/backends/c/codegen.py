@@ -170,7 +170,7 @@ class FunctionEmitter:
             if info.multiple_of is not None:
                 w.line(f"if ({cs} % {info.multiple_of} != 0) {{ cuvil_fail(call, \"%s=%lld is not a multiple of "
                        f"{info.multiple_of}\", {c_string(s)}, (long long){cs}); goto fail; }}")
-        for i, v in enumerate(self.graph.inputs):  # dims that are expressions of bound symbols
+        for v in self.graph.inputs:  # dims that are expressions of bound symbols
             c = self.cval(v)
             for j, d in enumerate(v.type.shape):
                 if isinstance(d, DimExpr) and not is_unknown(d) and d.symbols() <= bound and not (
@@ -234,6 +234,7 @@ class FunctionEmitter:
         if k is None:
             raise CodegenError(f"op {node.op} has no C kernel")
         dims = self.out_dims(node)
+        allocated: list[bool] = []
         with w.block(""):
             for c, ds in zip(outs, dims):
                 for j, e in enumerate(ds):
@@ -248,9 +249,10 @@ class FunctionEmitter:
                 if checks:
                     w.line(f"if ({' || '.join(checks)}) {{ cuvil_fail(call, \"node %s ({node.op}): input shapes "
                            f"do not fit together\", {c_string(node.name)}); goto fail; }}")
-                if all(e is not None for e in ds):
+                allocated.append(all(e is not None for e in ds))
+                if allocated[-1]:
                     self.alloc_value(c, node)
-            k.emit(KernelCtx(self, node, ins, outs))
+            k.emit(KernelCtx(self, node, ins, outs, allocated))
 
     def emit_graph(self, g: Graph, keep: set[Value]) -> None:
         """Emit ``g``'s nodes, releasing each value it defines after its last use (except ``keep``)."""

@@ -103,9 +103,19 @@ def kernel_ops() -> set[str]:
 class KernelCtx:
     """What a kernel emitter sees for one node."""
 
-    def __init__(self, fn: FunctionEmitter, node: Node, ins: Sequence[CVal | None], outs: Sequence[CVal]) -> None:
+    def __init__(
+        self,
+        fn: FunctionEmitter,
+        node: Node,
+        ins: Sequence[CVal | None],
+        outs: Sequence[CVal],
+        allocated: Sequence[bool] | None = None,
+    ) -> None:
         self._fn = fn
         self.node = node
+        # Whether the generator already allocated each output (all its dims were derivable); a kernel
+        # with ``computes_shape=True`` calls :meth:`alloc` only for the outputs where this is False.
+        self.allocated = list(allocated) if allocated is not None else [True] * len(outs)
         self.attrs: dict[str, Any] = node.attrs
         self.ins = list(ins)
         self.outs = list(outs)

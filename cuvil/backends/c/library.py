@@ -6,6 +6,7 @@ from several Python threads run in parallel; each call owns its memory.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 from collections.abc import Sequence
 from pathlib import Path
@@ -55,7 +56,7 @@ class NativeModel:
         handle = lib.cuvil_load(str(weights).encode() if weights else None, err, len(err))
         if not handle:
             raise CuvilError(f"cannot load model weights: {err.value.decode(errors='replace')}")
-        self._handle = ctypes.c_void_p(handle)
+        self._handle: ctypes.c_void_p | None = ctypes.c_void_p(handle)
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         arrays = [np.ascontiguousarray(a) for a in inputs]
@@ -68,6 +69,8 @@ class NativeModel:
                 t.shape[j] = n
         outs = (CTensor * max(self.n_outputs, 1))()
         err = ctypes.create_string_buffer(1024)
+        if self._handle is None:
+            raise CuvilError("the model was closed")
         rc = self.lib.cuvil_run(self._handle, ins, outs, err, len(err))
         if rc != 0:
             raise RunError(err.value.decode("utf-8", errors="replace"))
@@ -83,12 +86,10 @@ class NativeModel:
         return results
 
     def close(self) -> None:
-        if getattr(self, "_handle", None):
+        if getattr(self, "_handle", None) is not None:
             self.lib.cuvil_unload(self._handle)
             self._handle = None
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):
             self.close()
-        except Exception:
-            pass

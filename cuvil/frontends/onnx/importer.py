@@ -379,7 +379,8 @@ class _Converter:
         name: str = "main",
         prefix: str = "",
     ) -> Graph:
-        graph = Graph(name=name if parent is not None else (g.name or "main"), symbols=self.symbols)
+        graph = Graph(name=name if parent is not None else (g.name or "main"))
+        graph.symbols = self.symbols  # one table, shared while importing
         root = self._root_graph if parent is not None and self._root_graph is not None else graph
         builder = Builder(graph, symbols_from=root)
         if parent is None:

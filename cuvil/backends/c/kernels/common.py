@@ -3,14 +3,28 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from cuvil.backends.c.kernel import CVal, KernelCtx
+from cuvil.ir.symbolic import is_unknown
 
 
 def statically_same_shape(a: CVal, b: CVal) -> bool:
     return a.rank == b.rank and all(
         isinstance(x, int) and x == y for x, y in zip(a.value.type.shape, b.value.type.shape)
     )
+
+
+def provably_same_shape(a: CVal, b: CVal) -> bool:
+    """Whether ``a`` and ``b`` have the same shape for every run (equal static or symbolic dims)."""
+    return a.rank == b.rank and all(
+        x == y and not is_unknown(x) for x, y in zip(a.value.type.shape, b.value.type.shape)
+    )
+
+
+def statically_one(a: CVal) -> bool:
+    """Whether ``a`` holds exactly one element whatever the run-time shapes."""
+    return all(d == 1 for d in a.value.type.shape)
 
 
 def elementwise(
@@ -22,45 +36,113 @@ def elementwise(
     """``out = expr(ins...)`` elementwise with NumPy broadcasting.
 
     ``expr`` receives each input's element as a C expression in its compute
-    type and returns the result in the output's compute type."""
+    type (a local variable: it may be used more than once) and returns the
+    result in the output's compute type.  ``out`` must not alias an input
+    (the loops use ``restrict`` pointers).
+
+    Loops: inputs holding one element are read once before the loop; when
+    every other input has the output's shape the loop is flat; otherwise an
+    odometer walks the outer dims and the innermost dim is a unit-stride (or,
+    where only known at run time, strided) loop.
+    """
     ins = list(ins) if ins is not None else [k.inp(i) for i in range(len(k.ins)) if k.has(i)]
     out = out or k.out(0)
     w = k.w
-    i = k.tmp("i")
-    n = k.tmp("n")
-    w.line(f"int64_t {n} = {out.numel()};")
-    flat = " && ".join(f"cuvil_same_shape({a.shape}, {a.rank}, {out.shape}, {out.rank})" for a in ins) or "1"
-    if all(statically_same_shape(a, out) for a in ins):
-        flat = "1"
-    with w.block(f"if ({flat})"):
-        with w.block(f"for (int64_t {i} = 0; {i} < {n}; {i}++)"):
-            w.line(out.store(i, expr([a.load(i) for a in ins])))
-    if flat == "1":
-        return
-    with w.block("else"):
-        for a in ins:
-            k.fail_if(f"!cuvil_bcast_ok({a.shape}, {a.rank}, {out.shape}, {out.rank})",
-                      "input shapes do not broadcast")
-        R = out.rank
-        strides = []
-        for a in ins:
-            st = k.tmp("st")
-            w.line(f"int64_t {st}[{max(R, 1)}];")
-            w.line(f"cuvil_bcast_strides({a.shape}, {a.rank}, {out.shape}, {R}, {st});")
-            strides.append(st)
-        idx = [k.tmp("d") for _ in range(R)]
-        o = k.tmp("o")
-        w.line(f"int64_t {o} = 0;")
-        offs = [k.tmp("p") for _ in ins]
-        for j in range(R):
-            w.line(f"for (int64_t {idx[j]} = 0; {idx[j]} < {out.shape}[{j}]; {idx[j]}++) {{")
-        for a, st, p in zip(ins, strides, offs):
-            terms = " + ".join(f"{idx[j]} * {st}[{j}]" for j in range(R)) or "0"
-            w.line(f"    int64_t {p} = {terms};")
-        w.line("    " + out.store(o, expr([a.load(p) for a, p in zip(ins, offs)])))
-        w.line(f"    {o}++;")
-        for _ in range(R):
-            w.line("}")
+    with w.block(""):
+        po = k.tmp("po")
+        w.line(f"{out.ctype} *restrict {po} = {out.ptr};")
+        o = replace(out, ptr=po)
+        args: list[str] = [""] * len(ins)
+        vec: list[tuple[int, CVal]] = []
+        for j, a in enumerate(ins):
+            if statically_one(a):  # read once
+                args[j] = k.tmp("s")
+                w.line(f"const {a.ctype_compute} {args[j]} = {a.load('0')};")
+            else:
+                p = k.tmp("pi")
+                w.line(f"const {a.ctype} *restrict {p} = {a.ptr};")
+                vec.append((j, replace(a, ptr=p)))
+
+        def body(index: Callable[[int], str], o_index: str) -> None:
+            """Load the vector operands into locals, then store the result."""
+            vals = list(args)
+            for n, (j, a) in enumerate(vec):
+                vals[j] = k.tmp("x")
+                w.line(f"const {a.ctype_compute} {vals[j]} = {a.load(index(n))};")
+            w.line(o.store(o_index, expr(vals)))
+
+        def flat_loop() -> None:
+            i = k.tmp("i")
+            n = k.tmp("n")
+            w.line(f"const int64_t {n} = {out.numel()};")
+            with w.block(f"for (int64_t {i} = 0; {i} < {n}; {i}++)"):
+                body(lambda _n: i, i)
+
+        if all(provably_same_shape(a, out) for _, a in vec):
+            flat_loop()
+            return
+        same = " && ".join(
+            f"cuvil_same_shape({a.shape}, {a.rank}, {out.shape}, {out.rank})"
+            for _, a in vec if not provably_same_shape(a, out)
+        )
+        with w.block(f"if ({same})"):
+            flat_loop()
+        with w.block("else"):
+            _broadcast_loops(k, out, vec, body)
+
+
+def _broadcast_loops(
+    k: KernelCtx,
+    out: CVal,
+    vec: Sequence[tuple[int, CVal]],
+    body: Callable[[Callable[[int], str], str], None],
+) -> None:
+    """The general broadcasting loop nest (output rank >= 1)."""
+    w = k.w
+    rank = out.rank
+    for _, a in vec:
+        k.fail_if(f"!cuvil_bcast_ok({a.shape}, {a.rank}, {out.shape}, {out.rank})", "input shapes do not broadcast")
+    strides = []
+    for _, a in vec:
+        st = k.tmp("st")
+        w.line(f"int64_t {st}[{rank}];")
+        w.line(f"cuvil_bcast_strides({a.shape}, {a.rank}, {out.shape}, {rank}, {st});")
+        strides.append(st)
+    # The innermost stride, statically when the dims tell: an input whose last dim is the
+    # output's (the same expression) is read with stride 1 (when that dim is 1 the loop has
+    # one step, so the stride does not matter); one whose last dim is 1 is read with stride 0.
+    inner: list[str] = []
+    out_last = out.value.type.shape[-1]
+    for (_, a), st in zip(vec, strides):
+        d = a.value.type.shape[-1]  # vector operands have rank >= 1
+        if d == out_last and not is_unknown(d):
+            inner.append("1")
+        elif d == 1:
+            inner.append("0")
+        else:
+            inner.append(f"{st}[{rank - 1}]")
+    idx = [k.tmp("d") for _ in range(rank - 1)]
+    offs = [k.tmp("p") for _ in vec]
+    oo = k.tmp("o")
+    w.line(f"int64_t {oo} = 0;")
+    for j in range(rank - 1):
+        w.line(f"for (int64_t {idx[j]} = 0; {idx[j]} < {out.shape}[{j}]; {idx[j]}++) {{")
+    for st, p in zip(strides, offs):
+        terms = " + ".join(f"{idx[j]} * {st}[{j}]" for j in range(rank - 1)) or "0"
+        w.line(f"    const int64_t {p} = {terms};")
+    with w.indented():
+        i = k.tmp("i")
+        last = out.dim(rank - 1)
+        with w.block(f"for (int64_t {i} = 0; {i} < {last}; {i}++)"):
+
+            def index(n: int) -> str:
+                s = inner[n]
+                return offs[n] if s == "0" else f"{offs[n]} + {i}" if s == "1" else f"{offs[n]} + {i} * {s}"
+
+            body(index, f"{oo} + {i}")
+        w.line(f"{oo} += {last};")
+    for _ in range(rank - 1):
+        w.line("}")
 
 
 def copy(k: KernelCtx, src: CVal, dst: CVal) -> None:

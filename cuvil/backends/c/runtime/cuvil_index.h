@@ -1,0 +1,211 @@
+/* Cuvil runtime: data movement for the shape, indexing and generation kernels.
+ *
+ * The core is cuvil_view_copy: copy an N-d strided view of a source buffer
+ * into a contiguous destination.  Transpose (permuted strides), slice
+ * (offset and stepped strides), expand (zero strides) and tile (a view of
+ * rank 2r whose repeat axes have stride 0) are all such views.  The view is
+ * simplified first (size-1 dims dropped, dims that are contiguous with
+ * each other merged), then copied block by block:
+ *   - the innermost dim has stride 1: a memcpy per row;
+ *   - stride 0: a fill per row;
+ *   - otherwise, when another dim has stride 1: 2-D tiles over that dim
+ *     and the innermost one (a cache-friendly transpose);
+ *   - otherwise a strided row loop.
+ * Data movement does not depend on the element type, only on its size, so
+ * the typed inner loops exist for sizes 1, 2, 4 and 8 bytes.
+ *
+ * Also: overflow-checked size arithmetic for shapes computed from tensor
+ * values (reshape, tile, expand, constant_of_shape, range...).
+ *
+ * All functions are static; nothing here keeps state between calls.
+ */
+#ifndef CUVIL_INDEX_H
+#define CUVIL_INDEX_H
+
+#include "cuvil_rt.h"
+
+/* The largest rank of a view (tile doubles its input's rank). */
+#define CUVIL_VIEW_MAX_RANK 32
+#define CUVIL_VIEW_TILE 32
+
+/* ---- checked size arithmetic ------------------------------------------ */
+
+/* a * b for non-negative a and b; -1 when either is negative or the product overflows int64. */
+static inline CUVIL_UNUSED int64_t cuvil_mul_nonneg(int64_t a, int64_t b) {
+    if (a < 0 || b < 0) return -1;
+    if (a != 0 && b > INT64_MAX / a) return -1;
+    return a * b;
+}
+
+/* The byte size of a tensor of `shape` with `esize`-byte elements; -1 when a dim
+ * is negative or the size overflows int64. */
+static CUVIL_UNUSED int64_t cuvil_checked_bytes(const int64_t *shape, int rank, int64_t esize) {
+    int64_t n = esize;
+    for (int i = 0; i < rank; i++) {
+        n = cuvil_mul_nonneg(n, shape[i]);
+        if (n < 0) return -1;
+    }
+    return n;
+}
+
+/* ---- strided views ----------------------------------------------------- */
+
+typedef struct cuvil_view {
+    int rank;
+    int64_t shape[CUVIL_VIEW_MAX_RANK];
+    int64_t stride[CUVIL_VIEW_MAX_RANK]; /* in elements; may be 0 or negative */
+} cuvil_view;
+
+/* Drop size-1 dims and merge dims that are contiguous with each other.
+ * Returns 0 when the view holds no element. */
+static CUVIL_UNUSED int cuvil_view_simplify(cuvil_view *v, int rank, const int64_t *shape, const int64_t *stride) {
+    int r = 0;
+    for (int j = 0; j < rank; j++) {
+        if (shape[j] == 0) return 0;
+        if (shape[j] == 1) continue;
+        if (r > 0 && v->stride[r - 1] == stride[j] * shape[j]) {
+            v->shape[r - 1] *= shape[j];
+            v->stride[r - 1] = stride[j];
+            continue;
+        }
+        v->shape[r] = shape[j];
+        v->stride[r] = stride[j];
+        r++;
+    }
+    v->rank = r;
+    return 1;
+}
+
+#define CUVIL_VIEW_KERNELS(SUF, T)                                                                              \
+    /* d[i] = s[i * st] for i < n */                                                                          \
+    static CUVIL_UNUSED void cuvil_vrow_##SUF(T *restrict d, const T *restrict s, int64_t n, int64_t st) {     \
+        if (st == 0) {                                                                                        \
+            const T x = s[0];                                                                                 \
+            for (int64_t i = 0; i < n; i++) d[i] = x;                                                         \
+        } else {                                                                                              \
+            for (int64_t i = 0; i < n; i++) d[i] = s[i * st];                                                 \
+        }                                                                                                     \
+    }                                                                                                         \
+    /* d[a * dsa + b] = s[a + b * ssb] for a < na, b < nb, in square tiles */                                 \
+    static CUVIL_UNUSED void cuvil_vtile_##SUF(T *restrict d, const T *restrict s, int64_t na, int64_t dsa,     \
+                                               int64_t nb, int64_t ssb) {                                     \
+        for (int64_t a0 = 0; a0 < na; a0 += CUVIL_VIEW_TILE) {                                                \
+            const int64_t ae = na - a0 < CUVIL_VIEW_TILE ? na : a0 + CUVIL_VIEW_TILE;                         \
+            for (int64_t b0 = 0; b0 < nb; b0 += CUVIL_VIEW_TILE) {                                            \
+                const int64_t be = nb - b0 < CUVIL_VIEW_TILE ? nb : b0 + CUVIL_VIEW_TILE;                     \
+                for (int64_t a = a0; a < ae; a++) {                                                           \
+                    T *restrict dr = d + a * dsa;                                                             \
+                    const T *restrict sr = s + a;                                                             \
+                    for (int64_t b = b0; b < be; b++) dr[b] = sr[b * ssb];                                    \
+                }                                                                                             \
+            }                                                                                                 \
+        }                                                                                                     \
+    }
+
+CUVIL_VIEW_KERNELS(1, uint8_t)
+CUVIL_VIEW_KERNELS(2, uint16_t)
+CUVIL_VIEW_KERNELS(4, uint32_t)
+CUVIL_VIEW_KERNELS(8, uint64_t)
+
+static CUVIL_UNUSED void cuvil_vrow(void *d, const void *s, size_t esize, int64_t n, int64_t st) {
+    if (st == 1) {
+        memcpy(d, s, esize * (size_t)n);
+        return;
+    }
+    switch (esize) {
+    case 1: cuvil_vrow_1((uint8_t *)d, (const uint8_t *)s, n, st); break;
+    case 2: cuvil_vrow_2((uint16_t *)d, (const uint16_t *)s, n, st); break;
+    case 4: cuvil_vrow_4((uint32_t *)d, (const uint32_t *)s, n, st); break;
+    default: cuvil_vrow_8((uint64_t *)d, (const uint64_t *)s, n, st); break;
+    }
+}
+
+static CUVIL_UNUSED void cuvil_vtile(void *d, const void *s, size_t esize, int64_t na, int64_t dsa, int64_t nb,
+                                     int64_t ssb) {
+    switch (esize) {
+    case 1: cuvil_vtile_1((uint8_t *)d, (const uint8_t *)s, na, dsa, nb, ssb); break;
+    case 2: cuvil_vtile_2((uint16_t *)d, (const uint16_t *)s, na, dsa, nb, ssb); break;
+    case 4: cuvil_vtile_4((uint32_t *)d, (const uint32_t *)s, na, dsa, nb, ssb); break;
+    default: cuvil_vtile_8((uint64_t *)d, (const uint64_t *)s, na, dsa, nb, ssb); break;
+    }
+}
+
+/* Copy the view (rank, shape, stride) of `src` into the contiguous `dst`, row-major.
+ * `esize` is 1, 2, 4 or 8; `rank` is at most CUVIL_VIEW_MAX_RANK (the code
+ * generator checks it).  The caller guarantees that every position of the view
+ * lies inside `src`. */
+static CUVIL_UNUSED void cuvil_view_copy(void *dst, const void *src, size_t esize, int rank, const int64_t *shape,
+                                         const int64_t *stride) {
+    cuvil_view v;
+    if (!cuvil_view_simplify(&v, rank, shape, stride)) return;
+    const int r = v.rank;
+    if (r == 0) {
+        memcpy(dst, src, esize);
+        return;
+    }
+    /* contiguous strides of the destination */
+    int64_t dstr[CUVIL_VIEW_MAX_RANK];
+    dstr[r - 1] = 1;
+    for (int j = r - 2; j >= 0; j--) dstr[j] = dstr[j + 1] * v.shape[j + 1];
+    /* the block: the innermost dim, plus a unit-stride dim q to tile with when the innermost is strided */
+    int q = -1;
+    if (v.stride[r - 1] != 1 && v.stride[r - 1] != 0) {
+        for (int j = r - 2; j >= 0; j--) {
+            if (v.stride[j] == 1) {
+                q = j;
+                break;
+            }
+        }
+    }
+    /* the outer dims, walked with an odometer */
+    int64_t on[CUVIL_VIEW_MAX_RANK], os[CUVIL_VIEW_MAX_RANK], od[CUVIL_VIEW_MAX_RANK], idx[CUVIL_VIEW_MAX_RANK];
+    int no = 0;
+    for (int j = 0; j < r - 1; j++) {
+        if (j == q) continue;
+        on[no] = v.shape[j];
+        os[no] = v.stride[j];
+        od[no] = dstr[j];
+        idx[no] = 0;
+        no++;
+    }
+    const int64_t n = v.shape[r - 1], st = v.stride[r - 1];
+    const unsigned char *s = (const unsigned char *)src;
+    unsigned char *d = (unsigned char *)dst;
+    const int64_t es = (int64_t)esize;
+    int64_t so = 0, doff = 0;
+    for (;;) {
+        if (q >= 0) {
+            cuvil_vtile(d + doff * es, s + so * es, esize, v.shape[q], dstr[q], n, st);
+        } else {
+            cuvil_vrow(d + doff * es, s + so * es, esize, n, st);
+        }
+        int j = no - 1;
+        for (; j >= 0; j--) {
+            idx[j]++;
+            so += os[j];
+            doff += od[j];
+            if (idx[j] < on[j]) break;
+            so -= os[j] * on[j];
+            doff -= od[j] * on[j];
+            idx[j] = 0;
+        }
+        if (j < 0) break;
+    }
+}
+
+/* Contiguous row-major strides (in elements) of `shape`. */
+static CUVIL_UNUSED void cuvil_strides(const int64_t *shape, int rank, int64_t *strides) {
+    int64_t s = 1;
+    for (int j = rank - 1; j >= 0; j--) {
+        strides[j] = s;
+        s *= shape[j];
+    }
+}
+
+/* Fill `n` elements of `esize` bytes at `dst` with the element at `value`. */
+static CUVIL_UNUSED void cuvil_fill(void *dst, const void *value, size_t esize, int64_t n) {
+    if (n <= 0) return;
+    cuvil_vrow(dst, value, esize, n, 0);
+}
+
+#endif /* CUVIL_INDEX_H */
