@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+__version__ = "0.1.0"  # first: modules imported below read it
+
 from cuvil.api import compile, multiple_of  # noqa: A004  (the library's main verb)
 from cuvil.errors import CuvilError, InputError, IRError, ModelError, ShapeError, UnsupportedOpError
-from cuvil.runtime.compiled import CompiledModel, TensorSpec
-
-__version__ = "0.1.0"
+from cuvil.runtime.artifact import load
+from cuvil.runtime.compiled import CompiledModel, CompileInfo, TensorSpec
 
 __all__ = [
+    "CompileInfo",
     "CompiledModel",
     "CuvilError",
     "IRError",
@@ -19,5 +21,6 @@ __all__ = [
     "UnsupportedOpError",
     "__version__",
     "compile",
+    "load",
     "multiple_of",
 ]

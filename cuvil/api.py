@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import datetime
+import hashlib
+import os
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -9,7 +13,7 @@ from cuvil.errors import CuvilError
 from cuvil.ir.graph import Graph
 from cuvil.ir.types import SymbolInfo
 from cuvil.ir.verify import verify
-from cuvil.runtime.compiled import CompiledModel, Signature
+from cuvil.runtime.compiled import CompiledModel, CompileInfo, Signature
 
 TARGETS = ("ref", "generic", "x86_avx2", "x86_avx512", "native")
 
@@ -76,12 +80,19 @@ def compile(  # noqa: A001  (the library's main verb)
     """Compile a model (ONNX path or ModelProto, or a Cuvil Graph) for ``target``."""
     if target not in TARGETS:
         raise CuvilError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
+    t0 = time.perf_counter()
+    at = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     graph = import_model(model, dims)
     verify(graph)
+    kind, digest = source_digest(model, graph)
+
+    def info(cached: bool | None) -> CompileInfo:
+        return CompileInfo(graph.name, kind, digest, time.perf_counter() - t0, cached, at)
+
     if target == "ref":
         from cuvil.backends.ref import RefExecutor
 
-        return CompiledModel(Signature.of(graph), RefExecutor(graph), target, graph)
+        return CompiledModel(Signature.of(graph), RefExecutor(graph), target, graph, info(None))
     from pathlib import Path
 
     from cuvil.backends.c import BuildOptions, CExecutor, build
@@ -89,4 +100,24 @@ def compile(  # noqa: A001  (the library's main verb)
 
     b = build(graph, BuildOptions(target=target, compiler=Compiler.from_string(cc),
                                   cache_dir=Path(cache_dir) if cache_dir else None, sanitize=sanitize))
-    return CompiledModel(Signature.of(graph), CExecutor(b), target, graph)
+    executor = CExecutor(b)
+    return CompiledModel(Signature.of(graph), executor, target, graph, info(b.cached))
+
+
+def source_digest(model: Any, graph: Graph) -> tuple[str, str]:
+    """What kind of model was compiled, and the sha256 of its bytes (a file's, a ModelProto's, or the IR text).
+
+    For a model with external data, the hash covers the .onnx file, not the data files beside it."""
+    if isinstance(model, Graph):
+        from cuvil.ir.printer import print_graph
+
+        return "cuvil graph", hashlib.sha256(print_graph(graph).encode()).hexdigest()
+    if isinstance(model, str | os.PathLike):
+        h = hashlib.sha256()
+        with open(model, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        return "onnx file", h.hexdigest()
+    if isinstance(model, bytes):
+        return "onnx bytes", hashlib.sha256(model).hexdigest()
+    return "onnx model", hashlib.sha256(model.SerializeToString(deterministic=True)).hexdigest()

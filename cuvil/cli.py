@@ -4,10 +4,31 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 
 from cuvil.errors import CuvilError
+
+
+def _reexec_with_sanitizers() -> bool:
+    """Sanitized libraries need the sanitizer runtimes loaded first: restart under LD_PRELOAD."""
+    if "libasan" in os.environ.get("LD_PRELOAD", ""):
+        return False
+    import subprocess
+
+    libs = []
+    for name in ("libasan.so", "libubsan.so"):
+        r = subprocess.run(["cc", f"-print-file-name={name}"], capture_output=True, text=True)
+        path = r.stdout.strip()
+        if r.returncode != 0 or not os.path.isabs(path):
+            raise CuvilError(f"--sanitize needs the C compiler's {name}, which was not found")
+        libs.append(path)
+    env = dict(os.environ, LD_PRELOAD=":".join(libs), ASAN_OPTIONS="detect_leaks=0:abort_on_error=0",
+               UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
+    sys.stdout.flush()
+    os.execve(sys.executable, [sys.executable, "-m", "cuvil", *sys.argv[1:]], env)
+    return True
 
 
 def _cmd_conformance(args: argparse.Namespace) -> int:
@@ -27,7 +48,12 @@ def _cmd_conformance(args: argparse.Namespace) -> int:
                 line += f"  {r.message[:300]}"
             print(line, flush=True)
 
-    summary = run_cases(dirs, args.target, progress=progress)
+    from cuvil.conformance import cuvil_runner
+
+    if args.sanitize and args.target != "ref" and _reexec_with_sanitizers():
+        return 0  # unreachable: the process was replaced
+    runner = cuvil_runner(args.target, sanitize=args.sanitize, cache_dir=os.environ.get("CUVIL_CACHE_DIR"))
+    summary = run_cases(dirs, args.target, runner=runner, progress=progress)
     scope_only = args.scope == "core"
     table = summary.per_op(scope_only)
     print(f"{'op':28s} {'pass':>6s} {'fail':>6s} {'unsup':>6s} {'error':>6s}")
@@ -166,6 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--scope", choices=("all", "core"), default="all", help="per-op table over all cases or the core op list")
     c.add_argument("--json", help="write per-case results to this file")
     c.add_argument("--verbose", "-v", action="store_true", help="print each case")
+    c.add_argument("--sanitize", action="store_true", help="C targets: build with AddressSanitizer and UBSan")
     c.set_defaults(fn=_cmd_conformance)
     return p
 

@@ -166,11 +166,11 @@ def compare(actual: list[np.ndarray], expected: list[np.ndarray]) -> str | None:
 Runner = Callable[[object, list[np.ndarray]], list[np.ndarray]]
 
 
-def cuvil_runner(target: str) -> Runner:
+def cuvil_runner(target: str, *, sanitize: bool = False, cache_dir: str | None = None) -> Runner:
     from cuvil.api import compile as cuvil_compile
 
     def run(model: object, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        m = cuvil_compile(model, target=target)
+        m = cuvil_compile(model, target=target, sanitize=sanitize, cache_dir=cache_dir)
         return list(m(*inputs))
 
     return run

@@ -95,21 +95,22 @@ class Signature:
 class CompileInfo:
     """Where a compiled model came from and what compiling it took (saved in an artifact's meta.json)."""
 
-    source_kind: str | None = None  # "onnx file", "onnx model" or "cuvil graph"
+    model_name: str | None = None  # the graph's name
+    source_kind: str | None = None  # "onnx file", "onnx bytes", "onnx model" or "cuvil graph"
     source_sha256: str | None = None  # of the model file's bytes, the serialized ModelProto, or the IR text
     seconds: float | None = None  # import + code generation + C build (or cache lookup)
     cached: bool | None = None  # the build came from the build cache (None: the target has no build)
     compiled_at: str | None = None  # UTC, ISO 8601
 
     def to_json(self) -> dict[str, Any]:
-        return {"source_kind": self.source_kind, "source_sha256": self.source_sha256, "seconds": self.seconds,
-                "cached": self.cached, "compiled_at": self.compiled_at}
+        return {"model_name": self.model_name, "source_kind": self.source_kind, "source_sha256": self.source_sha256,
+                "seconds": self.seconds, "cached": self.cached, "compiled_at": self.compiled_at}
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> CompileInfo:
         seconds = d.get("seconds")
-        return CompileInfo(d.get("source_kind"), d.get("source_sha256"), None if seconds is None else float(seconds),
-                           d.get("cached"), d.get("compiled_at"))
+        return CompileInfo(d.get("model_name"), d.get("source_kind"), d.get("source_sha256"),
+                           None if seconds is None else float(seconds), d.get("cached"), d.get("compiled_at"))
 
 
 class CompiledModel:

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+import shlex
+import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -51,6 +56,12 @@ class Build:
     def source(self) -> Path:
         return self.folder / "model.c"
 
+    @property
+    def warnings(self) -> str:
+        """What the C compiler printed (empty when the code compiled cleanly)."""
+        log = self.folder / "build.log"
+        return log.read_text(encoding="utf-8") if log.is_file() else ""
+
 
 def _runtime_digest() -> str:
     h = hashlib.sha256()
@@ -77,7 +88,8 @@ def build(graph: Graph, options: BuildOptions) -> Build:
         src = folder / "model.c"
         src.write_text(module.source, encoding="utf-8")
         (folder / "weights.bin").write_bytes(module.weights)
-        build_library(options.compiler, src, folder / "model.so", options.target, sanitize=options.sanitize)
+        log = build_library(options.compiler, src, folder / "model.so", options.target, sanitize=options.sanitize)
+        (folder / "build.log").write_text(log, encoding="utf-8")
 
     root = options.cache_dir or cache.default_cache_dir()
     folder, hit = cache.get_or_build(root, key, make)

@@ -59,8 +59,8 @@ def compile_flags(target: str, *, sanitize: bool = False) -> list[str]:
     return flags
 
 
-def build_library(compiler: Compiler, source: Path, out: Path, target: str, *, sanitize: bool = False) -> None:
-    """Compile one generated source file into a shared library."""
+def build_library(compiler: Compiler, source: Path, out: Path, target: str, *, sanitize: bool = False) -> str:
+    """Compile one generated source file into a shared library; returns the compiler's warnings."""
     cmd = [*compiler.argv, *compile_flags(target, sanitize=sanitize), str(source), "-o", str(out), "-lm"]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
@@ -68,3 +68,4 @@ def build_library(compiler: Compiler, source: Path, out: Path, target: str, *, s
         raise BuildError(f"C compiler failed to run: {exc}") from None
     if r.returncode != 0:
         raise BuildError(f"C compilation failed ({' '.join(cmd[:2])} ...):\n{r.stderr[-4000:]}")
+    return r.stderr

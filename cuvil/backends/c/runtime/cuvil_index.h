@@ -208,4 +208,38 @@ static CUVIL_UNUSED void cuvil_fill(void *dst, const void *value, size_t esize, 
     cuvil_vrow(dst, value, esize, n, 0);
 }
 
+/* Python's slice(*start, end, step).indices(dim): clamps *start in place and
+ * returns the slice's length (ONNX Slice follows the same rules).  step != 0. */
+static inline CUVIL_UNUSED int64_t cuvil_slice_range(int64_t dim, int64_t *start, int64_t end, int64_t step) {
+    int64_t s = *start, e = end;
+    if (step > 0) {
+        if (s < 0) { s += dim; if (s < 0) s = 0; } else if (s > dim) { s = dim; }
+        if (e < 0) { e += dim; if (e < 0) e = 0; } else if (e > dim) { e = dim; }
+        *start = s;
+        return e > s ? (e - s - 1) / step + 1 : 0;
+    }
+    if (s < 0) { s += dim; if (s < 0) s = -1; } else if (s >= dim) { s = dim - 1; }
+    if (e < 0) { e += dim; if (e < 0) e = -1; } else if (e >= dim) { e = dim - 1; }
+    *start = s;
+    const int64_t mag = step == INT64_MIN ? INT64_MAX : -step;
+    return s > e ? (s - e - 1) / mag + 1 : 0;
+}
+
+/* The length of an integer range: max(ceil((limit - start) / delta), 0), exactly;
+ * -1 when it does not fit int64.  delta != 0. */
+static inline CUVIL_UNUSED int64_t cuvil_range_len(int64_t start, int64_t limit, int64_t delta) {
+    uint64_t span, mag;
+    if (delta > 0) {
+        if (limit <= start) return 0;
+        span = (uint64_t)limit - (uint64_t)start;
+        mag = (uint64_t)delta;
+    } else {
+        if (limit >= start) return 0;
+        span = (uint64_t)start - (uint64_t)limit;
+        mag = (uint64_t)(-(delta + 1)) + 1u;
+    }
+    uint64_t n = span / mag + (span % mag != 0);
+    return n > (uint64_t)INT64_MAX ? -1 : (int64_t)n;
+}
+
 #endif /* CUVIL_INDEX_H */
