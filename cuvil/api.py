@@ -15,7 +15,7 @@ from cuvil.ir.types import SymbolInfo
 from cuvil.ir.verify import verify
 from cuvil.runtime.compiled import CompiledModel, CompileInfo, Signature
 
-TARGETS = ("ref", "generic", "x86_avx2", "x86_avx512", "native")
+TARGETS = ("ref", "generic", "x86_avx2", "x86_avx512", "native", "wasm32")
 
 
 class multiple_of:  # noqa: N801  (reads as a constraint: dims={"h": multiple_of(32)})
@@ -95,6 +95,14 @@ def compile(  # noqa: A001  (the library's main verb)
         return CompiledModel(Signature.of(graph), RefExecutor(graph), target, graph, info(None))
     from pathlib import Path
 
+    if target == "wasm32":
+        from cuvil.backends.wasm import WasmBuildOptions, WasmExecutor
+        from cuvil.backends.wasm import build as build_wasm
+
+        if cc or sanitize:
+            raise CuvilError("cc= and sanitize= apply to the native C targets; wasm32 builds with zig cc")
+        wb = build_wasm(graph, WasmBuildOptions(cache_dir=Path(cache_dir) if cache_dir else None))
+        return CompiledModel(Signature.of(graph), WasmExecutor(wb), target, graph, info(wb.cached))
     from cuvil.backends.c import BuildOptions, CExecutor, build
     from cuvil.backends.c.toolchain import Compiler
 

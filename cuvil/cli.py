@@ -7,8 +7,13 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from cuvil.errors import CuvilError
+
+if TYPE_CHECKING:
+    from cuvil.api import DimConstraint
+    from cuvil.runtime.compiled import CompiledModel
 
 
 def _reexec_with_sanitizers() -> bool:
@@ -132,15 +137,122 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- compile and run ------------------------------------------------------------------------------------------
+# The CLI is the one place that reads the environment: CC (the C compiler) and CUVIL_CACHE_DIR (the build cache).
+
+
+def _compile(model: str, target: str, dim_args: Sequence[str] | None) -> CompiledModel:
+    """cuvil.compile, with ``cache_dir=`` from CUVIL_CACHE_DIR and, for the C targets, ``cc=`` from CC.
+
+    Unset or empty variables leave the defaults. CC names the system C compiler, so it does not apply to
+    targets built with another toolchain (wasm32 builds with zig cc)."""
+    from cuvil.api import compile as cuvil_compile
+    from cuvil.backends.c import C_TARGETS
+
+    cc = os.environ.get("CC") or None
+    return cuvil_compile(model, target=target, dims=_dims(dim_args), cc=cc if target in C_TARGETS else None,
+                         cache_dir=os.environ.get("CUVIL_CACHE_DIR") or None)
+
+
+def parse_dim(text: str) -> tuple[str, DimConstraint]:
+    """One ``--dim`` value as a ``dims=`` entry of cuvil.compile.
+
+    ``NAME=SPEC[,SPEC...]``, each SPEC one of ``LO:HI`` (a range; either end may be left out),
+    ``N`` (a fixed value) or ``%N`` (a multiple of N): ``batch=1:256``, ``h=%32``, ``h=%32,32:1024``."""
+    from cuvil.api import multiple_of
+
+    name, eq, spec = text.partition("=")
+    name = name.strip()
+    if not eq or not name or not spec.strip():
+        raise CuvilError(f"--dim {text!r}: expected NAME=SPEC, e.g. batch=1:256, h=%32 or seq=128")
+
+    def number(part: str, what: str) -> int:
+        try:
+            return int(part)
+        except ValueError:
+            raise CuvilError(f"--dim {text!r}: {what} {part!r} is not an integer") from None
+
+    lo: int | None = None
+    hi: int | None = None
+    multiple: int | None = None
+    fixed: int | None = None
+    for part in (x.strip() for x in spec.split(",")):
+        if part.startswith("%"):
+            multiple = number(part[1:], "multiple")
+            if multiple <= 0:
+                raise CuvilError(f"--dim {text!r}: the multiple must be positive")
+        elif ":" in part:
+            a, _, b = part.partition(":")
+            lo = number(a, "minimum") if a.strip() else None
+            hi = number(b, "maximum") if b.strip() else None
+        else:
+            fixed = number(part, "value")
+    if fixed is not None and (lo is not None or hi is not None or multiple is not None):
+        raise CuvilError(f"--dim {text!r}: a fixed value cannot be combined with a range or a multiple")
+    if fixed is not None:
+        return name, fixed
+    if multiple is not None:
+        return name, multiple_of(multiple, lo, hi)
+    return name, (lo, hi)
+
+
+def _dims(values: Sequence[str] | None) -> dict[str, DimConstraint]:
+    dims: dict[str, DimConstraint] = {}
+    for text in values or ():
+        name, c = parse_dim(text)
+        if name in dims:
+            raise CuvilError(f"--dim {name} is given twice")
+        dims[name] = c
+    return dims
+
+
+def _describe(m: CompiledModel) -> None:
+    from cuvil.ir.printer import format_type
+
+    for s in m.input_specs:
+        print(f"  input  {s.name}: {format_type(s.type)}")
+    for s in m.output_specs:
+        print(f"  output {s.name}: {format_type(s.type)}")
+    for info in m.symbols.values():
+        print(f"  symbol {info.name}: {info.describe() or 'unconstrained'}")
+
+
+def _compiled(m: CompiledModel) -> str:
+    """How a compile went, e.g. "in 1.234 s (built)" or "in 0.045 s (from the build cache)"."""
+    how = {None: "", True: " (from the build cache)", False: " (built)"}[m.info.cached]
+    return f"in {m.info.seconds or 0.0:.3f} s{how}"
+
+
+def _cmd_compile(args: argparse.Namespace) -> int:
+    m = _compile(args.model, args.target, args.dim)
+    print(f"compiled {args.model} for {m.target} {_compiled(m)}")
+    _describe(m)
+    if args.output:
+        folder = m.save(args.output)
+        files = sorted(p.name for p in folder.iterdir())
+        print(f"saved to {folder}: {', '.join(files)}")
+    return 0
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     import time
+    from pathlib import Path
 
     import numpy as np
 
-    from cuvil.api import compile as cuvil_compile
-
     t0 = time.perf_counter()
-    m = cuvil_compile(args.model, target=args.target)
+    if Path(args.model).is_dir():
+        from cuvil.runtime.artifact import load
+
+        if args.dim:
+            raise CuvilError("--dim applies when compiling a model; a saved artifact keeps the dims it was compiled with")
+        m = load(args.model)
+        if args.target is not None and args.target != m.target:
+            raise CuvilError(f"{args.model} was compiled for target {m.target!r}, not {args.target!r}")
+        how = f"loaded {args.model} ({m.target}) in {time.perf_counter() - t0:.3f} s"
+    else:
+        m = _compile(args.model, args.target or "ref", args.dim)
+        how = f"compiled {args.model} for {m.target} {_compiled(m)}"
     t1 = time.perf_counter()
     if args.inputs:
         with np.load(args.inputs) as data:
@@ -152,7 +264,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         arrays = random_inputs(m.input_specs, m.symbols, seed=args.seed)
         outs = dict(zip(m.output_names, m(*arrays)))
     t2 = time.perf_counter()
-    print(f"compiled {args.model} for {m.target} in {t1 - t0:.3f} s; ran in {t2 - t1:.3f} s")
+    print(f"{how}; ran in {t2 - t1:.3f} s")
     for name, a in outs.items():
         stats = ""
         if a.size and a.dtype.kind in "fiub":
@@ -175,12 +287,25 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--full", action="store_true", help="with --ir, print every constant (parsable text)")
     i.set_defaults(fn=_cmd_inspect)
 
-    r = sub.add_parser("run", help="compile a model and run it once")
-    r.add_argument("model", help="an ONNX model file")
-    r.add_argument("--target", "-t", default="ref")
+    from cuvil.api import TARGETS
+
+    dim_help = "constrain a symbolic dim: NAME=LO:HI, NAME=N or NAME=%%N (a multiple), combined with commas"
+    cc = sub.add_parser("compile", help="compile a model, and save it as an artifact folder (-o)",
+                        epilog="environment: CC is the C compiler, CUVIL_CACHE_DIR the build cache folder")
+    cc.add_argument("model", help="an ONNX model file")
+    cc.add_argument("--target", "-t", default="native", help=f"one of {', '.join(t for t in TARGETS if t != 'ref')} (default native)")
+    cc.add_argument("--dim", action="append", metavar="NAME=SPEC", help=dim_help)
+    cc.add_argument("--output", "-o", metavar="DIR", help="save the compiled model to this folder")
+    cc.set_defaults(fn=_cmd_compile)
+
+    r = sub.add_parser("run", help="run a saved artifact, or compile a model and run it, once",
+                       epilog="environment: CC is the C compiler, CUVIL_CACHE_DIR the build cache folder")
+    r.add_argument("model", help="an artifact folder (from `cuvil compile -o`) or an ONNX model file")
+    r.add_argument("--target", "-t", help="for a model file: the target (default ref); for an artifact: must match it")
+    r.add_argument("--dim", action="append", metavar="NAME=SPEC", help="for a model file: " + dim_help)
     src = r.add_mutually_exclusive_group()
     src.add_argument("--inputs", help=".npz file with one array per input name")
-    src.add_argument("--random", action="store_true", help="random inputs (the default)")
+    src.add_argument("--random", action="store_true", help="seeded random inputs (the default)")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--output", "-o", help="write outputs to this .npz file")
     r.set_defaults(fn=_cmd_run)

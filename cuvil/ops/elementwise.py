@@ -169,7 +169,8 @@ def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         # floor and truncation differ when the division is inexact and the signs differ
         inexact = (a - q * b) != 0
         q = np.where(inexact & ((a < 0) != (b < 0)), q + 1, q)
-    return np.asarray(q)
+    # ONNX leaves integer division by zero undefined; Cuvil defines it as 0 on every target
+    return np.asarray(np.where(b == 0, np.zeros((), q.dtype), q).astype(q.dtype, copy=False))
 
 
 def _mod(a: np.ndarray, b: np.ndarray, *, fmod: int) -> np.ndarray:

@@ -81,8 +81,10 @@ def save(model: CompiledModel, path: str | os.PathLike[str]) -> Path:
     An existing artifact at ``path`` is replaced; any other non-empty folder is left alone (an error)."""
     executor = model._executor
     if not isinstance(executor, SavableExecutor):
-        raise CuvilError(f"a model compiled for target {model.target!r} cannot be saved: it has no compiled form "
-                         "(compile for a C target, e.g. target='native')")
+        why = ("the reference interpreter has no compiled form; compile for a C target, e.g. target='native'"
+               if model.target == "ref" else
+               f"its executor ({type(executor).__name__}) does not name its files (artifact_files, artifact_meta)")
+        raise CuvilError(f"a model compiled for target {model.target!r} cannot be saved: {why}")
     dest = Path(path)
     if dest.exists() and not dest.is_dir():
         raise CuvilError(f"{dest}: exists and is not a folder")
@@ -221,6 +223,9 @@ def load(path: str | os.PathLike[str]) -> CompiledModel:
     meta = read_meta(folder)
     check_files(folder, meta)
     module = importlib.import_module(BACKENDS[meta["backend"]])
-    executor: Executor = module.load_executor(folder, meta)
+    load_executor = getattr(module, "load_executor", None)
+    if load_executor is None:
+        raise ArtifactError(f"{folder}: this Cuvil's {meta['backend']} backend cannot load saved artifacts")
+    executor: Executor = load_executor(folder, meta)
     return CompiledModel(Signature.from_json(meta), executor, meta["target"], None,
                          CompileInfo.from_json(meta["compile"]))

@@ -20,7 +20,7 @@ from cuvil.backends.c import cache
 from cuvil.backends.c.codegen import CodegenOptions, GeneratedModule, generate
 from cuvil.backends.c.library import NativeModel
 from cuvil.backends.c.toolchain import RUNTIME_DIR, Compiler, build_library, compile_flags
-from cuvil.errors import CuvilError
+from cuvil.errors import CuvilError, ModelError
 from cuvil.ir.graph import Graph
 
 C_TARGETS = ("generic", "x86_avx2", "x86_avx512", "native")
@@ -165,9 +165,11 @@ def runtime_headers(source: Path) -> list[Path]:
 
 def load_executor(folder: Path, meta: Mapping[str, Any]) -> CExecutor:
     """The executor of a saved artifact (meta.json already checked by cuvil.runtime.artifact)."""
-    files = meta["files"]
-    if dict(files) != ARTIFACT_FILES:
-        raise CuvilError(f"{folder}: meta.json lists files {dict(files)}; a C artifact holds {ARTIFACT_FILES}")
+    if meta["files"] != ARTIFACT_FILES:
+        raise ModelError(f"{folder}: meta.json lists files {meta['files']}; a C artifact holds {ARTIFACT_FILES}")
+    missing = [k for k in ("compiler", "rebuild") if k not in meta]
+    if missing:
+        raise ModelError(f"{folder}: meta.json lacks {', '.join(missing)}, which a C artifact records")
     b = Build(folder, cached=True, seconds=0.0)
     # The dynamic loader knows a library by its path: a second dlopen of the same path returns the library
     # already mapped, even when a newer artifact has replaced the file since (ctypes never unloads). Opening

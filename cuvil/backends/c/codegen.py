@@ -158,7 +158,7 @@ class FunctionEmitter:
                     else:
                         w.line(f"{cs} = {c.shape}[{j}];")
                         bound.add(s)
-        for s in bound:
+        for s in [s for s in self.graph.symbols if s in bound]:  # graph order: the C must not depend on set order
             info = self.graph.symbols[s]
             cs = self.sym_c[s]
             if info.min is not None:
@@ -284,9 +284,9 @@ class FunctionEmitter:
             else:
                 tmp = self.names.fresh("copy")
                 size = f"(size_t)sizeof({c.ctype}) * (size_t)cuvil_numel({c.shape}, {c.rank})"
-                w.line(f"void *{tmp} = malloc({size} ? {size} : 1);")
+                w.line(f"void *{tmp} = malloc(({size}) ? ({size}) : 1);")
                 w.line(f'if (!{tmp}) {{ cuvil_fail(call, "out of memory"); goto fail; }}')
-                w.line(f"if ({size}) memcpy({tmp}, {c.ptr}, {size});")
+                w.line(f"if (({size}) != 0) memcpy({tmp}, {c.ptr}, {size});")
                 w.line(f"outputs[{i}].data = {tmp};")
             w.line(f"outputs[{i}].rank = {c.rank}; outputs[{i}].dtype = {ct.code(v.type.dtype)};")
             for j in range(c.rank):

@@ -59,7 +59,7 @@ class NativeModel:
         self._handle: ctypes.c_void_p | None = ctypes.c_void_p(handle)
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        arrays = [np.ascontiguousarray(a) for a in inputs]
+        arrays = [np.asarray(a, order="C") for a in inputs]  # (ascontiguousarray makes 0-D arrays 1-D)
         ins = (CTensor * max(len(arrays), 1))()
         for t, a in zip(ins, arrays):
             t.data = a.ctypes.data

@@ -20,7 +20,7 @@ TARGET_FLAGS: dict[str, tuple[str, ...]] = {
     "native": ("-march=native",),
 }
 SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer")
-BASE_FLAGS = ("-std=c11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-ffp-contract=off", "-fno-math-errno")
+BASE_FLAGS = ("-std=c11", "-O2", "-fvect-cost-model=dynamic", "-fPIC", "-shared", "-fvisibility=hidden", "-ffp-contract=off", "-fno-math-errno")
 WARN_FLAGS = ("-Wall", "-Wextra")
 
 

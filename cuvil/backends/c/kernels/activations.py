@@ -24,7 +24,7 @@ from cuvil.backends.c.kernels.elementwise import (
     wrapping,
 )
 from cuvil.backends.c.writer import c_float
-from cuvil.ir.dtypes import SIGNED_INTS, DType
+from cuvil.ir.dtypes import SIGNED_INTS
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
@@ -160,5 +160,3 @@ def _clip(k: KernelCtx) -> None:
 
     elementwise(k, expr, [x])
 
-
-__all__ = ["DType"]

@@ -48,20 +48,26 @@ def elementwise(
     ins = list(ins) if ins is not None else [k.inp(i) for i in range(len(k.ins)) if k.has(i)]
     out = out or k.out(0)
     w = k.w
+    probe = expr([f"cuvil_operand_{j}_" for j in range(len(ins))])
+    used = [f"cuvil_operand_{j}_" in probe for j in range(len(ins))]  # an operand the op ignores is not read
     with w.block(""):
         po = k.tmp("po")
         w.line(f"{out.ctype} *restrict {po} = {out.ptr};")
         o = replace(out, ptr=po)
-        args: list[str] = [""] * len(ins)
+        args: list[str] = ["0"] * len(ins)
         vec: list[tuple[int, CVal]] = []
+        unread: list[CVal] = []  # shapes still checked
         for j, a in enumerate(ins):
             if statically_one(a):  # read once
-                args[j] = k.tmp("s")
-                w.line(f"const {a.ctype_compute} {args[j]} = {a.load('0')};")
-            else:
+                if used[j]:
+                    args[j] = k.tmp("s")
+                    w.line(f"const {a.ctype_compute} {args[j]} = {a.load('0')};")
+            elif used[j]:
                 p = k.tmp("pi")
                 w.line(f"const {a.ctype} *restrict {p} = {a.ptr};")
                 vec.append((j, replace(a, ptr=p)))
+            else:
+                unread.append(a)
 
         def body(index: Callable[[int], str], o_index: str) -> None:
             """Load the vector operands into locals, then store the result."""
@@ -78,8 +84,14 @@ def elementwise(
             with w.block(f"for (int64_t {i} = 0; {i} < {n}; {i}++)"):
                 body(lambda _n: i, i)
 
+        for a in unread:
+            if not provably_same_shape(a, out):
+                k.fail_if(f"!cuvil_bcast_ok({a.shape}, {a.rank}, {out.shape}, {out.rank})", "input shapes do not broadcast")
         if all(provably_same_shape(a, out) for _, a in vec):
             flat_loop()
+            return
+        if any(a.rank != out.rank for _, a in vec):  # never the output's shape: always broadcast
+            _broadcast_loops(k, out, vec, body)
             return
         same = " && ".join(
             f"cuvil_same_shape({a.shape}, {a.rank}, {out.shape}, {out.rank})"

@@ -169,9 +169,16 @@ static CUVIL_UNUSED void cuvil_sgemm_pack_a(int64_t mc, int64_t kc, float alpha,
     for (int64_t i0 = 0; i0 < mc; i0 += CUVIL_GEMM_MR) {
         const int64_t mr = mc - i0 < CUVIL_GEMM_MR ? mc - i0 : CUVIL_GEMM_MR;
         /* k outer: MR read streams, one contiguous write stream (good for either layout of A). */
-        for (int64_t k = 0; k < kc; k++) {
-            const float *src = A + i0 * rsa + k * csa;
-            for (int64_t i = 0; i < mr; i++) Ap[k * CUVIL_GEMM_MR + i] = alpha * src[i * rsa];
+        if (mr == CUVIL_GEMM_MR && csa == 1) { /* row-major A: MR contiguous read streams */
+            const float *rows[CUVIL_GEMM_MR];
+            for (int i = 0; i < CUVIL_GEMM_MR; i++) rows[i] = A + (i0 + i) * rsa;
+            for (int64_t k = 0; k < kc; k++)
+                for (int i = 0; i < CUVIL_GEMM_MR; i++) Ap[k * CUVIL_GEMM_MR + i] = alpha * rows[i][k];
+        } else {
+            for (int64_t k = 0; k < kc; k++) {
+                const float *src = A + i0 * rsa + k * csa;
+                for (int64_t i = 0; i < mr; i++) Ap[k * CUVIL_GEMM_MR + i] = alpha * src[i * rsa];
+            }
         }
         for (int64_t i = mr; i < CUVIL_GEMM_MR; i++)
             for (int64_t k = 0; k < kc; k++) Ap[k * CUVIL_GEMM_MR + i] = 0.0f;
@@ -187,8 +194,8 @@ static CUVIL_UNUSED void cuvil_sgemm_pack_b(int64_t kc, int64_t nc, const float 
         for (int64_t k = 0; k < kc; k++) {
             const float *src = B + k * rsb + j0 * csb;
             float *restrict dst = Bp + k * CUVIL_GEMM_NR;
-            if (csb == 1) {
-                memcpy(dst, src, sizeof(float) * (size_t)nr);
+            if (csb == 1) { /* a plain loop: a libc call per NR floats would cost more than the copy */
+                for (int64_t j = 0; j < nr; j++) dst[j] = src[j];
             } else {
                 for (int64_t j = 0; j < nr; j++) dst[j] = src[j * csb];
             }

@@ -1,0 +1,229 @@
+"""Kernels of the linear algebra ops: ``matmul``, ``gemm`` and ``einsum``.
+
+float32 products go through ``cuvil_sgemm`` (``cuvil_gemm.h``), whose
+arbitrary strides make transposes free.  Other element types use a plain
+row-at-a-time loop (unit-stride over the output row) that accumulates like
+the reference: float32 for half floats, double for float64, and 64-bit
+unsigned arithmetic for integers (whose wrap-around agrees with the
+reference's wrapping once cast back to the element type).
+
+``einsum`` is compiled from the parsed equation (the op's own parser) into
+a loop nest: one loop per output label, then one per summed label; each
+operand's offset is a sum of per-label strides (a label repeated in one
+operand adds its strides: a diagonal; a dim of 1 standing for a larger
+label gets stride 0: broadcasting).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from cuvil.backends.c import ctypes_map as ct
+from cuvil.backends.c.kernel import CVal, KernelCtx, kernel
+from cuvil.backends.c.kernels.reduce import acc_ctype, prod_expr, to_acc
+from cuvil.backends.c.writer import c_float
+from cuvil.ir.dtypes import DType
+from cuvil.ops.linalg import ELLIPSIS, parse_equation
+
+
+def _mm_loops(k: KernelCtx, dt: DType, m: str, n: str, kd: str, a: str, rsa: str, csa: str,
+              b: str, rsb: str, csb: str, acc: str, store: Callable[[str, str, str], str]) -> None:
+    """Row-at-a-time product of non-float32 matrices; ``store(i, j, acc)`` writes one result.
+
+    ``a``/``b`` are C pointer expressions with row and column strides; ``acc`` is scratch of ``n`` entries."""
+    w = k.w
+    acc_t = acc_ctype(dt)
+    with w.block(f"for (int64_t i = 0; i < {m}; i++)"):
+        w.line(f"for (int64_t j = 0; j < {n}; j++) {acc}[j] = 0;")
+        with w.block(f"for (int64_t p = 0; p < {kd}; p++)"):
+            w.line(f"const {acc_t} av = {to_acc(dt, ct.load(dt, a, f'i * {rsa} + p * {csa}'))};")
+            w.line(f"const {ct.storage(dt)} *restrict bp = {b} + p * {rsb};")
+            w.line(f"for (int64_t j = 0; j < {n}; j++) {acc}[j] += av * {to_acc(dt, ct.load(dt, 'bp', f'j * {csb}'))};")
+        w.line(f"for (int64_t j = 0; j < {n}; j++) {store('i', 'j', f'{acc}[j]')}")
+
+
+def _sgemm(k: KernelCtx, m: str, n: str, kd: str, alpha: str, a: str, rsa: str, csa: str,
+           b: str, rsb: str, csb: str, beta: str, y: str, ldy: str) -> None:
+    k.include("cuvil_gemm.h")
+    k.fail_if(f"cuvil_sgemm({m}, {n}, {kd}, {alpha}, {a}, {rsa}, {csa}, {b}, {rsb}, {csb}, {beta}, {y}, {ldy}) != 0",
+              "out of memory")
+
+
+# matmul --------------------------------------------------------------------------------------
+
+
+@kernel("matmul")
+def _matmul(k: KernelCtx) -> None:
+    a, b, y, w = k.inp(0), k.inp(1), k.out(0), k.w
+    dt = y.dtype
+    ra, rb = a.rank, b.rank
+    m = a.dim(ra - 2) if ra > 1 else "1"
+    ka = a.dim(ra - 1)
+    kb = b.dim(rb - 2) if rb > 1 else b.dim(0)
+    n = b.dim(rb - 1) if rb > 1 else "1"
+    k.require(ka, kb, "matmul: the inner dims differ")
+    ba, bb = max(ra - 2, 0), max(rb - 2, 0)
+    nb = max(ba, bb)
+    acc = None if dt is DType.f32 else k.scratch(acc_ctype(dt), f"(int64_t){n} > 0 ? {n} : 1", "acc")
+
+    def product(rows: str, ap: str, bp: str, yp: str) -> None:
+        if dt is DType.f32:
+            _sgemm(k, rows, n, ka, "1.0f", ap, ka, "1", bp, n, "1", "0.0f", yp, n)
+        else:
+            assert acc is not None
+            _mm_loops(k, dt, rows, n, ka, ap, ka, "1", bp, n, "1", acc,
+                      lambda i, j, v: ct.store(dt, yp, f"{i} * {n} + {j}", v))
+
+    if bb == 0:
+        # B is one matrix: A's batch and row dims fold into the rows of one product.
+        rows = prod_expr(a, 0, ra - 1) if ra > 1 else "INT64_C(1)"
+        product(rows, a.ptr, b.ptr, y.ptr)
+    else:
+        for v, r in ((a, ba), (b, bb)):
+            k.fail_if(f"!cuvil_bcast_ok({v.shape}, {r}, {y.shape}, {nb})", "matmul: the batch dims do not broadcast")
+        sta, stb = k.tmp("sta"), k.tmp("stb")
+        w.line(f"int64_t {sta}[{nb}], {stb}[{nb}];")
+        w.line(f"cuvil_bcast_strides({a.shape}, {ba}, {y.shape}, {nb}, {sta});")
+        w.line(f"cuvil_bcast_strides({b.shape}, {bb}, {y.shape}, {nb}, {stb});")
+        with w.block(f"for (int64_t bi = 0; bi < {prod_expr(y, 0, nb)}; bi++)"):
+            w.line("int64_t rem = bi, oa = 0, ob = 0;")
+            with w.block(f"for (int d = {nb - 1}; d >= 0; d--)"):
+                w.line(f"const int64_t t = rem % {y.shape}[d]; rem /= {y.shape}[d];")
+                w.line(f"oa += t * {sta}[d]; ob += t * {stb}[d];")
+            product(m, f"({a.ptr} + oa * {m} * {ka})", f"({b.ptr} + ob * {ka} * {n})", f"({y.ptr} + bi * {m} * {n})")
+    if acc:
+        k.release(acc)
+
+
+# gemm ----------------------------------------------------------------------------------------
+
+
+def _c_strides(k: KernelCtx, c: CVal, m: str, n: str) -> tuple[str, str]:
+    """Row and column strides that read ``C`` broadcast to ``[M, N]`` (checked at run time)."""
+    if c.rank == 0:
+        return "0", "0"
+    cn = c.dim(c.rank - 1)
+    k.fail_if(f"{cn} != 1 && {cn} != {n}", "gemm: C does not broadcast to [M, N]")
+    if c.rank == 1:
+        return "0", f"({cn} == 1 ? 0 : 1)"
+    cm = c.dim(0)
+    k.fail_if(f"{cm} != 1 && {cm} != {m}", "gemm: C does not broadcast to [M, N]")
+    return f"({cm} == 1 ? 0 : {cn})", f"({cn} == 1 ? 0 : 1)"
+
+
+@kernel("gemm")
+def _gemm(k: KernelCtx) -> None:
+    a, b, y, w = k.inp(0), k.inp(1), k.out(0), k.w
+    dt = y.dtype
+    ta, tb = bool(k.attrs["transA"]), bool(k.attrs["transB"])
+    alpha, beta = float(k.attrs["alpha"]), float(k.attrs["beta"])
+    m, ka = (a.dim(1), a.dim(0)) if ta else (a.dim(0), a.dim(1))
+    kb, n = (b.dim(1), b.dim(0)) if tb else (b.dim(0), b.dim(1))
+    k.require(ka, kb, "gemm: the inner dims differ")
+    rsa, csa = ("1", a.dim(1)) if ta else (a.dim(1), "1")
+    rsb, csb = ("1", b.dim(1)) if tb else (b.dim(1), "1")
+    c = k.inp(2) if k.has(2) else None
+    crs, ccs = _c_strides(k, c, m, n) if c else ("0", "0")
+
+    def c_at(i: str, j: str) -> str:
+        assert c is not None
+        return c.load(f"{i} * {crs} + {j} * {ccs}")
+
+    if dt is DType.f32:
+        if c:
+            scaled = c_at("i", "j") if beta == 1.0 else f"{c_float(beta)} * {c_at('i', 'j')}"
+            w.line(f"for (int64_t i = 0; i < {m}; i++) for (int64_t j = 0; j < {n}; j++) {y.ptr}[i * {n} + j] = {scaled};")
+        _sgemm(k, m, n, ka, c_float(alpha), a.ptr, rsa, csa, b.ptr, rsb, csb, "1.0f" if c else "0.0f", y.ptr, n)
+        return
+    acc = k.scratch(acc_ctype(dt), f"(int64_t){n} > 0 ? {n} : 1", "acc")
+
+    def store(i: str, j: str, v: str) -> str:
+        if dt.is_float:
+            cc = ct.compute(dt)
+            lit = c_float(alpha, "f" if cc == "float" else "")
+            e = v if alpha == 1.0 else f"{v} * {lit}"
+            if c:
+                blit = c_float(beta, "f" if cc == "float" else "")
+                e += f" + {c_at(i, j)}" if beta == 1.0 else f" + {c_at(i, j)} * {blit}"
+        elif alpha == 1.0 and (c is None or beta == 1.0):
+            e = v if c is None else f"{v} + {to_acc(dt, c_at(i, j))}"  # exact, wrapping integer arithmetic
+        else:  # the reference scales in float64, then casts back
+            e = f"(double)({ct.storage(dt)})({v})"
+            if alpha != 1.0:
+                e = f"{e} * {c_float(alpha, '')}"
+            if c:
+                e += f" + (double){c_at(i, j)}" + ("" if beta == 1.0 else f" * {c_float(beta, '')}")
+        return ct.store(dt, y.ptr, f"{i} * {n} + {j}", e)
+
+    _mm_loops(k, dt, m, n, ka, a.ptr, rsa, csa, b.ptr, rsb, csb, acc, store)
+    k.release(acc)
+
+
+# einsum --------------------------------------------------------------------------------------
+
+
+@kernel("einsum")
+def _einsum(k: KernelCtx) -> None:
+    ops = [k.inp(i) for i in range(len(k.ins))]
+    y, w = k.out(0), k.w
+    dt = y.dtype
+    eq = parse_equation(k.attrs["equation"], len(ops))
+    # Each operand's axes as labels, the ellipsis expanded to right-aligned labels "...0", "...1", ...
+    n_ell = max((v.rank - (len(t) - 1) for v, t in zip(ops, eq.inputs) if ELLIPSIS in t), default=0)
+    ell = [f"...{i}" for i in range(n_ell)]
+    axes: list[list[str]] = []
+    for v, term in zip(ops, eq.inputs):
+        labels: list[str] = []
+        for x in term:
+            labels.extend(ell[n_ell - (v.rank - (len(term) - 1)):] if x == ELLIPSIS else [x])
+        axes.append(labels)
+    out = [x for t in eq.output for x in (ell if t == ELLIPSIS else [t])]
+    loops = out + [x for labels in axes for x in dict.fromkeys(labels) if x not in out]
+    loops = list(dict.fromkeys(loops))
+    size = {x: k.tmp("sz") for x in loops}
+    for x in loops:
+        w.line(f"int64_t {size[x]} = 1;")
+    for i, (v, labels) in enumerate(zip(ops, axes)):
+        for j, x in enumerate(labels):
+            first = labels.index(x)
+            if first != j:
+                k.require(v.dim(j), v.dim(first), f"einsum: input {i} repeats label {x!r} over dims of different sizes")
+            d = v.dim(j)
+            k.fail_if(f"{d} != 1 && {size[x]} != 1 && {size[x]} != {d}",
+                      f"einsum: input {i} gives label {x!r} size %lld, another input %lld",
+                      f"(long long){d}", f"(long long){size[x]}")
+            w.line(f"if ({d} != 1) {size[x]} = {d};")
+    for j, x in enumerate(out):
+        k.require(y.dim(j), size[x], f"einsum: output dim {j}")
+    # Per operand and loop label: the stride (sum over the axes carrying the label; 0 where broadcast).
+    strides: list[dict[str, str]] = []
+    for v, labels in zip(ops, axes):
+        st: dict[str, str] = {}
+        for j, x in enumerate(labels):
+            term = f"({v.dim(j)} == 1 ? 0 : {prod_expr(v, j + 1, v.rank)})"
+            st[x] = f"{st[x]} + {term}" if x in st else term
+        names = {}
+        for x, e in st.items():
+            names[x] = k.tmp("es")
+            w.line(f"const int64_t {names[x]} = {e};")
+        strides.append(names)
+    acc_t = acc_ctype(dt)
+    idx = {x: k.tmp("e") for x in loops}
+    with w.block(""):
+        w.line("int64_t o = 0;")
+        for x in out:
+            w.line(f"for (int64_t {idx[x]} = 0; {idx[x]} < {size[x]}; {idx[x]}++) {{")
+        w.line(f"{acc_t} acc = 0;")
+        for x in loops[len(out):]:
+            w.line(f"for (int64_t {idx[x]} = 0; {idx[x]} < {size[x]}; {idx[x]}++) {{")
+        terms = []
+        for v, st in zip(ops, strides):
+            off = " + ".join(f"{idx[x]} * {s}" for x, s in st.items()) or "0"
+            terms.append(to_acc(dt, v.load(off)))
+        w.line(f"acc += {' * '.join(terms)};")
+        for _ in loops[len(out):]:
+            w.line("}")
+        w.line(y.store("o", "acc"))
+        w.line("o++;")
+        for _ in out:
+            w.line("}")

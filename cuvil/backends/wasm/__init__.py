@@ -1,0 +1,96 @@
+"""The WebAssembly backend (target "wasm32"): the C backend's code compiled to wasm32 + SIMD128.
+
+The generated C is the C backend's, unchanged (cuvil/backends/c/codegen.py);
+``zig cc`` from the ``ziglang`` package compiles it to ``model.wasm``, stored
+with ``weights.bin`` in the build cache, and wasmtime runs it
+(cuvil/backends/wasm/runtime.py). The module exports the C API of
+``cuvil_api.h``, so any wasm host can run it without Python: docs/wasm.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from cuvil import __version__
+from cuvil.backends.c import _runtime_digest, cache
+from cuvil.backends.c.codegen import CodegenOptions, GeneratedModule, generate
+from cuvil.backends.wasm.runtime import WasmModel
+from cuvil.backends.wasm.toolchain import Zig, build_wasm, compile_flags
+from cuvil.ir.graph import Graph
+
+WASM_TARGET = "wasm32"
+
+
+@dataclass(frozen=True)
+class WasmBuildOptions:
+    zig: Zig = field(default_factory=Zig)
+    cache_dir: Path | None = None  # the Cuvil build cache (default: ~/.cache/cuvil); zig's cache is its zig/
+
+
+@dataclass
+class WasmBuild:
+    """A built model: its folder (source, module, weights) and how long the build took."""
+
+    folder: Path
+    cached: bool
+    seconds: float
+    module: GeneratedModule | None = None
+    options: WasmBuildOptions | None = None
+
+    @property
+    def wasm(self) -> Path:
+        return self.folder / "model.wasm"
+
+    @property
+    def weights(self) -> Path:
+        return self.folder / "weights.bin"
+
+    @property
+    def source(self) -> Path:
+        return self.folder / "model.c"
+
+    @property
+    def warnings(self) -> str:
+        """What the compiler printed (empty when the code compiled cleanly)."""
+        log = self.folder / "build.log"
+        return log.read_text(encoding="utf-8") if log.is_file() else ""
+
+
+def build(graph: Graph, options: WasmBuildOptions) -> WasmBuild:
+    """Generate, compile to WebAssembly (or fetch from the cache) and return the model's build folder."""
+    t0 = time.perf_counter()
+    module = generate(graph, CodegenOptions(target=WASM_TARGET, model_name=graph.name))
+    h = hashlib.sha256()
+    for part in (module.source, __version__, WASM_TARGET, options.zig.version, " ".join(compile_flags()),
+                 _runtime_digest()):
+        h.update(part.encode())
+        h.update(b"\0")
+    h.update(hashlib.sha256(module.weights).digest())
+    key = h.hexdigest()
+    root = options.cache_dir or cache.default_cache_dir()
+
+    def make(folder: Path) -> None:
+        src = folder / "model.c"
+        src.write_text(module.source, encoding="utf-8")
+        (folder / "weights.bin").write_bytes(module.weights)
+        log = build_wasm(options.zig, src, folder / "model.wasm", zig_cache=root / "zig")
+        (folder / "build.log").write_text(log, encoding="utf-8")
+
+    folder, hit = cache.get_or_build(root, key, make)
+    return WasmBuild(folder, hit, time.perf_counter() - t0, module, options)
+
+
+class WasmExecutor:
+    """Runs a built model's WebAssembly module (one instance per calling thread)."""
+
+    def __init__(self, b: WasmBuild) -> None:
+        self.build = b
+        self.model = WasmModel(b.wasm, b.weights)
+
+    def run(self, inputs: list[np.ndarray], env: dict[str, int]) -> list[np.ndarray]:
+        return self.model.run(inputs)

@@ -1,0 +1,118 @@
+"""Pooling, pad and depth/space C kernels against the reference interpreter.
+
+max_pool (Indices in both storage orders, ceil_mode, dilations, SAME padding, u8/i8/f16),
+average_pool (count_include_pad, ceil_mode), the global pools; pad in every mode with
+constant and run-time pads and axes (negative pads crop); depth_to_space / space_to_depth in
+both modes.  Symbolic dims run at two shapes; the run-time checks' messages are asserted.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from onnx import TensorProto as T
+from onnx import helper
+
+from tests.backends.c.test_conv_kernels import compare, fails, make_model, randn, vi
+
+
+def test_max_and_average_pool(tmp_path: Path) -> None:
+    nodes = [
+        helper.make_node("MaxPool", ["x"], ["m", "mi"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("MaxPool", ["x"], ["mc", "mci"], kernel_shape=[2, 3], strides=[2, 2], ceil_mode=1,
+                         dilations=[2, 1], storage_order=1),
+        helper.make_node("MaxPool", ["x"], ["ms"], kernel_shape=[3, 2], auto_pad="SAME_LOWER", strides=[2, 1]),
+        helper.make_node("AveragePool", ["x"], ["a"], kernel_shape=[3, 3], pads=[1, 2, 2, 1], strides=[2, 2]),
+        helper.make_node("AveragePool", ["x"], ["ai"], kernel_shape=[3, 2], pads=[1, 1, 1, 0], ceil_mode=1,
+                         strides=[2, 2], count_include_pad=1),
+        helper.make_node("AveragePool", ["x"], ["as"], kernel_shape=[2, 2], auto_pad="SAME_UPPER", strides=[2, 2],
+                         count_include_pad=1),
+        helper.make_node("GlobalAveragePool", ["x"], ["ga"]),
+        helper.make_node("GlobalMaxPool", ["x"], ["gm"]),
+    ]
+    outs = ["m", "mi", "mc", "mci", "ms", "a", "ai", "as", "ga", "gm"]
+    model = make_model(nodes, [vi("x", T.FLOAT, ["n", 3, "h", "w"])], outs)
+    x = randn(1, 3, 8, 9)
+    x[0, 0, :2, :2] = -np.inf  # a window of -inf still reports an index inside the input
+    compare(model, [[x], [randn(2, 3, 5, 12)]], tmp_path)
+
+
+def test_pool_1d_3d_int_and_half(tmp_path: Path) -> None:
+    nodes = [
+        helper.make_node("MaxPool", ["u"], ["mu"], kernel_shape=[2, 2], strides=[1, 2]),
+        helper.make_node("MaxPool", ["i"], ["mi", "mii"], kernel_shape=[2, 2], pads=[1, 1, 0, 0]),
+        helper.make_node("MaxPool", ["h"], ["mh"], kernel_shape=[3], pads=[1, 1]),
+        helper.make_node("AveragePool", ["h"], ["ah"], kernel_shape=[2], strides=[2]),
+        helper.make_node("AveragePool", ["v"], ["av"], kernel_shape=[2, 2, 2], pads=[0, 1, 0, 1, 0, 1]),
+        helper.make_node("MaxPool", ["v"], ["mv"], kernel_shape=[2, 1, 2], dilations=[1, 1, 2]),
+        helper.make_node("GlobalAveragePool", ["v"], ["gv"]),
+    ]
+    inputs = [vi("u", T.UINT8, [1, 2, 4, 6]), vi("i", T.INT8, [1, 1, 3, 3]), vi("h", T.FLOAT16, [2, 2, "l"]),
+              vi("v", T.DOUBLE, [1, 2, 3, 4, 5])]
+    model = make_model(nodes, inputs, ["mu", "mi", "mii", "mh", "ah", "av", "mv", "gv"])
+    rng = np.random.default_rng(5)
+    u = rng.integers(0, 256, (1, 2, 4, 6)).astype(np.uint8)
+    i = rng.integers(-128, 128, (1, 1, 3, 3)).astype(np.int8)
+    compare(model, [[u, i, randn(2, 2, 7, dtype=np.float16), randn(1, 2, 3, 4, 5, dtype=np.float64)],
+                    [u, i, randn(2, 2, 4, dtype=np.float16), randn(1, 2, 3, 4, 5, dtype=np.float64)]],
+            tmp_path, rtol=1e-3, atol=1e-3)
+
+
+def _i64(*v: int) -> np.ndarray:
+    return np.array(v, dtype=np.int64)
+
+
+def test_pad_modes_constant_and_run_time(tmp_path: Path) -> None:
+    const_pads = helper.make_tensor("p", T.INT64, [4], [1, -1, 2, 2])
+    axes = helper.make_tensor("ax", T.INT64, [2], [0, -1])
+    nodes = [
+        helper.make_node("Pad", ["x", "p"], ["c"], mode="constant"),
+        helper.make_node("Pad", ["x", "p", "", "ax"], ["e"], mode="edge"),
+        helper.make_node("Pad", ["x", "rp", "cv"], ["rc"], mode="constant"),
+        helper.make_node("Pad", ["x", "rp"], ["rr"], mode="reflect"),
+        helper.make_node("Pad", ["x", "rp"], ["rw"], mode="wrap"),
+        helper.make_node("Pad", ["x", "rp2", "", "rax"], ["re"], mode="edge"),
+    ]
+    inputs = [vi("x", T.FLOAT, ["a", "b"]), vi("rp", T.INT64, [4]), vi("cv", T.FLOAT, []),
+              vi("rp2", T.INT32, [2]), vi("rax", T.INT64, [1])]
+    model = make_model(nodes, inputs, ["c", "e", "rc", "rr", "rw", "re"], [const_pads, axes])
+    cv = np.array(7.5, dtype=np.float32)
+    c = compare(model, [
+        [randn(4, 5), _i64(2, 1, 1, 3), cv, np.array([3, -1], np.int32), _i64(1)],
+        [randn(3, 6), _i64(-1, 0, 1, -2), cv, np.array([0, 2], np.int32), _i64(-2)],
+    ], tmp_path)
+    fails(c, [randn(4, 5), _i64(4, 0, 0, 0), cv, np.array([0, 0], np.int32), _i64(0)],
+          "reflect padding of axis 0 exceeds its size 4 minus 1")
+    fails(c, [randn(4, 5), _i64(-3, 0, -2, 0), cv, np.array([0, 0], np.int32), _i64(0)],
+          "pads crop more than the 4 elements of axis 0")
+    fails(c, [randn(4, 5), _i64(0, 0, 0, 0), cv, np.array([0, 0], np.int32), _i64(2)],
+          "axis 2 is out of range for rank 2")
+
+
+def test_pad_int_and_bool_types(tmp_path: Path) -> None:
+    nodes = [
+        helper.make_node("Pad", ["i", "p", "ci"], ["pi"], mode="constant"),
+        helper.make_node("Pad", ["b", "p"], ["pb"], mode="wrap"),
+        helper.make_node("Pad", ["h", "p"], ["ph"], mode="reflect"),
+    ]
+    inputs = [vi("i", T.INT32, [2, 3]), vi("ci", T.INT32, [1]), vi("b", T.BOOL, [2, 3]),
+              vi("h", T.FLOAT16, [2, 3]), vi("p", T.INT64, [4])]
+    model = make_model(nodes, inputs, ["pi", "pb", "ph"])
+    i = np.arange(6, dtype=np.int32).reshape(2, 3)
+    b = np.array([[True, False, True], [False, False, True]])
+    compare(model, [[i, np.array([-9], np.int32), b, randn(2, 3, dtype=np.float16), _i64(1, 2, 1, 2)]], tmp_path)
+
+
+def test_depth_space(tmp_path: Path) -> None:
+    nodes = [
+        helper.make_node("DepthToSpace", ["x"], ["d_dcr"], blocksize=2),
+        helper.make_node("DepthToSpace", ["x"], ["d_crd"], blocksize=2, mode="CRD"),
+        helper.make_node("SpaceToDepth", ["d_dcr"], ["s_dcr"], blocksize=2),
+        helper.make_node("SpaceToDepth", ["s"], ["s3"], blocksize=3, mode="CRD"),
+    ]
+    inputs = [vi("x", T.FLOAT, ["n", 8, "h", "w"]), vi("s", T.INT64, [1, 2, "sh", 6])]
+    model = make_model(nodes, inputs, ["d_dcr", "d_crd", "s_dcr", "s3"])
+    s = np.arange(36 * 2, dtype=np.int64).reshape(1, 2, 6, 6)
+    c = compare(model, [[randn(1, 8, 3, 4), s], [randn(2, 8, 2, 5), s[:, :, :3]]], tmp_path)
+    fails(c, [randn(1, 8, 3, 4), s[:, :, :4]], "input height vs output height x blocksize: 4 != 3")
