@@ -98,10 +98,15 @@ def save(model: CompiledModel, path: str | os.PathLike[str]) -> Path:
             raise CuvilError(f"backend {backend_meta.get('backend')!r} names {role} file {name!r} but gives no such file")
     if META in files:
         raise CuvilError(f"backend {backend_meta.get('backend')!r} gives a file named {META}, which is reserved")
+    clash = sorted(set(backend_meta) & {"format", "format_version", "cuvil_version", "target", "inputs", "outputs",
+                                        "symbols", "compile", "digests"})
+    if clash:
+        raise CuvilError(f"backend {backend_meta.get('backend')!r} sets meta.json keys that save owns: {clash}")
 
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
     try:
+        tmp.chmod(0o755)  # mkdtemp makes it private; the artifact is an ordinary folder
         digests: dict[str, dict[str, Any]] = {}
         for name in sorted(files):
             shutil.copyfile(files[name], tmp / name)

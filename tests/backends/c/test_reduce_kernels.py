@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def make_model(nodes: Sequence[onnx.NodeProto], inputs: Sequence[tuple[str, int, list[Any]]],
-               outputs: Sequence[str], consts: dict[str, np.ndarray] | None = None, opset: int = 21) -> onnx.ModelProto:
+               outputs: Sequence[str], consts: Mapping[str, Any] | None = None, opset: int = 21) -> onnx.ModelProto:
     graph = helper.make_graph(
         list(nodes), "kernels",
         [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
@@ -112,7 +112,7 @@ def test_integer_bool_and_empty_reductions(cache: Path) -> None:
                                ("e", F32, [0, 3])],
                        ["s", "p", "m", "mx", "s8", "l8", "bmax", "bmin", "es", "em", "emean", "else", "ci"], consts)
     rng = np.random.default_rng(2)
-    feed = {"i": rng.integers(-50, 50, (3, 5)).astype(np.int32), "b8": rng.integers(-128, 127, (2, 40)).astype(np.int8),
+    feed: dict[str, np.ndarray] = {"i": rng.integers(-50, 50, (3, 5)).astype(np.int32), "b8": rng.integers(-128, 127, (2, 40)).astype(np.int8),
             "bo": np.array([[0, 1, 0], [0, 0, 0]], bool), "e": np.zeros((0, 3), np.float32)}
     compare(model, [feed], cache)
 

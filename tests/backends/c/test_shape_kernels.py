@@ -15,6 +15,7 @@ from pathlib import Path
 
 import ml_dtypes
 import numpy as np
+import numpy.typing as npt
 import onnx
 import pytest
 from onnx import TensorProto as T
@@ -77,8 +78,8 @@ def const(name: str, value: Sequence[int]) -> onnx.TensorProto:
     return helper.make_tensor(name, T.INT64, [len(value)], list(value))
 
 
-def randn(*shape: int, dtype: object = np.float32) -> np.ndarray:
-    return RNG.standard_normal(shape).astype(dtype)
+def randn(*shape: int, dtype: npt.DTypeLike = np.float32) -> np.ndarray:
+    return np.asarray(RNG.standard_normal(shape), dtype=dtype)
 
 
 # layout ops ------------------------------------------------------------------------------

@@ -81,8 +81,8 @@ def _range(k: KernelCtx) -> None:
     out = k.out(0)
     w = k.w
     dtype = out.dtype
-    for i, what in enumerate(("start", "limit", "delta")):
-        require_length(k, i, 1, what)
+    for j, what in enumerate(("start", "limit", "delta")):
+        require_length(k, j, 1, what)
     n, i = k.tmp("n"), k.tmp("i")
     if dtype.is_float:
         # the length is computed in double from the values in the stash type, as the reference does

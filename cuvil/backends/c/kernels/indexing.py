@@ -50,12 +50,11 @@ def _gather(k: KernelCtx) -> None:
     with w.block(f"for (int64_t {t} = 0; {t} < {m}; {t}++)"):
         w.line(f"const int64_t {ix} = (int64_t){ind.ptr}[{t}];")
         _check_index(k, ix, n, axis)
-    with w.block(f"for (int64_t {o} = 0; {o} < {outer}; {o}++)"):
-        with w.block(f"for (int64_t {t} = 0; {t} < {m}; {t}++)"):
-            w.line(f"int64_t {ix} = (int64_t){ind.ptr}[{t}];")
-            w.line(f"if ({ix} < 0) {ix} += {n};")
-            src, dst = f"({x.ptr} + ({o} * {n} + {ix}) * {inner})", f"({out.ptr} + ({o} * {m} + {t}) * {inner})"
-            _elem_copy(k, dst, src, inner, x.ctype)
+    with w.block(f"for (int64_t {o} = 0; {o} < {outer}; {o}++)"), w.block(f"for (int64_t {t} = 0; {t} < {m}; {t}++)"):
+        w.line(f"int64_t {ix} = (int64_t){ind.ptr}[{t}];")
+        w.line(f"if ({ix} < 0) {ix} += {n};")
+        src, dst = f"({x.ptr} + ({o} * {n} + {ix}) * {inner})", f"({out.ptr} + ({o} * {m} + {t}) * {inner})"
+        _elem_copy(k, dst, src, inner, x.ctype)
 
 
 # gather_elements / scatter_elements --------------------------------------------------
@@ -166,12 +165,11 @@ def _gather_nd(k: KernelCtx) -> None:
     w.line(f"int64_t {ds}[{x.rank}]; cuvil_strides({x.shape}, {x.rank}, {ds});")
     w.line(f"const int64_t {nb} = {prod(dims_of(x, 0, b))}, {m} = {prod(dims_of(ind, b, ind.rank - 1))}, "
            f"{inner} = {prod(dims_of(x, b + kk))}, {bs} = {prod(dims_of(x, b))};")
-    with w.block(f"for (int64_t {bi} = 0; {bi} < {nb}; {bi}++)"):
-        with w.block(f"for (int64_t {mi} = 0; {mi} < {m}; {mi}++)"):
-            row = k.tmp("row")
-            w.line(f"const int64_t {row} = {bi} * {m} + {mi};")
-            off = _nd_offset(k, x, ind, b, row, ds)
-            _elem_copy(k, f"({out.ptr} + {row} * {inner})", f"({x.ptr} + {bi} * {bs} + {off})", inner, x.ctype)
+    row = k.tmp("row")
+    with w.block(f"for (int64_t {bi} = 0; {bi} < {nb}; {bi}++)"), w.block(f"for (int64_t {mi} = 0; {mi} < {m}; {mi}++)"):
+        w.line(f"const int64_t {row} = {bi} * {m} + {mi};")
+        off = _nd_offset(k, x, ind, b, row, ds)
+        _elem_copy(k, f"({out.ptr} + {row} * {inner})", f"({x.ptr} + {bi} * {bs} + {off})", inner, x.ctype)
 
 
 @kernel("scatter_nd")
@@ -237,21 +235,20 @@ def _one_hot(k: KernelCtx) -> None:
     outer, inner, o, i, ix, base = (k.tmp(h) for h in ("outer", "inner", "o", "i", "ix", "base"))
     w.line(f"const int64_t {outer} = {prod(dims_of(ind, 0, axis))}, {inner} = {prod(dims_of(ind, axis))};")
     w.line(f"cuvil_fill({out.ptr}, {values.ptr}, sizeof({out.ctype}), {out.numel()});")
-    with w.block(f"for (int64_t {o} = 0; {o} < {outer}; {o}++)"):
-        with w.block(f"for (int64_t {i} = 0; {i} < {inner}; {i}++)"):
-            src = ind.load(f"{o} * {inner} + {i}")
-            if ind.dtype.is_float:
-                v = k.tmp("f")
-                w.line(f"const double {v} = (double)({src});")
-                # NaN, infinities and values beyond int64 match no class (NumPy's cast gives INT64_MIN)
-                w.line(f"if (!({v} > -9223372036854775808.0 && {v} < 9223372036854775808.0)) continue;")
-                w.line(f"int64_t {ix} = (int64_t){v};")
-            else:
-                w.line(f"int64_t {ix} = (int64_t){src};")
-            w.line(f"if ({ix} < 0) {ix} += {depth};")
-            w.line(f"if ({ix} < 0 || {ix} >= {depth}) continue;")
-            w.line(f"const int64_t {base} = ({o} * {depth} + {ix}) * {inner} + {i};")
-            w.line(f"{out.ptr}[{base}] = {values.ptr}[1];")
+    with w.block(f"for (int64_t {o} = 0; {o} < {outer}; {o}++)"), w.block(f"for (int64_t {i} = 0; {i} < {inner}; {i}++)"):
+        src = ind.load(f"{o} * {inner} + {i}")
+        if ind.dtype.is_float:
+            v = k.tmp("f")
+            w.line(f"const double {v} = (double)({src});")
+            # NaN, infinities and values beyond int64 match no class (NumPy's cast gives INT64_MIN)
+            w.line(f"if (!({v} > -9223372036854775808.0 && {v} < 9223372036854775808.0)) continue;")
+            w.line(f"int64_t {ix} = (int64_t){v};")
+        else:
+            w.line(f"int64_t {ix} = (int64_t){src};")
+        w.line(f"if ({ix} < 0) {ix} += {depth};")
+        w.line(f"if ({ix} < 0 || {ix} >= {depth}) continue;")
+        w.line(f"const int64_t {base} = ({o} * {depth} + {ix}) * {inner} + {i};")
+        w.line(f"{out.ptr}[{base}] = {values.ptr}[1];")
 
 
 # non_zero -------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from cuvil.backends.c import ctypes_map as ct
 from cuvil.backends.c.kernel import CVal, KernelCtx, kernel
 from cuvil.backends.c.kernels.reduce import acc_ctype, prod_expr, to_acc
-from cuvil.backends.c.writer import c_float
+from cuvil.backends.c.writer import c_float, c_string
 from cuvil.ir.dtypes import DType
 from cuvil.ops.linalg import ELLIPSIS, parse_equation
 
@@ -174,51 +174,52 @@ def _einsum(k: KernelCtx) -> None:
     axes: list[list[str]] = []
     for v, term in zip(ops, eq.inputs):
         labels: list[str] = []
-        for x in term:
-            labels.extend(ell[n_ell - (v.rank - (len(term) - 1)):] if x == ELLIPSIS else [x])
+        for t in term:
+            labels.extend(ell[n_ell - (v.rank - (len(term) - 1)):] if t == ELLIPSIS else [t])
         axes.append(labels)
-    out = [x for t in eq.output for x in (ell if t == ELLIPSIS else [t])]
-    loops = out + [x for labels in axes for x in dict.fromkeys(labels) if x not in out]
-    loops = list(dict.fromkeys(loops))
-    size = {x: k.tmp("sz") for x in loops}
-    for x in loops:
-        w.line(f"int64_t {size[x]} = 1;")
+    out = [lab for t in eq.output for lab in (ell if t == ELLIPSIS else [t])]
+    loops = list(dict.fromkeys(out + [lab for labels in axes for lab in labels]))
+    size = {lab: k.tmp("sz") for lab in loops}
+    for lab in loops:
+        w.line(f"int64_t {size[lab]} = 1;")
     for i, (v, labels) in enumerate(zip(ops, axes)):
-        for j, x in enumerate(labels):
-            first = labels.index(x)
-            if first != j:
-                k.require(v.dim(j), v.dim(first), f"einsum: input {i} repeats label {x!r} over dims of different sizes")
+        for j, lab in enumerate(labels):
+            first = labels.index(lab)
             d = v.dim(j)
-            k.fail_if(f"{d} != 1 && {size[x]} != 1 && {size[x]} != {d}",
-                      f"einsum: input {i} gives label {x!r} size %lld, another input %lld",
-                      f"(long long){d}", f"(long long){size[x]}")
-            w.line(f"if ({d} != 1) {size[x]} = {d};")
-    for j, x in enumerate(out):
-        k.require(y.dim(j), size[x], f"einsum: output dim {j}")
+            name = c_string(lab)  # the label is model text: an argument, never part of the format
+            if first != j:
+                k.fail_if(f"{d} != {v.dim(first)}", f"einsum: input {i} repeats label %s over dims %lld and %lld",
+                          name, f"(long long){v.dim(first)}", f"(long long){d}")
+            k.fail_if(f"{d} != 1 && {size[lab]} != 1 && {size[lab]} != {d}",
+                      f"einsum: input {i} gives label %s size %lld, an earlier input %lld",
+                      name, f"(long long){d}", f"(long long){size[lab]}")
+            w.line(f"if ({d} != 1) {size[lab]} = {d};")
+    for j, lab in enumerate(out):
+        k.require(y.dim(j), size[lab], f"einsum: output dim {j}")
     # Per operand and loop label: the stride (sum over the axes carrying the label; 0 where broadcast).
     strides: list[dict[str, str]] = []
     for v, labels in zip(ops, axes):
         st: dict[str, str] = {}
-        for j, x in enumerate(labels):
-            term = f"({v.dim(j)} == 1 ? 0 : {prod_expr(v, j + 1, v.rank)})"
-            st[x] = f"{st[x]} + {term}" if x in st else term
-        names = {}
-        for x, e in st.items():
-            names[x] = k.tmp("es")
-            w.line(f"const int64_t {names[x]} = {e};")
+        for j, lab in enumerate(labels):
+            add = f"({v.dim(j)} == 1 ? 0 : {prod_expr(v, j + 1, v.rank)})"
+            st[lab] = f"{st[lab]} + {add}" if lab in st else add
+        names: dict[str, str] = {}
+        for lab, e in st.items():
+            names[lab] = k.tmp("es")
+            w.line(f"const int64_t {names[lab]} = {e};")
         strides.append(names)
     acc_t = acc_ctype(dt)
-    idx = {x: k.tmp("e") for x in loops}
+    idx = {lab: k.tmp("e") for lab in loops}
     with w.block(""):
         w.line("int64_t o = 0;")
-        for x in out:
-            w.line(f"for (int64_t {idx[x]} = 0; {idx[x]} < {size[x]}; {idx[x]}++) {{")
+        for lab in out:
+            w.line(f"for (int64_t {idx[lab]} = 0; {idx[lab]} < {size[lab]}; {idx[lab]}++) {{")
         w.line(f"{acc_t} acc = 0;")
-        for x in loops[len(out):]:
-            w.line(f"for (int64_t {idx[x]} = 0; {idx[x]} < {size[x]}; {idx[x]}++) {{")
+        for lab in loops[len(out):]:
+            w.line(f"for (int64_t {idx[lab]} = 0; {idx[lab]} < {size[lab]}; {idx[lab]}++) {{")
         terms = []
         for v, st in zip(ops, strides):
-            off = " + ".join(f"{idx[x]} * {s}" for x, s in st.items()) or "0"
+            off = " + ".join(f"{idx[lab]} * {s}" for lab, s in st.items()) or "0"
             terms.append(to_acc(dt, v.load(off)))
         w.line(f"acc += {' * '.join(terms)};")
         for _ in loops[len(out):]:

@@ -255,10 +255,9 @@ def _reduce_shape(k: KernelCtx, x: CVal, mask: str) -> None:
     else:
         kept = k.tmp("kept")
         w.line(f"int {kept} = 0;")
-        with w.block(f"for (int j = 0; j < {x.rank}; j++)"):
-            with w.block(f"if (!{mask}[j])"):
-                w.line(f"if ({kept} < {max(out.rank, 1)}) {out.shape}[{kept}] = {x.shape}[j];")
-                w.line(f"{kept}++;")
+        with w.block(f"for (int j = 0; j < {x.rank}; j++)"), w.block(f"if (!{mask}[j])"):
+            w.line(f"if ({kept} < {max(out.rank, 1)}) {out.shape}[{kept}] = {x.shape}[j];")
+            w.line(f"{kept}++;")
         k.fail_if(f"{kept} != {out.rank}", f"the axes leave %d dims, but the output has rank {out.rank}", kept)
     k.alloc(0)
 

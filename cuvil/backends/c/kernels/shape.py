@@ -207,22 +207,22 @@ def _unsqueeze(k: KernelCtx) -> None:
     x, out = k.inp(0), k.out(0)
     if has_unknown_dims(out) and const_ints(k, 1) is None:
         w = k.w
-        R, n = out.rank, out.rank - x.rank
+        rank, n = out.rank, out.rank - x.rank
         ins, dims, src = k.tmp("ins"), k.tmp("dims"), k.tmp("src")
         require_length(k, 1, n, "axes")
-        w.line(f"int {ins}[{max(R, 1)}] = {{0}};")
+        w.line(f"int {ins}[{max(rank, 1)}] = {{0}};")
         for j in range(n):
             a = k.tmp("a")
             w.line(f"int64_t {a} = {operand(k, 1, j)};")
-            k.fail_if(f"{a} < -{R} || {a} >= {R}", f"axis %lld is out of range for rank {R}", f"(long long){a}")
-            w.line(f"if ({a} < 0) {a} += {R};")
+            k.fail_if(f"{a} < -{rank} || {a} >= {rank}", f"axis %lld is out of range for rank {rank}", f"(long long){a}")
+            w.line(f"if ({a} < 0) {a} += {rank};")
             k.fail_if(f"{ins}[{a}]", "repeated axis %lld", f"(long long){a}")
             w.line(f"{ins}[{a}] = 1;")
-        w.line(f"int64_t {dims}[{max(R, 1)}] = {{0}}; int {src} = 0;")
-        with w.block(f"for (int j = 0; j < {R}; j++)"):
+        w.line(f"int64_t {dims}[{max(rank, 1)}] = {{0}}; int {src} = 0;")
+        with w.block(f"for (int j = 0; j < {rank}; j++)"):
             w.line(f"if ({ins}[j]) {dims}[j] = 1; else if ({src} < {max(x.rank, 1)}) {dims}[j] = {x.shape}[{src}++];")
         k.include("cuvil_index.h")
-        set_output_shape(k, 0, [f"{dims}[{j}]" for j in range(R)])
+        set_output_shape(k, 0, [f"{dims}[{j}]" for j in range(rank)])
     copy_same_count(k, x, out, "unsqueeze")
 
 
@@ -256,32 +256,32 @@ def _transpose(k: KernelCtx) -> None:
 def _expand(k: KernelCtx) -> None:
     x, out = k.inp(0), k.out(0)
     w = k.w
-    R, r = out.rank, x.rank
+    rank, r = out.rank, x.rank
     k.include("cuvil_index.h")
     if has_unknown_dims(out):
         n = k.inp(1).static_dim(0)
         assert n is not None  # inference requires a static length
         require_length(k, 1, n, "the shape input")
         dims = k.tmp("dims")
-        w.line(f"int64_t {dims}[{max(R, 1)}];")
-        for j in range(R):
-            a = x.dim(j - (R - r)) if j >= R - r else "1"
-            if j >= R - n:
+        w.line(f"int64_t {dims}[{max(rank, 1)}];")
+        for j in range(rank):
+            a = x.dim(j - (rank - r)) if j >= rank - r else "1"
+            if j >= rank - n:
                 b = k.tmp("b")
-                w.line(f"int64_t {b} = {operand(k, 1, j - (R - n))};")
-                k.fail_if(f"{b} < 0", f"the shape has a negative dim %lld at {j - (R - n)}", f"(long long){b}")
+                w.line(f"int64_t {b} = {operand(k, 1, j - (rank - n))};")
+                k.fail_if(f"{b} < 0", f"the shape has a negative dim %lld at {j - (rank - n)}", f"(long long){b}")
                 w.line(f"{dims}[{j}] = cuvil_bcast({a}, {b});")
                 k.fail_if(f"{dims}[{j}] < 0", f"the input dim %lld and the shape's %lld at output dim {j} do not "
                           "broadcast", f"(long long){a}", f"(long long){b}")
             else:
                 w.line(f"{dims}[{j}] = {a};")
-        set_output_shape(k, 0, [f"{dims}[{j}]" for j in range(R)])
-    k.fail_if(f"!cuvil_bcast_ok({x.shape}, {r}, {out.shape}, {R})", "the input does not broadcast to the output shape")
+        set_output_shape(k, 0, [f"{dims}[{j}]" for j in range(rank)])
+    k.fail_if(f"!cuvil_bcast_ok({x.shape}, {r}, {out.shape}, {rank})", "the input does not broadcast to the output shape")
     st = k.tmp("st")
-    w.line(f"int64_t {st}[{max(R, 1)}];")
-    w.line(f"cuvil_bcast_strides({x.shape}, {r}, {out.shape}, {R}, {st});")
+    w.line(f"int64_t {st}[{max(rank, 1)}];")
+    w.line(f"cuvil_bcast_strides({x.shape}, {r}, {out.shape}, {rank}, {st});")
     with w.block(f"if ({out.numel()} > 0)"):
-        view_copy(k, out, x.ptr, R, out.shape, st)
+        view_copy(k, out, x.ptr, rank, out.shape, st)
 
 
 # shape / size ------------------------------------------------------------------

@@ -32,7 +32,6 @@ def _softmax(k: KernelCtx) -> None:
     x, y, w = k.inp(0), k.out(0), k.w
     dt = x.dtype
     c = "double" if dt is DType.f64 else "float"
-    exp, log = mathfn("exp", c), mathfn("log", c)
     is_log = k.node.op == "log_softmax"
     v, rows = _view(k)
     half = dt not in (DType.f32, DType.f64)

@@ -200,15 +200,14 @@ def _trilu(k: KernelCtx) -> None:
     w.line(f"if ({kk} > (int64_t){cols} + 1) {kk} = (int64_t){cols} + 1;")
     w.line(f"int64_t {batch} = {prod(dims_of(x, 0, r - 2))};")
     size = f"sizeof({x.ctype})"
-    with w.block(f"for (int64_t {b} = 0; {b} < {batch}; {b}++)"):
-        with w.block(f"for (int64_t {i} = 0; {i} < {rows}; {i}++)"):
-            w.line(f"int64_t {row} = ({b} * {rows} + {i}) * {cols};")
-            # upper keeps columns j >= i + k, lower keeps j <= i + k
-            edge = f"{i} + {kk}" if upper else f"{i} + {kk} + 1"
-            w.line(f"int64_t {cut} = {edge} < 0 ? 0 : ({edge} > {cols} ? {cols} : {edge});")
-            keep_lo, keep_hi = (cut, cols) if upper else ("0", cut)
-            zero_a = ("0", cut) if upper else (cut, cols)
-            w.line(f"if ({keep_hi} > {keep_lo}) memcpy({out.ptr} + {row} + {keep_lo}, {x.ptr} + {row} + {keep_lo}, "
-                   f"{size} * (size_t)({keep_hi} - {keep_lo}));")
-            w.line(f"if ({zero_a[1]} > {zero_a[0]}) memset({out.ptr} + {row} + {zero_a[0]}, 0, "
-                   f"{size} * (size_t)({zero_a[1]} - {zero_a[0]}));")
+    with w.block(f"for (int64_t {b} = 0; {b} < {batch}; {b}++)"), w.block(f"for (int64_t {i} = 0; {i} < {rows}; {i}++)"):
+        w.line(f"int64_t {row} = ({b} * {rows} + {i}) * {cols};")
+        # upper keeps columns j >= i + k, lower keeps j <= i + k
+        edge = f"{i} + {kk}" if upper else f"{i} + {kk} + 1"
+        w.line(f"int64_t {cut} = {edge} < 0 ? 0 : ({edge} > {cols} ? {cols} : {edge});")
+        keep_lo, keep_hi = (cut, cols) if upper else ("0", cut)
+        zero_a = ("0", cut) if upper else (cut, cols)
+        w.line(f"if ({keep_hi} > {keep_lo}) memcpy({out.ptr} + {row} + {keep_lo}, {x.ptr} + {row} + {keep_lo}, "
+               f"{size} * (size_t)({keep_hi} - {keep_lo}));")
+        w.line(f"if ({zero_a[1]} > {zero_a[0]}) memset({out.ptr} + {row} + {zero_a[0]}, 0, "
+               f"{size} * (size_t)({zero_a[1]} - {zero_a[0]}));")
