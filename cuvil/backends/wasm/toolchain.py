@@ -10,7 +10,9 @@ Zig keeps compiled C libraries (wasi-libc, compiler-rt) in its own cache;
 the first build in an empty cache takes tens of seconds, later builds a
 fraction of a second. That cache lives in the Cuvil build cache (``zig/``
 beside the model entries), so builds work with any HOME, a read-only one
-included, and a fresh CI machine builds wasi-libc once.
+included, and a fresh CI machine builds wasi-libc once. Each model's own
+object file goes to a throw-away local cache: the Cuvil cache already keeps
+the module, and zig's would otherwise grow with every model.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,12 +89,15 @@ def build_wasm(zig: Zig, source: Path, out: Path, zig_cache: Path) -> str:
     """Compile one generated source file into a WebAssembly module; returns the compiler's warnings."""
     _require_ziglang()
     zig_cache.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, ZIG_GLOBAL_CACHE_DIR=str(zig_cache), ZIG_LOCAL_CACHE_DIR=str(zig_cache))
     cmd = [*zig.argv, "cc", *compile_flags(), str(source), "-o", str(out)]
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise BuildError(f"zig cc failed to run: {exc}") from None
+    # The global cache keeps the C libraries for every build; the model's own object file goes to a
+    # local cache thrown away afterwards (the Cuvil cache already keeps the module).
+    with tempfile.TemporaryDirectory(prefix="cuvil-zig-") as local:
+        env = dict(os.environ, ZIG_GLOBAL_CACHE_DIR=str(zig_cache), ZIG_LOCAL_CACHE_DIR=local)
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise BuildError(f"zig cc failed to run: {exc}") from None
     if r.returncode != 0:
         raise BuildError(f"WebAssembly compilation failed (zig cc):\n{r.stderr[-4000:]}")
     return r.stderr

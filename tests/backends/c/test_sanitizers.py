@@ -28,7 +28,7 @@ SAMPLE = (
     "|test_slice_neg_steps|test_split_variable_parts_2d_opset18|test_tile|test_expand_dim_changed"
     "|test_gather_negative_indices|test_gather_elements_1|test_gathernd_example_int32_batch_dim1"
     "|test_scatter_elements_with_reduction_max|test_scatternd_add|test_onehot_with_axis|test_nonzero_example"
-    "|test_range_float_type_positive_delta|test_topk_smallest|test_cumsum_2d_axis_1|test_trilu_upper"
+    "|test_range_float_type_positive_delta|test_top_k_smallest|test_cumsum_2d_axis_1|test_triu"
     "|test_if|test_loop11|test_depthtospace_crd_mode_example"
 )
 

@@ -220,7 +220,7 @@ def test_python_host_example_in_docs(cache: str) -> None:
     doc = (Path(__file__).resolve().parents[3] / "docs" / "wasm.md").read_text(encoding="utf-8")
     code = doc.split("## A Python host with wasmtime", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
     scope: dict[str, object] = {}
-    exec(compile(code, "docs/wasm.md", "exec"), scope)  # noqa: S102  (the documented example itself)
+    exec(compile(code, "docs/wasm.md", "exec"), scope)  # the documented example itself
     vi = helper.make_tensor_value_info
     w = helper.make_tensor("w", F32, [2, 1], [1.5, -4.0])
     model = _model([helper.make_node("Mul", ["x", "w"], ["y"]), helper.make_node("Neg", ["x"], ["z"])],
