@@ -16,3 +16,12 @@ def node_tests() -> Path:
     if not NODE_TESTS.is_dir():
         pytest.skip(f"conformance data not found at {NODE_TESTS}")
     return NODE_TESTS
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--update-golden", action="store_true", help="rewrite golden files from the current output")
+
+
+@pytest.fixture
+def update_golden(request: pytest.FixtureRequest) -> bool:
+    return bool(request.config.getoption("--update-golden"))

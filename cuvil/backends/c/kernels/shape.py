@@ -98,9 +98,9 @@ def guarded_copy(k: KernelCtx, dst: str, src: str, count: str, ctype: str) -> No
     k.w.line(f"if ({count} > 0) memcpy({dst}, {src}, sizeof({ctype}) * (size_t)({count}));")
 
 
-def copy_same_count(k: KernelCtx, src: CVal, dst: CVal, what: str) -> None:
+def copy_same_count(k: KernelCtx, src: CVal, dst: CVal) -> None:
     """Copy ``src`` into ``dst`` after checking that their element counts agree."""
-    k.require(dst.numel(), src.numel(), f"{what}: the element count changes")
+    k.require(dst.numel(), src.numel(), "the output and input element counts differ")
     k.w.line(f"if ({dst.numel()} > 0) " + f"memcpy({dst.ptr}, {src.ptr}, sizeof({dst.ctype}) * (size_t){dst.numel()});")
 
 
@@ -112,7 +112,7 @@ def _reshape(k: KernelCtx) -> None:
     x, out = k.inp(0), k.out(0)
     if has_unknown_dims(out):
         _reshape_dims(k, x, out)
-    copy_same_count(k, x, out, "reshape")
+    copy_same_count(k, x, out)
 
 
 def _reshape_dims(k: KernelCtx, x: CVal, out: CVal) -> None:
@@ -171,15 +171,15 @@ def _flatten(k: KernelCtx) -> None:
 def _squeeze(k: KernelCtx) -> None:
     x, out = k.inp(0), k.out(0)
     axes = const_ints(k, 1) if k.has(1) else None
-    if k.has(1) and axes is None:
-        _squeeze_runtime_axes(k, x, out)
+    if k.has(1) and has_unknown_dims(out):
+        _squeeze_axes_in_c(k, x, out)
     elif axes is not None:
         for a in normalize_axes(k.node.op, axes, x.rank):
             k.require(x.dim(a), "1", f"cannot squeeze axis {a}: its size is not 1")
-    copy_same_count(k, x, out, "squeeze")
+    copy_same_count(k, x, out)
 
 
-def _squeeze_runtime_axes(k: KernelCtx, x: CVal, out: CVal) -> None:
+def _squeeze_axes_in_c(k: KernelCtx, x: CVal, out: CVal) -> None:
     w = k.w
     r, n = x.rank, x.rank - out.rank
     drop = k.tmp("drop")
@@ -205,7 +205,7 @@ def _squeeze_runtime_axes(k: KernelCtx, x: CVal, out: CVal) -> None:
 @kernel("unsqueeze", computes_shape=True)
 def _unsqueeze(k: KernelCtx) -> None:
     x, out = k.inp(0), k.out(0)
-    if has_unknown_dims(out) and const_ints(k, 1) is None:
+    if has_unknown_dims(out):
         w = k.w
         rank, n = out.rank, out.rank - x.rank
         ins, dims, src = k.tmp("ins"), k.tmp("dims"), k.tmp("src")
@@ -223,7 +223,7 @@ def _unsqueeze(k: KernelCtx) -> None:
             w.line(f"if ({ins}[j]) {dims}[j] = 1; else if ({src} < {max(x.rank, 1)}) {dims}[j] = {x.shape}[{src}++];")
         k.include("cuvil_index.h")
         set_output_shape(k, 0, [f"{dims}[{j}]" for j in range(rank)])
-    copy_same_count(k, x, out, "unsqueeze")
+    copy_same_count(k, x, out)
 
 
 # transpose -----------------------------------------------------------------------
