@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -79,9 +80,15 @@ class NativeModel:
             dt = _CODE_TO_DTYPE[t.dtype].np
             shape = tuple(t.shape[j] for j in range(t.rank))
             count = int(np.prod(shape, dtype=np.int64))
-            buf = (ctypes.c_char * (count * dt.itemsize)).from_address(t.data) if count else b""
-            results.append(np.frombuffer(bytes(buf), dtype=dt).reshape(shape) if count else np.zeros(shape, dt))
-            self.lib.cuvil_free(t.data)
+            if count == 0:
+                results.append(np.zeros(shape, dt))
+                self.lib.cuvil_free(t.data)
+                continue
+            # zero-copy: the array views the buffer the model allocated, freed with the array
+            buf = (ctypes.c_char * (count * dt.itemsize)).from_address(t.data)
+            arr = np.frombuffer(buf, dtype=dt).reshape(shape)
+            weakref.finalize(arr.base if arr.base is not None else arr, self.lib.cuvil_free, t.data)
+            results.append(arr)
         del arrays
         return results
 
