@@ -5,17 +5,23 @@ from __future__ import annotations
 __version__ = "0.1.0"  # first: modules imported below read it
 
 from cuvil.api import compile, multiple_of  # noqa: A004  (the library's main verb)
+from cuvil.custom import Arg, CustomOp, CustomOpError, OpSchema, register_op, unregister_op
 from cuvil.errors import CuvilError, InputError, IRError, ModelError, ShapeError, UnsupportedOpError
+from cuvil.log import set_log_level
 from cuvil.runtime.artifact import load
 from cuvil.runtime.compiled import CompiledModel, CompileInfo, TensorSpec
 
 __all__ = [
+    "Arg",
     "CompileInfo",
     "CompiledModel",
     "CuvilError",
+    "CustomOp",
+    "CustomOpError",
     "IRError",
     "InputError",
     "ModelError",
+    "OpSchema",
     "ShapeError",
     "TensorSpec",
     "UnsupportedOpError",
@@ -23,4 +29,7 @@ __all__ = [
     "compile",
     "load",
     "multiple_of",
+    "register_op",
+    "unregister_op",
+    "set_log_level",
 ]

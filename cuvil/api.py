@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import logging
 import os
 import time
 from collections.abc import Mapping
@@ -13,7 +14,10 @@ from cuvil.errors import CuvilError
 from cuvil.ir.graph import Graph
 from cuvil.ir.types import SymbolInfo
 from cuvil.ir.verify import verify
+from cuvil.log import stage
 from cuvil.runtime.compiled import CompiledModel, CompileInfo, Signature
+
+_log = logging.getLogger(__name__)
 
 TARGETS = ("ref", "generic", "x86_avx2", "x86_avx512", "native", "wasm32")
 
@@ -76,23 +80,62 @@ def compile(  # noqa: A001  (the library's main verb)
     cache_dir: str | None = None,
     cc: str | None = None,
     sanitize: bool = False,
+    input_spec: Any = None,
+    dynamic_shapes: Any = None,
+    enable_fusion: bool = True,
 ) -> CompiledModel:
-    """Compile a model (ONNX path or ModelProto, or a Cuvil Graph) for ``target``."""
+    """Compile a model for ``target``: an ONNX path, bytes or ModelProto, a Cuvil Graph, or a PyTorch
+    ``nn.Module`` (in eval mode) or ``ExportedProgram``.
+
+    A PyTorch module is exported with ``torch.export`` for ``input_spec`` (example tensors or
+    ``cuvil.TensorSpec`` objects, in a list for positional inputs or a dict for keyword inputs) and
+    ``dynamic_shapes`` (torch.export's convention: ``{"x": {0: torch.export.Dim("batch", min=1, max=64)}}``).
+    ``dims`` constrains symbolic dims by name for every kind of model.  ``enable_fusion`` asks for
+    operator fusion; no fusion pass exists yet, which ``m.info.notes`` records."""
     if target not in TARGETS:
         raise CuvilError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
     t0 = time.perf_counter()
     at = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-    graph = import_model(model, dims)
-    verify(graph)
-    kind, digest = source_digest(model, graph)
+    times: dict[str, float] = {}
+    notes = ["enable_fusion: Cuvil has no fusion pass yet; each op runs as its own kernel"] if enable_fusion else []
+    from cuvil.frontends.torch.export import is_torch_model  # imports no torch
+
+    with stage(_log, "import", times):
+        if is_torch_model(model):
+            from cuvil.frontends.torch import load_torch
+
+            imported = load_torch(model, input_spec, dynamic_shapes,
+                                  {k: constraint_info(k, c) for k, c in (dims or {}).items()})
+            graph, kind, digest = imported.graph, "pytorch module", imported.sha256
+        elif input_spec is not None or dynamic_shapes is not None:
+            raise CuvilError("input_spec and dynamic_shapes apply to PyTorch models; constrain the symbolic "
+                             "dims of other models with dims=")
+        else:
+            graph = import_model(model, dims)
+            kind, digest = source_digest(model, graph)
+    with stage(_log, "verify", times):
+        verify(graph)
+    with stage(_log, "shape checks", times):
+        signature = Signature.of(graph)
+    _log_plan(graph, target, signature)
 
     def info(cached: bool | None) -> CompileInfo:
-        return CompileInfo(graph.name, kind, digest, time.perf_counter() - t0, cached, at)
+        return CompileInfo(graph.name, kind, digest, time.perf_counter() - t0, cached, at, tuple(notes))
+
+    def done(m: CompiledModel) -> CompiledModel:
+        cache = {None: "no build", True: "build cache hit", False: "built"}[m.info.cached]
+        ops = [n.op for n in graph.walk()]
+        _log.info("compiled %r for %s: %d nodes (+%d constants), %d inputs, %d outputs, %d run-time shape checks, "
+                  "%.3f s (%s)", graph.name, target, len(ops) - ops.count("constant"), ops.count("constant"),
+                  len(graph.inputs), len(graph.outputs), len(signature.checks), m.info.seconds or 0.0, cache)
+        return m
 
     if target == "ref":
         from cuvil.backends.ref import RefExecutor
 
-        return CompiledModel(Signature.of(graph), RefExecutor(graph), target, graph, info(None))
+        with stage(_log, "load", times):
+            executor: Any = RefExecutor(graph)
+        return done(CompiledModel(signature, executor, target, graph, info(None)))
     from pathlib import Path
 
     if target == "wasm32":
@@ -101,15 +144,41 @@ def compile(  # noqa: A001  (the library's main verb)
 
         if cc or sanitize:
             raise CuvilError("cc= and sanitize= apply to the native C targets; wasm32 builds with zig cc")
-        wb = build_wasm(graph, WasmBuildOptions(cache_dir=Path(cache_dir) if cache_dir else None))
-        return CompiledModel(Signature.of(graph), WasmExecutor(wb), target, graph, info(wb.cached))
+        with stage(_log, "wasm build", times):
+            wb = build_wasm(graph, WasmBuildOptions(cache_dir=Path(cache_dir) if cache_dir else None))
+        with stage(_log, "load", times):
+            executor = WasmExecutor(wb)
+        return done(CompiledModel(signature, executor, target, graph, info(wb.cached)))
     from cuvil.backends.c import BuildOptions, CExecutor, build
     from cuvil.backends.c.toolchain import Compiler
 
     b = build(graph, BuildOptions(target=target, compiler=Compiler.from_string(cc),
                                   cache_dir=Path(cache_dir) if cache_dir else None, sanitize=sanitize))
-    executor = CExecutor(b)
-    return CompiledModel(Signature.of(graph), executor, target, graph, info(b.cached))
+    with stage(_log, "load", times):
+        executor = CExecutor(b)
+    return done(CompiledModel(signature, executor, target, graph, info(b.cached)))
+
+
+def _log_plan(graph: Graph, target: str, signature: Signature) -> None:
+    """DEBUG: how the graph is split (partitions, fusion groups) and the shape relations left to run time."""
+    if not _log.isEnabledFor(logging.DEBUG):
+        return
+    nodes = [n for n in graph.walk() if n.op != "constant"]
+    where = "the reference interpreter" if target == "ref" else f"the {target} code generator"
+    _log.debug("partitions: 1 (the whole graph: %d nodes besides constants, on %s)", len(nodes), where)
+    # There is no fusion pass yet: say so, and list the groups as they truly are (one node each).
+    _log.debug("fusion groups: %d (no fusion pass yet: each node is its own group)", len(nodes))
+    for i, n in enumerate(nodes):
+        _log.debug("fusion group %d: node %r (%s)", i, n.name, n.op)
+    for chk in signature.checks:
+        _log.debug("shape check at run time: %s needs %s (%s)", chk.where(), chk.describe(), chk.what)
+    if target == "ref":
+        from cuvil.ops.registry import get
+
+        for n in nodes:
+            ref = get(n.op).reference
+            impl = f"{ref.__module__}.{ref.__name__}" if ref is not None else "the interpreter itself (control flow)"
+            _log.debug("node %r (%s): NumPy reference %s", n.name, n.op, impl)
 
 
 def source_digest(model: Any, graph: Graph) -> tuple[str, str]:

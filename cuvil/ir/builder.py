@@ -39,12 +39,14 @@ class Builder:
         names: Sequence[str] | None = None,
         node_name: str = "",
     ) -> list[Value]:
-        from cuvil.ops.common import infer_types  # the registry imports the IR
+        from cuvil.ops.common import infer_all  # the registry imports the IR
 
-        types, full = infer_types(op, inputs, attrs or {}, num_outputs, self._symbols_from.symbols)
+        types, full, syms = infer_all(op, inputs, attrs or {}, num_outputs, self._symbols_from.symbols)
         if names is None:
             names = [self.fresh_name() for _ in types]
         outs = [Value(n, t) for n, t in zip(names, types)]
+        for o, sv in zip(outs, syms):
+            o.sym_value = sv
         self.graph.nodes.append(Node(op, list(inputs), outs, full, node_name))
         return outs
 

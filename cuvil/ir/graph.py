@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from cuvil.ir.symbolic import Dim
 from cuvil.ir.types import SymbolInfo, TensorType
 
 _ids = itertools.count()
@@ -24,13 +25,16 @@ _ids = itertools.count()
 class Value:
     """An SSA value: a tensor with a type, defined once."""
 
-    __slots__ = ("name", "producer", "type", "uid")
+    __slots__ = ("name", "producer", "sym_value", "type", "uid")
 
     def __init__(self, name: str, type: TensorType, producer: Node | None = None) -> None:
         self.name = name
         self.type = type
         self.producer = producer
         self.uid = next(_ids)
+        # For a small integer tensor holding sizes (what shape() gives), its contents as dims,
+        # when inference can tell: derived from the producer, never set by hand.
+        self.sym_value: tuple[Dim, ...] | None = None
 
     def __repr__(self) -> str:
         return f"Value({self.name!r}: {self.type})"

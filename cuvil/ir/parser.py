@@ -293,7 +293,16 @@ class _Parser:
             if v.name in scope:
                 raise self.error(f"%{v.name} is defined twice")
             scope[v.name] = v
-        g.nodes.append(Node(op, inputs, outs, {**filled, **attrs}, name))
+        node = Node(op, inputs, outs, {**filled, **attrs}, name)
+        g.nodes.append(node)
+        from cuvil.ops.common import infer_all
+
+        try:  # sizes computed from shapes: derived, as the builder derives them
+            _, _, syms = infer_all(op, inputs, node.attrs, len(outs), self.symbols)
+            for v, sv in zip(outs, syms):
+                v.sym_value = sv
+        except Exception:  # an invalid node is the verifier's to report
+            pass
 
     def graph(self, outer: dict[str, Value] | None) -> Graph:
         self.take("graph")

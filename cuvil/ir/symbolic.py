@@ -508,3 +508,20 @@ def render_dim(d: Dim, symbol: Callable[[str], str], call: Callable[[str, list[s
         else:
             parts.append("*".join(([f"({coef})"] if coef != 1 else []) + factors))
     return "(" + " + ".join(parts) + ")"
+
+
+def linear_form(d: Dim) -> tuple[str, int, int] | None:
+    """``(symbol, k, c)`` when ``d`` is ``k*symbol + c`` with ``k != 0``, else None."""
+    if not isinstance(d, DimExpr) or d.is_unknown:
+        return None
+    name: str | None = None
+    k = 0
+    c = 0
+    for mono, coef in d._terms:
+        if not mono:
+            c = coef
+        elif len(mono) == 1 and isinstance(mono[0], _Sym) and name is None:
+            name, k = mono[0].name, coef
+        else:
+            return None
+    return (name, k, c) if name is not None and k != 0 else None

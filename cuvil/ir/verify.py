@@ -21,7 +21,7 @@ from cuvil.ir.types import TensorType
 
 def verification_errors(graph: Graph) -> list[str]:
     """Every rule the graph breaks, as sentences; empty when it is valid."""
-    from cuvil.ops.common import infer_types
+    from cuvil.ops.common import infer_all
     from cuvil.ops.registry import lookup
 
     problems: list[str] = []
@@ -54,7 +54,9 @@ def verification_errors(graph: Graph) -> list[str]:
             for _, region in n.regions():
                 visit(region, scope)
             try:
-                types, _ = infer_types(n.op, n.inputs, n.attrs, len(n.outputs), graph.symbols)
+                types, _, syms = infer_all(n.op, n.inputs, n.attrs, len(n.outputs), graph.symbols)
+                for o, sv in zip(n.outputs, syms):  # derived state: re-derived here, never trusted
+                    o.sym_value = sv
             except CuvilError as exc:
                 problems.append(f"{where(n)}: {exc}")
                 types = None

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from cuvil.errors import ShapeError
+from cuvil.ir.assumptions import Assumption
 from cuvil.ir.dtypes import DType
 from cuvil.ir.graph import Node, Value
 from cuvil.ir.symbolic import Dim, broadcast_dim
@@ -14,18 +15,25 @@ from cuvil.ir.types import SymbolInfo, TensorType
 from cuvil.ops.registry import InferCtx, get
 
 
-def broadcast_shapes(op: str, *shapes: Sequence[Dim]) -> tuple[Dim, ...]:
-    """NumPy-style multidirectional broadcasting of shapes."""
+def broadcast_shapes(op: str, *shapes: Sequence[Dim], ctx: InferCtx | None = None) -> tuple[Dim, ...]:
+    """NumPy-style multidirectional broadcasting of shapes.
+
+    With ``ctx``, each pair of dims that only run time can show to broadcast is
+    recorded on it (``ctx.assume_broadcast``), and a pair the symbols' constraints
+    rule out is an error; callers inferring a node's type always pass it."""
     rank = max((len(s) for s in shapes), default=0)
     out: list[Dim] = [1] * rank
     for s in shapes:
         padded = [1] * (rank - len(s)) + list(s)
         for i, d in enumerate(padded):
             try:
-                out[i] = broadcast_dim(out[i], d)
+                merged = broadcast_dim(out[i], d)
             except ValueError:
                 shown = " and ".join(f"[{', '.join(map(str, x))}]" for x in shapes)
                 raise ShapeError(f"{op}: shapes {shown} do not broadcast") from None
+            if ctx is not None:
+                ctx.assume_broadcast(out[i], d, f"the operands' dims at output axis {i}")
+            out[i] = merged
     return tuple(out)
 
 
@@ -57,8 +65,26 @@ def infer_types(
     attrs: Mapping[str, object],
     num_outputs: int,
     symbols: Mapping[str, SymbolInfo] | None = None,
+    *,
+    record: list[Assumption] | None = None,
 ) -> tuple[list[TensorType], dict[str, object]]:
-    """Run an op's inference; returns output types and the attributes with defaults."""
+    """Run an op's inference; returns output types and the attributes with defaults.
+
+    ``record`` receives the shape relations the node needs checked at run time (cuvil/ir/assumptions.py)."""
+    types, full, _ = infer_all(op, inputs, attrs, num_outputs, symbols, record=record)
+    return types, full
+
+
+def infer_all(
+    op: str,
+    inputs: Sequence[Value | None],
+    attrs: Mapping[str, object],
+    num_outputs: int,
+    symbols: Mapping[str, SymbolInfo] | None = None,
+    *,
+    record: list[Assumption] | None = None,
+) -> tuple[list[TensorType], dict[str, object], list[tuple[Dim, ...] | None]]:
+    """Inference with the outputs' symbolic contents (for ops that compute sizes)."""
     opdef = get(op)
     lo, hi = opdef.input_arity()
     n_in = len(inputs)
@@ -81,15 +107,30 @@ def infer_types(
         attrs=full,
         num_outputs=num_outputs,
         symbols=symbols or {},
+        sym_values=[v.sym_value if v is not None else None for v in inputs],
     )
     types = list(opdef.infer(ctx))
     if len(types) < num_outputs:
         raise ShapeError(f"{op}: inference gave {len(types)} outputs, {num_outputs} requested")
-    return types[:num_outputs], full
+    if record is not None:
+        record.extend(ctx.assumptions)
+    syms: list[tuple[Dim, ...] | None] = [None] * num_outputs
+    if opdef.sym_eval is not None:
+        got = list(opdef.sym_eval(ctx))[:num_outputs]
+        syms[: len(got)] = got
+    return types[:num_outputs], full, syms
 
 
 def infer_node(node: Node, symbols: Mapping[str, SymbolInfo] | None = None) -> list[TensorType]:
     return infer_types(node.op, node.inputs, node.attrs, len(node.outputs), symbols)[0]
+
+
+def symbolic_ints(ctx: InferCtx, i: int, what: str) -> list[Dim] | None:
+    """The contents of integer input ``i`` as dims: constants, or sizes derived from shapes."""
+    if ctx.const(i) is not None:
+        return list(static_ints(ctx, i, what) or [])
+    sv = ctx.sym_value(i)
+    return list(sv) if sv is not None else None
 
 
 def static_ints(ctx: InferCtx, i: int, what: str) -> list[int] | None:

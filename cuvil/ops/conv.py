@@ -190,11 +190,13 @@ def _check_conv_operands(ctx: InferCtx, transposed: bool) -> tuple[TensorType, T
     if transposed:
         if isinstance(c_in, int) and isinstance(w0, int) and c_in != w0:
             raise ctx.fail(f"X has {c_in} channels but W expects {w0} (W is [C, M/group, k...])")
+        ctx.assume_equal(c_in, w0, "X's channels and W's dim 0")
         if isinstance(w0, int) and w0 % group:
             raise ctx.fail(f"input channels {w0} are not divisible by group {group}")
     else:
         if isinstance(c_in, int) and isinstance(w1, int) and c_in != w1 * group:
             raise ctx.fail(f"X has {c_in} channels but W expects {w1} x group {group}")
+        ctx.assume_equal(c_in, w1 * group, "X's channels and W's channels x group")
         if isinstance(w0, int) and w0 % group:
             raise ctx.fail(f"output channels {w0} are not divisible by group {group}")
     if ctx.has(2):
@@ -202,6 +204,7 @@ def _check_conv_operands(ctx: InferCtx, transposed: bool) -> tuple[TensorType, T
         m = w1 * group if transposed else w0
         if bt.rank != 1 or (isinstance(bt.shape[0], int) and isinstance(m, int) and bt.shape[0] != m):
             raise ctx.fail(f"B must be 1-D with {m} elements, got {bt}")
+        ctx.assume_equal(bt.shape[0], m, "B's length and the output channels")
     return x, wt, group, kernel
 
 

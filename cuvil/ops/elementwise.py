@@ -95,7 +95,7 @@ def binary(
         ctx.require_dtype(0, dtypes)
         if validate is not None:
             validate(ctx)
-        shape = broadcast_shapes(name, ctx.type(0).shape, ctx.type(1).shape)
+        shape = broadcast_shapes(name, ctx.type(0).shape, ctx.type(1).shape, ctx=ctx)
         return [TensorType(out_dtype or dt, shape)]
 
     def ref(ctx: RefCtx) -> list[np.ndarray]:
@@ -133,7 +133,7 @@ def variadic(
             raise ctx.fail("needs at least one input")
         dt = ctx.same_dtype(*range(n))
         ctx.require_dtype(0, dtypes)
-        shape = broadcast_shapes(name, *(ctx.type(i).shape for i in range(n)))
+        shape = broadcast_shapes(name, *(ctx.type(i).shape for i in range(n)), ctx=ctx)
         return [TensorType(dt, shape)]
 
     def ref(ctx: RefCtx) -> list[np.ndarray]:
@@ -213,7 +213,7 @@ def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def _pow_infer(ctx: InferCtx) -> list[TensorType]:
     dt = ctx.require_dtype(0, NUMERIC)
     ctx.require_dtype(1, NUMERIC)
-    return [TensorType(dt, broadcast_shapes("pow", ctx.type(0).shape, ctx.type(1).shape))]
+    return [TensorType(dt, broadcast_shapes("pow", ctx.type(0).shape, ctx.type(1).shape, ctx=ctx))]
 
 
 def _pow_ref(ctx: RefCtx) -> list[np.ndarray]:

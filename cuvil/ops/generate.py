@@ -8,7 +8,7 @@ from cuvil.ir.dtypes import DType
 from cuvil.ir.symbolic import UNKNOWN, Dim
 from cuvil.ir.types import TensorType
 from cuvil.ops.registry import AttrSpec, InferCtx, OpDef, RefCtx, register
-from cuvil.ops.shape import int_list, scalar_operand, shape_operand
+from cuvil.ops.shape import int_list, negative, scalar_operand, shape_operand
 
 # constant_of_shape -----------------------------------------------------------
 
@@ -32,8 +32,8 @@ def _constant_of_shape_infer(ctx: InferCtx) -> list[TensorType]:
     n, dims = shape_operand(ctx, 0, "input (the shape)")
     if dims is None:
         return [TensorType(dtype, (UNKNOWN,) * n)]
-    if any(d < 0 for d in dims):
-        raise ctx.fail(f"shape {dims} has a negative dim")
+    if negative(dims):
+        raise ctx.fail(f"shape {list(map(str, dims))} has a negative dim")
     return [TensorType(dtype, tuple(dims))]
 
 

@@ -47,7 +47,8 @@ def matmul_shape(ctx: InferCtx, a: tuple[Dim, ...], b: tuple[Dim, ...]) -> tuple
     b2 = (*b, 1) if len(b) == 1 else b
     if not _dims_match(a2[-1], b2[-2]):
         raise ctx.fail(f"inner dims differ: [{', '.join(map(str, a))}] @ [{', '.join(map(str, b))}]")
-    batch = broadcast_shapes(ctx.op, a2[:-2], b2[:-2])
+    ctx.assume_equal(a2[-1], b2[-2], "inner dims")
+    batch = broadcast_shapes(ctx.op, a2[:-2], b2[:-2], ctx=ctx)
     out = list(batch)
     if len(a) > 1:
         out.append(a2[-2])
@@ -91,11 +92,14 @@ def _gemm_infer(ctx: InferCtx) -> list[TensorType]:
     kb, n = (b.shape[1], b.shape[0]) if ctx.attrs["transB"] else b.shape
     if not _dims_match(ka, kb):
         raise ctx.fail(f"inner dims differ: op(A) is [{m}, {ka}], op(B) is [{kb}, {n}]")
+    ctx.assume_equal(ka, kb, "inner dims")
     if ctx.has(2):
         c = ctx.type(2)
         tail = (m, n)[2 - c.rank :] if c.rank <= 2 else None
         if tail is None or not all(d == 1 or _dims_match(d, e) for d, e in zip(c.shape, tail)):
             raise ctx.fail(f"C of type {c} does not broadcast to [{m}, {n}]")
+        for j, (d, e) in enumerate(zip(c.shape, tail)):
+            ctx.assume_broadcast_to(d, e, f"C's dim {j} and the output's dim {j + 2 - c.rank}")
     return [TensorType(dt, (m, n))]
 
 
@@ -196,8 +200,10 @@ def parse_equation(equation: str, num_inputs: int) -> Equation:
     return Equation(terms, out)
 
 
-def einsum_shape(eq: Equation, shapes: list[tuple[Dim, ...]]) -> tuple[Dim, ...]:
-    """The output shape of an einsum; raises ``ValueError`` when operand shapes do not fit."""
+def einsum_shape(eq: Equation, shapes: list[tuple[Dim, ...]], ctx: InferCtx | None = None) -> tuple[Dim, ...]:
+    """The output shape of an einsum; raises ``ValueError`` when operand shapes do not fit.
+
+    With ``ctx``, the label dims only run time can match are recorded on it as checks."""
     label_dims: dict[str, Dim] = {}
     ell_shapes: list[tuple[Dim, ...]] = []
     for k, (term, shape) in enumerate(zip(eq.inputs, shapes)):
@@ -219,18 +225,23 @@ def einsum_shape(eq: Equation, shapes: list[tuple[Dim, ...]]) -> tuple[Dim, ...]
             pos += 1
             if x in own and not _dims_match(own[x], d):  # a repeated label takes a diagonal
                 raise ValueError(f"label {x!r} of input {k} stands for dims {own[x]} and {d}")
+            if x in own and ctx is not None:
+                ctx.assume_equal(own[x], d, f"dims of input {k} labelled {x!r} (a diagonal)")
             own.setdefault(x, d)
             if x in label_dims:
                 try:
-                    label_dims[x] = broadcast_dim(label_dims[x], d)
+                    merged = broadcast_dim(label_dims[x], d)
                 except ValueError:
                     raise ValueError(f"label {x!r} stands for dims {label_dims[x]} and {d}") from None
+                if ctx is not None:
+                    ctx.assume_broadcast(label_dims[x], d, f"dims labelled {x!r}")
+                label_dims[x] = merged
             else:
                 label_dims[x] = d
     ell: tuple[Dim, ...] = ()
     for s in ell_shapes:
         try:
-            ell = broadcast_shapes("einsum", ell, s)
+            ell = broadcast_shapes("einsum", ell, s, ctx=ctx)
         except ShapeError:
             raise ValueError("the dims standing for '...' do not broadcast") from None
     if ell and ELLIPSIS not in eq.output:
@@ -249,7 +260,7 @@ def _einsum_infer(ctx: InferCtx) -> list[TensorType]:
     ctx.require_dtype(0, NUMERIC)
     try:
         eq = parse_equation(ctx.attrs["equation"], n)
-        shape = einsum_shape(eq, [ctx.type(i).shape for i in range(n)])
+        shape = einsum_shape(eq, [ctx.type(i).shape for i in range(n)], ctx)
     except ValueError as exc:
         raise ctx.fail(str(exc)) from None
     return [TensorType(dt, shape)]

@@ -46,7 +46,7 @@ def _where_infer(ctx: InferCtx) -> list[TensorType]:
     ctx.require_dtype(0, BOOL)
     dt = ctx.same_dtype(1, 2)
     ctx.require_dtype(1, ALL)
-    shape = broadcast_shapes("where", ctx.type(0).shape, ctx.type(1).shape, ctx.type(2).shape)
+    shape = broadcast_shapes("where", ctx.type(0).shape, ctx.type(1).shape, ctx.type(2).shape, ctx=ctx)
     return [TensorType(dt, shape)]
 
 

@@ -32,6 +32,8 @@ def _require_shape(ctx: InferCtx, i: int, what: str, want: Sequence[Dim]) -> Non
     t = ctx.type(i)
     if t.rank != len(want) or not all(_dims_match(a, b) for a, b in zip(t.shape, want)):
         raise ctx.fail(f"{what} must have shape [{', '.join(map(str, want))}], got {t}")
+    for j, (a, b) in enumerate(zip(t.shape, want)):
+        ctx.assume_equal(a, b, f"{what}'s dim {j} and the dim it normalizes")
 
 
 def _require_unidirectional(ctx: InferCtx, i: int, what: str, target: Sequence[Dim]) -> None:
@@ -40,6 +42,8 @@ def _require_unidirectional(ctx: InferCtx, i: int, what: str, target: Sequence[D
     tail = list(target[len(target) - t.rank :]) if t.rank <= len(target) else None
     if tail is None or not all(d == 1 or _dims_match(d, e) for d, e in zip(t.shape, tail)):
         raise ctx.fail(f"{what} of type {t} does not broadcast to [{', '.join(map(str, target))}]")
+    for j, (d, e) in enumerate(zip(t.shape, tail)):
+        ctx.assume_broadcast_to(d, e, f"{what}'s dim {j} and the input's dim {j + len(target) - t.rank}")
 
 
 # batch_norm ---------------------------------------------------------------------------

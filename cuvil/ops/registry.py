@@ -18,8 +18,10 @@ from typing import Any
 import numpy as np
 
 from cuvil.errors import ShapeError
+from cuvil.ir.assumptions import BROADCAST, BROADCAST_TO, EQUAL, Assumption, decide, refutation
 from cuvil.ir.dtypes import DType
 from cuvil.ir.graph import Graph
+from cuvil.ir.symbolic import Dim, is_unknown
 from cuvil.ir.types import SymbolInfo, TensorType
 
 ATTR_KINDS = ("int", "float", "str", "ints", "floats", "strs", "tensor", "graph", "dtype")
@@ -65,6 +67,9 @@ class InferCtx:
     attrs: dict[str, Any]
     num_outputs: int
     symbols: Mapping[str, SymbolInfo] = field(default_factory=dict)
+    sym_values: list[tuple[Dim, ...] | None] = field(default_factory=list)
+    # Relations between dims this node needs that only run time can settle (cuvil/ir/assumptions.py).
+    assumptions: list[Assumption] = field(default_factory=list)
 
     def type(self, i: int) -> TensorType:
         t = self.types[i] if i < len(self.types) else None
@@ -79,6 +84,18 @@ class InferCtx:
         """The value of input ``i`` when it is known at compile time."""
         return self.consts[i] if i < len(self.consts) else None
 
+    def sym_value(self, i: int) -> tuple[Dim, ...] | None:
+        """The contents of integer input ``i`` as dims (ints or symbolic), when known.
+
+        A constant gives its ints; a size computed from shapes (``shape(x)[0] * 2``)
+        gives its symbolic value. Only 0-D and 1-D integer tensors carry one."""
+        c = self.const(i)
+        if c is not None:
+            if c.dtype.kind in "iu" and c.ndim <= 1:
+                return tuple(int(x) for x in c.reshape(-1))
+            return None
+        return self.sym_values[i] if i < len(self.sym_values) else None
+
     def fail(self, message: str) -> ShapeError:
         return ShapeError(f"{self.op}: {message}")
 
@@ -88,6 +105,27 @@ class InferCtx:
             names = ", ".join(sorted(str(d) for d in allowed))
             raise self.fail(f"input {i} has element type {dt}, expected one of {names}")
         return dt
+
+    def _assume(self, kind: str, a: Dim, b: Dim, what: str) -> None:
+        verdict = decide(kind, a, b, self.symbols)
+        if verdict is False:
+            raise self.fail(refutation(kind, what, a, b, self.symbols))
+        if verdict is None and not (is_unknown(a) or is_unknown(b)):  # data-dependent dims: the kernels check
+            self.assumptions.append(Assumption(kind, a, b, what, self.op))
+
+    def assume_equal(self, a: Dim, b: Dim, what: str) -> None:
+        """This node needs ``a == b``: proven, refuted (a ShapeError), or recorded as a run-time check.
+
+        ``what`` is a plural noun phrase ("inner dims"): messages read "<what> differ"."""
+        self._assume(EQUAL, a, b, what)
+
+    def assume_broadcast(self, a: Dim, b: Dim, what: str) -> None:
+        """This node needs ``a`` and ``b`` to broadcast (equal, or one of them 1)."""
+        self._assume(BROADCAST, a, b, what)
+
+    def assume_broadcast_to(self, a: Dim, b: Dim, what: str) -> None:
+        """This node needs ``a`` to stretch to ``b`` (equal, or ``a`` is 1)."""
+        self._assume(BROADCAST_TO, a, b, what)
 
     def same_dtype(self, *indices: int) -> DType:
         present = [i for i in indices if self.has(i)]
@@ -135,6 +173,8 @@ class OpDef:
     infer: InferFn
     reference: RefFn | None
     scalar: Callable[..., Any] | None = None
+    # For ops that compute sizes: the output contents as dims from the inputs' (``ctx.sym_value``)
+    sym_eval: Callable[[InferCtx], Sequence[tuple[Dim, ...] | None]] | None = None
     traits: frozenset[str] = frozenset()
     tolerance: float = 1e-5
     doc: str = ""

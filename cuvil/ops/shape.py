@@ -19,7 +19,7 @@ import numpy as np
 from cuvil.ir.dtypes import DType
 from cuvil.ir.symbolic import UNKNOWN, Dim, floordiv, is_unknown, product, sym
 from cuvil.ir.types import TensorType
-from cuvil.ops.common import broadcast_shapes, normalize_axes, static_ints
+from cuvil.ops.common import broadcast_shapes, normalize_axes, static_ints, symbolic_ints
 from cuvil.ops.registry import SHAPE_ONLY, AttrSpec, InferCtx, OpDef, RefCtx, register
 
 INDEX_DTYPES = frozenset({DType.i64, DType.i32})
@@ -44,10 +44,25 @@ def operand_length(ctx: InferCtx, i: int, what: str, dtypes: frozenset[DType] = 
 
 def shape_operand(
     ctx: InferCtx, i: int, what: str, dtypes: frozenset[DType] = frozenset({DType.i64})
+) -> tuple[int, list[Dim] | None]:
+    """The length of 1-D integer input ``i`` and, when inference can tell, its values as dims:
+    the ints of a constant, or sizes computed from other tensors' shapes (``[batch, 2, -1]``)."""
+    n = operand_length(ctx, i, what, dtypes)
+    values = symbolic_ints(ctx, i, what)
+    return n, values if values is not None and len(values) == n else None
+
+
+def static_operand(
+    ctx: InferCtx, i: int, what: str, dtypes: frozenset[DType] = frozenset({DType.i64})
 ) -> tuple[int, list[int] | None]:
-    """The length of 1-D integer input ``i`` and, when it is a constant, its values."""
+    """The length of 1-D integer input ``i`` and, when it is a constant, its values (axes, splits)."""
     n = operand_length(ctx, i, what, dtypes)
     return n, static_ints(ctx, i, what)
+
+
+def negative(values: Sequence[Dim]) -> bool:
+    """Whether any value is a negative int (symbolic sizes are never negative)."""
+    return any(isinstance(v, int) and v < 0 for v in values)
 
 
 def scalar_operand(ctx: InferCtx, i: int, what: str) -> None:
@@ -73,7 +88,7 @@ def int_list(a: np.ndarray) -> list[int]:
 
 
 def resolve_reshape(
-    in_shape: Sequence[Dim], target: Sequence[int], allowzero: bool, fail: Callable[[str], Exception]
+    in_shape: Sequence[Dim], target: Sequence[Dim], allowzero: bool, fail: Callable[[str], Exception]
 ) -> list[Dim]:
     """The output dims of a reshape of ``in_shape`` to ``target`` (ONNX rules for 0 and -1).
 
@@ -91,8 +106,8 @@ def resolve_reshape(
             if i >= len(in_shape):
                 raise fail(f"shape {list(target)} copies dim {i} (a 0) but the input has rank {len(in_shape)}")
             dims.append(in_shape[i])
-        elif v < 0:
-            raise fail(f"shape {list(target)} has a negative dim {v}")
+        elif isinstance(v, int) and v < 0:
+            raise fail(f"shape {list(map(str, target))} has a negative dim {v}")
         else:
             dims.append(v)
     total = product(in_shape)
@@ -199,7 +214,7 @@ def _squeeze_infer(ctx: InferCtx) -> list[TensorType]:
                 "give the axes to squeeze"
             )
         return [TensorType(t.dtype, tuple(d for d in t.shape if d != 1))]
-    n, axes = shape_operand(ctx, 1, "axes")
+    n, axes = static_operand(ctx, 1, "axes")
     if axes is None:
         return [TensorType(t.dtype, (UNKNOWN,) * (t.rank - n))]
     norm = normalize_axes(ctx.op, axes, t.rank)
@@ -240,7 +255,7 @@ def _unsqueeze_shape(op: str, shape: Sequence[Dim], axes: Sequence[int]) -> list
 
 def _unsqueeze_infer(ctx: InferCtx) -> list[TensorType]:
     t = ctx.type(0)
-    n, axes = shape_operand(ctx, 1, "axes")
+    n, axes = static_operand(ctx, 1, "axes")
     if axes is None:
         return [TensorType(t.dtype, (UNKNOWN,) * (t.rank + n))]
     return [TensorType(t.dtype, tuple(_unsqueeze_shape(ctx.op, t.shape, axes)))]
@@ -305,9 +320,9 @@ def _expand_infer(ctx: InferCtx) -> list[TensorType]:
     t = ctx.type(0)
     n, target = shape_operand(ctx, 1, "shape")
     if target is not None:
-        if any(v < 0 for v in target):
-            raise ctx.fail(f"shape {target} has a negative dim")
-        return [TensorType(t.dtype, broadcast_shapes(ctx.op, t.shape, target))]
+        if negative(target):
+            raise ctx.fail(f"shape {list(map(str, target))} has a negative dim")
+        return [TensorType(t.dtype, broadcast_shapes(ctx.op, t.shape, target, ctx=ctx))]
     # The target is computed at run time. A dim the target does not reach, or
     # an input dim known not to be 1, is the output dim whatever the target says.
     rank = max(t.rank, n)

@@ -18,7 +18,7 @@ from cuvil.ir.symbolic import UNKNOWN, Dim, ceildiv, is_unknown, sym
 from cuvil.ir.types import TensorType
 from cuvil.ops.common import normalize_axes, normalize_axis, static_ints
 from cuvil.ops.registry import AttrSpec, InferCtx, OpDef, RefCtx, register
-from cuvil.ops.shape import INDEX_DTYPES, concrete, int_list, operand_length, scalar_operand, shape_operand
+from cuvil.ops.shape import INDEX_DTYPES, concrete, int_list, negative, operand_length, scalar_operand, shape_operand, static_operand
 
 # concat --------------------------------------------------------------------
 
@@ -44,8 +44,10 @@ def _concat_infer(ctx: InferCtx) -> list[TensorType]:
             elif isinstance(out[i], int) and isinstance(d, int):
                 if out[i] != d:
                     raise ctx.fail(f"inputs differ in dim {i} (not the concat axis): {[str(x) for x in types]}")
-            elif isinstance(d, int) or is_unknown(out[i]):
-                out[i] = d  # a static dim (or any dim over an unknown one) says more
+            else:
+                ctx.assume_equal(out[i], d, f"dim {i} of the inputs (not the concat axis)")
+                if isinstance(d, int) or is_unknown(out[i]):
+                    out[i] = d  # a static dim (or any dim over an unknown one) says more
     return [TensorType(dtype, tuple(out))]
 
 
@@ -94,7 +96,7 @@ def _split_infer(ctx: InferCtx) -> list[TensorType]:
     if ctx.has(1):
         if num is not None:
             raise ctx.fail("takes either the split input or the num_outputs attribute, not both")
-        n, values = shape_operand(ctx, 1, "split")
+        n, values = static_operand(ctx, 1, "split")
         if n != k:
             raise ctx.fail(f"split lists {n} sizes but the node has {k} outputs")
         if values is None:
@@ -272,8 +274,8 @@ def _tile_infer(ctx: InferCtx) -> list[TensorType]:
         raise ctx.fail(f"repeats has {n} entries for a rank-{t.rank} input")
     if repeats is None:
         return [TensorType(t.dtype, (UNKNOWN,) * t.rank)]
-    if any(r < 0 for r in repeats):
-        raise ctx.fail(f"repeats {repeats} must not be negative")
+    if negative(repeats):
+        raise ctx.fail(f"repeats {list(map(str, repeats))} must not be negative")
     return [TensorType(t.dtype, tuple(d * r for d, r in zip(t.shape, repeats)))]
 
 

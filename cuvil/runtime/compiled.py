@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -11,11 +11,13 @@ from typing import Any, Protocol
 import numpy as np
 
 from cuvil.errors import InputError
+from cuvil.ir.assumptions import Assumption, graph_assumptions
 from cuvil.ir.dtypes import DType
 from cuvil.ir.graph import Graph
-from cuvil.ir.symbolic import Dim, format_dim, parse_dim
+from cuvil.ir.symbolic import Dim, DimExpr, format_dim, parse_dim
 from cuvil.ir.types import SymbolInfo, TensorType
 from cuvil.runtime.guards import bind_inputs
+from cuvil.runtime.torch_io import inputs_to_numpy, outputs_as
 
 
 class Executor(Protocol):
@@ -25,11 +27,23 @@ class Executor(Protocol):
 
 
 class TensorSpec:
-    """The declared type of one model input or output."""
+    """The declared type of one model input or output.
 
-    def __init__(self, name: str, type: TensorType) -> None:
-        self.name = name
-        self.type = type
+    Users describe an input by shape and element type, with names for symbolic
+    dims: ``TensorSpec(("batch", 3, "32*h", 224), "float32", name="image")``
+    (constraints on ``batch`` and ``h`` go in ``cuvil.compile(..., dims=)``).
+    Cuvil itself builds specs from a value's name and type: ``TensorSpec(name, TensorType)``.
+    """
+
+    def __init__(self, shape: Sequence[int | str | DimExpr] | str, dtype: Any = None, name: str | None = None) -> None:
+        if isinstance(shape, str) and isinstance(dtype, TensorType) and name is None:
+            self.name, self.type = shape, dtype
+            return
+        if isinstance(shape, str) or not isinstance(shape, Sequence):
+            raise TypeError(f"TensorSpec: shape must be a sequence of ints and dim names, got {shape!r}")
+        dims = tuple(_spec_dim(d) for d in shape)
+        self.name = name or ""
+        self.type = TensorType(_spec_dtype("float32" if dtype is None else dtype), dims)
 
     @property
     def dtype(self) -> str:
@@ -57,6 +71,40 @@ class TensorSpec:
         return f"TensorSpec({self.name!r}, {self.type})"
 
 
+def _spec_dim(d: object) -> Dim:
+    if isinstance(d, bool):
+        raise TypeError(f"TensorSpec: {d!r} is not a dim")
+    if isinstance(d, int | DimExpr):
+        if isinstance(d, int) and d < 0:
+            raise TypeError(f"TensorSpec: dim {d} is negative")
+        return d
+    if isinstance(d, str):
+        parsed = parse_dim(d)
+        if isinstance(parsed, DimExpr) and parsed.is_unknown:
+            raise TypeError(f"TensorSpec: dim {d!r} must be an int or a symbol expression such as 'batch' or '32*h'")
+        return parsed
+    raise TypeError(f"TensorSpec: dim {d!r} must be an int, a symbol name or an expression such as '32*h'")
+
+
+def _spec_dtype(d: object) -> DType:
+    """An element type given as a DType, a name ("float32", "f32"), a NumPy dtype or a torch dtype."""
+    if isinstance(d, DType):
+        return d
+    text = str(d)
+    if text.startswith("torch."):
+        d = text = text.removeprefix("torch.")  # torch.float32 -> "float32", without importing torch
+    if text == "bfloat16":
+        return DType.bf16
+    try:
+        return DType.parse(text)
+    except ValueError:
+        pass
+    try:
+        return DType.from_np(np.dtype(d))  # type: ignore[call-overload]
+    except TypeError:
+        raise TypeError(f"TensorSpec: unknown element type {d!r}") from None
+
+
 @dataclass(frozen=True)
 class Signature:
     """A model's contract: its inputs, outputs and the constraints of its symbols."""
@@ -64,6 +112,8 @@ class Signature:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     symbols: Mapping[str, SymbolInfo] = field(default_factory=dict)
+    # Shape relations between symbolic dims checked before anything runs (cuvil/ir/assumptions.py).
+    checks: tuple[Assumption, ...] = ()
 
     @staticmethod
     def of(graph: Graph) -> Signature:
@@ -71,6 +121,7 @@ class Signature:
             tuple(TensorSpec(v.name, v.type) for v in graph.inputs),
             tuple(TensorSpec(v.name, v.type) for v in graph.outputs),
             dict(graph.symbols),
+            tuple(graph_assumptions(graph)),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -80,6 +131,7 @@ class Signature:
             "symbols": [
                 {"name": i.name, "min": i.min, "max": i.max, "multiple_of": i.multiple_of} for i in self.symbols.values()
             ],
+            "checks": [c.to_json() for c in self.checks],
         }
 
     @staticmethod
@@ -88,6 +140,7 @@ class Signature:
             tuple(TensorSpec.from_json(x) for x in d["inputs"]),
             tuple(TensorSpec.from_json(x) for x in d["outputs"]),
             {s["name"]: SymbolInfo(s["name"], s.get("min"), s.get("max"), s.get("multiple_of")) for s in d["symbols"]},
+            tuple(Assumption.from_json(c) for c in d.get("checks", [])),
         )
 
 
@@ -96,21 +149,24 @@ class CompileInfo:
     """Where a compiled model came from and what compiling it took (saved in an artifact's meta.json)."""
 
     model_name: str | None = None  # the graph's name
-    source_kind: str | None = None  # "onnx file", "onnx bytes", "onnx model" or "cuvil graph"
+    source_kind: str | None = None  # "onnx file", "onnx bytes", "onnx model", "cuvil graph" or "pytorch module"
     source_sha256: str | None = None  # of the model file's bytes, the serialized ModelProto, or the IR text
     seconds: float | None = None  # import + code generation + C build (or cache lookup)
     cached: bool | None = None  # the build came from the build cache (None: the target has no build)
     compiled_at: str | None = None  # UTC, ISO 8601
+    notes: tuple[str, ...] = ()  # what the user should know about how it was compiled (options without effect ...)
 
     def to_json(self) -> dict[str, Any]:
         return {"model_name": self.model_name, "source_kind": self.source_kind, "source_sha256": self.source_sha256,
-                "seconds": self.seconds, "cached": self.cached, "compiled_at": self.compiled_at}
+                "seconds": self.seconds, "cached": self.cached, "compiled_at": self.compiled_at,
+                "notes": list(self.notes)}
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> CompileInfo:
         seconds = d.get("seconds")
         return CompileInfo(d.get("model_name"), d.get("source_kind"), d.get("source_sha256"),
-                           None if seconds is None else float(seconds), d.get("cached"), d.get("compiled_at"))
+                           None if seconds is None else float(seconds), d.get("cached"), d.get("compiled_at"),
+                           tuple(str(n) for n in d.get("notes", ())))
 
 
 class CompiledModel:
@@ -138,12 +194,17 @@ class CompiledModel:
     def symbols(self) -> dict[str, SymbolInfo]:
         return dict(self.signature.symbols)
 
-    def __call__(self, *arrays: Any) -> list[np.ndarray]:
-        arrs = [np.asarray(a) for a in arrays]
-        env = bind_inputs(self.input_names, [s.type for s in self.input_specs], arrs, self.signature.symbols)
-        return self._executor.run(arrs, env)
+    def __call__(self, *arrays: Any) -> list[Any]:
+        """Run on inputs in graph-input order: NumPy arrays (or array-likes) or torch tensors.
 
-    def run(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        Outputs are torch tensors when any input was one (sharing memory with
+        the backend's arrays), NumPy arrays otherwise."""
+        arrs, torch_out = inputs_to_numpy(arrays, self.input_names)
+        env = bind_inputs(self.input_names, [s.type for s in self.input_specs], arrs, self.signature.symbols,
+                          self.signature.checks)
+        return outputs_as(self._executor.run(arrs, env), torch_out)
+
+    def run(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         missing = [n for n in self.input_names if n not in inputs]
         extra = [n for n in inputs if n not in self.input_names]
         if missing or extra:

@@ -7,8 +7,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from cuvil.errors import InputError
+from cuvil.ir.assumptions import Assumption
 from cuvil.ir.dtypes import DType
-from cuvil.ir.symbolic import DimExpr, evaluate, format_dim, is_unknown
+from cuvil.ir.symbolic import DimExpr, evaluate, format_dim, is_unknown, linear_form
 from cuvil.ir.types import SymbolInfo, TensorType
 
 
@@ -17,11 +18,13 @@ def bind_inputs(
     types: Sequence[TensorType],
     arrays: Sequence[np.ndarray],
     symbols: Mapping[str, SymbolInfo],
+    checks: Sequence[Assumption] = (),
 ) -> dict[str, int]:
-    """Check dtypes, ranks, static dims and symbol constraints; return the symbol values.
+    """Check dtypes, ranks, static dims and symbol constraints, then the shape relations the
+    model's ops need (``checks``, see cuvil/ir/assumptions.py); return the symbol values.
 
-    Every failure raises an :class:`InputError` naming the input, what was
-    expected and what was given."""
+    Every failure raises an :class:`InputError` naming the input (or the node and
+    relation), what was expected and what was given."""
     if len(arrays) != len(types):
         raise InputError(f"expected {len(types)} inputs ({', '.join(map(repr, names))}), got {len(arrays)}")
     env: dict[str, int] = {}
@@ -42,13 +45,23 @@ def bind_inputs(
                     raise InputError(f"input {name!r}: expected shape {_fmt(t)}, got {list(a.shape)} (dim {axis} must be {d})")
             elif is_unknown(d):
                 continue
-            elif len(d.symbols()) == 1 and d == DimExpr.symbol(next(iter(d.symbols()))):
+            elif d == DimExpr.symbol(next(iter(d.symbols()), "")):
                 s = next(iter(d.symbols()))
                 if s in env and env[s] != n:
                     raise InputError(
                         f"input {name!r}: dim {axis} is {s}={n}, but {where[s]} gave {s}={env[s]}"
                     )
                 env[s] = int(n)
+                where[s] = f"input {name!r} dim {axis}"
+            elif (lin := linear_form(d)) is not None and lin[0] not in env:
+                s, k, c = lin  # a derived dim such as 32*h: solve for h
+                if (n - c) % k != 0:
+                    raise InputError(
+                        f"input {name!r}: dim {axis} is {format_dim(d)}, so {n} is not allowed "
+                        f"({n - c} is not a multiple of {k})" if c else
+                        f"input {name!r}: dim {axis} is {format_dim(d)}, so it must be a multiple of {k}, got {n}"
+                    )
+                env[s] = (int(n) - c) // k
                 where[s] = f"input {name!r} dim {axis}"
             else:
                 deferred.append((name, axis, d, int(n)))
@@ -65,6 +78,10 @@ def bind_inputs(
             continue
         if want != n:
             raise InputError(f"input {name!r}: dim {axis} must be {format_dim(d)} = {want}, got {n}")
+    for check in checks:
+        why = check.check(env)
+        if why is not None:
+            raise InputError(why)
     return env
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import shlex
 import tempfile
@@ -22,6 +23,9 @@ from cuvil.backends.c.library import NativeModel
 from cuvil.backends.c.toolchain import RUNTIME_DIR, Compiler, build_library, compile_flags
 from cuvil.errors import CuvilError, ModelError
 from cuvil.ir.graph import Graph
+from cuvil.log import stage
+
+_log = logging.getLogger(__name__)
 
 C_TARGETS = ("generic", "x86_avx2", "x86_avx512", "native")
 
@@ -75,7 +79,8 @@ def _runtime_digest() -> str:
 def build(graph: Graph, options: BuildOptions) -> Build:
     """Generate, compile (or fetch from the cache) and return the model's build folder."""
     t0 = time.perf_counter()
-    module = generate(graph, CodegenOptions(target=options.target, model_name=graph.name))
+    with stage(_log, "codegen"):
+        module = generate(graph, CodegenOptions(target=options.target, model_name=graph.name))
     h = hashlib.sha256()
     for part in (module.source, __version__, options.target, options.compiler.version, " ".join(options.compiler.argv),
                  " ".join(compile_flags(options.target, sanitize=options.sanitize)), _runtime_digest()):
@@ -92,7 +97,9 @@ def build(graph: Graph, options: BuildOptions) -> Build:
         (folder / "build.log").write_text(log, encoding="utf-8")
 
     root = options.cache_dir or cache.default_cache_dir()
+    t1 = time.perf_counter()
     folder, hit = cache.get_or_build(root, key, make)
+    _log.debug("stage %s: %.1f ms (%s)", "cache hit" if hit else "c build", (time.perf_counter() - t1) * 1e3, folder)
     return Build(folder, hit, time.perf_counter() - t0, module, options)
 
 

@@ -12,6 +12,7 @@ run-time symbols, so no op's shape logic is written twice.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,10 +25,11 @@ from cuvil.backends.c.kernel import CVal, KernelCtx, find_kernel
 from cuvil.backends.c.writer import CWriter, Names, c_comment, c_string
 from cuvil.errors import CuvilError, UnsupportedOpError, UnsupportedUse
 from cuvil.ir.graph import Graph, Node, Value
-from cuvil.ir.symbolic import Dim, DimExpr, is_unknown, render_dim, sym
+from cuvil.ir.symbolic import Dim, DimExpr, format_dim, is_unknown, linear_form, render_dim, sym
 from cuvil.ir.types import TensorType
 
 WEIGHT_ALIGN = 64
+_log = logging.getLogger(__name__)
 
 
 class CodegenError(CuvilError):
@@ -89,6 +91,8 @@ class FunctionEmitter:
         self.sym_c: dict[str, str] = {name: self.names.fresh("sym") for name in graph.symbols}
         self.rt_syms: dict[str, str] = {}
         self.includes: set[str] = set()
+        # File-scope C that kernels add (KernelCtx.define), in first-use order: the node order fixes it.
+        self.definitions: dict[str, str] = {}
 
     # values -----------------------------------------------------------------
     def cval(self, v: Value) -> CVal:
@@ -134,6 +138,7 @@ class FunctionEmitter:
     def bind_inputs(self) -> None:
         w = self.w
         bound: set[str] = set()
+        first_use: dict[str, tuple[int, int]] = {}
         for i, v in enumerate(self.graph.inputs):
             c = self.cval(v)
             name = c_string(v.name)
@@ -158,6 +163,16 @@ class FunctionEmitter:
                     else:
                         w.line(f"{cs} = {c.shape}[{j}];")
                         bound.add(s)
+                        first_use[s] = (i, j)
+                elif (lin := linear_form(d)) is not None and lin[0] not in bound:
+                    s, k, off = lin  # a derived dim such as 32*h: solve for h
+                    cs = self.sym_c[s]
+                    w.line(f"if (cuvil_floormod({c.shape}[{j}] - ({off}), {k}) != 0) {{ cuvil_fail(call, "
+                           f'"input %s: dim {j} is %s, got %lld", {name}, {c_string(format_dim(d))}, '
+                           f"(long long){c.shape}[{j}]); goto fail; }}")
+                    w.line(f"{cs} = ({c.shape}[{j}] - ({off})) / {k};")
+                    bound.add(s)
+                    first_use[s] = (i, j)
         for s in [s for s in self.graph.symbols if s in bound]:  # graph order: the C must not depend on set order
             info = self.graph.symbols[s]
             cs = self.sym_c[s]
@@ -170,14 +185,44 @@ class FunctionEmitter:
             if info.multiple_of is not None:
                 w.line(f"if ({cs} % {info.multiple_of} != 0) {{ cuvil_fail(call, \"%s=%lld is not a multiple of "
                        f"{info.multiple_of}\", {c_string(s)}, (long long){cs}); goto fail; }}")
-        for v in self.graph.inputs:  # dims that are expressions of bound symbols
+        for i, v in enumerate(self.graph.inputs):  # dims that are expressions of bound symbols
             c = self.cval(v)
             for j, d in enumerate(v.type.shape):
+                lin = linear_form(d)
+                if lin is not None and first_use.get(lin[0]) == (i, j):
+                    continue  # this dim bound its symbol
                 if isinstance(d, DimExpr) and not is_unknown(d) and d.symbols() <= bound and not (
                     len(d.symbols()) == 1 and d == sym(next(iter(d.symbols())))
                 ):
                     w.line(f"if ({c.shape}[{j}] != {self.render(d)}) {{ cuvil_fail(call, "
                            f'"input %s: dim {j} does not match its declared expression", {c_string(v.name)}); goto fail; }}')
+        self.emit_shape_checks(bound)
+
+    def emit_shape_checks(self, bound: set[str]) -> None:
+        """The shape relations the ops need (cuvil/ir/assumptions.py), checked before any kernel runs.
+
+        The same list and wording as the Python input guard, so standalone C and wasm callers are
+        protected too; a relation over a symbol no input binds is left to the kernels, as there."""
+        from cuvil.ir.assumptions import BROADCAST, EQUAL, graph_assumptions
+
+        for chk in graph_assumptions(self.graph):
+            if not chk.symbols() <= bound:
+                continue
+            a, b = self.names.fresh("lhs"), self.names.fresh("rhs")
+            if chk.kind == EQUAL:
+                ok, head = f"{a} == {b}", "%s differ: %lld != %lld"
+            elif chk.kind == BROADCAST:
+                ok, head = f"{a} == {b} || {a} == 1 || {b} == 1", "%s do not broadcast: %lld vs %lld"
+            else:
+                ok, head = f"{a} == {b} || {a} == 1", "%s do not broadcast: %lld is neither 1 nor %lld"
+            sides = [(d, v) for d, v in ((chk.lhs, a), (chk.rhs, b)) if not isinstance(d, int)]
+            fmt = "node '%s' (%s): " + head + " (" + ", ".join("%s = %lld" for _ in sides) + ")"
+            args = [c_string(chk.node), c_string(chk.op), c_string(chk.what), f"(long long){a}", f"(long long){b}"]
+            for d, v in sides:
+                args += [c_string(format_dim(d)), f"(long long){v}"]
+            with self.w.block(""):
+                self.w.line(f"const int64_t {a} = {self.render(chk.lhs)}, {b} = {self.render(chk.rhs)};")
+                self.w.line(f"if (!({ok})) {{ cuvil_fail(call, {c_string(fmt)}, {', '.join(args)}); goto fail; }}")
 
     # nodes -------------------------------------------------------------------
     def out_dims(self, node: Node) -> list[list[str | None]]:
@@ -227,12 +272,16 @@ class FunctionEmitter:
         if node.op in ("if", "loop"):
             from cuvil.backends.c import control
 
+            _log.debug("node %r (%s): control flow, its regions emitted inline (cuvil.backends.c.control)",
+                       node.name, node.op)
             with w.block(""):
                 control.emit(self, node, ins, outs)
             return
         k = find_kernel(node.op)
         if k is None:
             raise CodegenError(f"op {node.op} has no C kernel")
+        _log.debug("node %r (%s): C kernel %s from %s, for %s", node.name, node.op, k.emit.__name__, k.emit.__module__,
+                   ", ".join(str(v.type) for v in node.inputs if v is not None) or "no inputs")
         dims = self.out_dims(node)
         allocated: list[bool] = []
         with w.block(""):
@@ -329,6 +378,9 @@ def generate(graph: Graph, options: CodegenOptions) -> GeneratedModule:
     w.line('#include "cuvil_rt.h"')
     for header in sorted(fn.includes):
         w.line(f'#include "{header}"')
+    for text in fn.definitions.values():
+        w.line("")
+        w.lines.extend(text.rstrip("\n").split("\n"))
     w.line("")
     w.line("struct cuvil_model { const unsigned char *weights; size_t size; unsigned char *owned; };")
     w.line(f"#define CUVIL_WEIGHTS_SIZE ((size_t){len(weights)})")

@@ -14,6 +14,7 @@ does not already guarantee is checked at run time (:meth:`KernelCtx.require`).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,8 @@ from cuvil.ir.graph import Node, Value
 
 if TYPE_CHECKING:
     from cuvil.backends.c.codegen import FunctionEmitter
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -96,6 +99,11 @@ def find_kernel(op: str) -> Kernel | None:
     return _KERNELS.get(op)
 
 
+def unregister_kernel(op: str) -> None:
+    """Remove an op's emitter (custom ops registered at run time: cuvil/backends/c/kernels/custom.py)."""
+    _KERNELS.pop(op, None)
+
+
 def kernel_ops() -> set[str]:
     return set(_KERNELS)
 
@@ -137,9 +145,17 @@ class KernelCtx:
     def const(self, i: int) -> np.ndarray | None:
         return self.ins[i].const if self.has(i) else None  # type: ignore[union-attr]
 
+    def note(self, text: str) -> None:
+        """Say which implementation this kernel chose for the node, and why (logged at DEBUG)."""
+        _log.debug("node %r (%s): %s", self.node.name, self.node.op, text)
+
     def include(self, header: str) -> None:
         """Have the generated file include a runtime header (``cuvil/backends/c/runtime/``)."""
         self._fn.includes.add(header)
+
+    def define(self, key: str, text: str) -> None:
+        """Add file-scope C (functions, types) to the generated unit, once per ``key``, after the includes."""
+        self._fn.definitions.setdefault(key, text)
 
     def tmp(self, hint: str = "t") -> str:
         return self._fn.names.fresh(hint)

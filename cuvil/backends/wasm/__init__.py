@@ -5,22 +5,30 @@ The generated C is the C backend's, unchanged (cuvil/backends/c/codegen.py);
 with ``weights.bin`` in the build cache, and wasmtime runs it
 (cuvil/backends/wasm/runtime.py). The module exports the C API of
 ``cuvil_api.h``, so any wasm host can run it without Python: docs/wasm.md.
+
+A saved artifact (cuvil/runtime/artifact.py) holds ``model.wasm``,
+``weights.bin``, ``model.c`` and the runtime headers it includes, and the
+zig command that rebuilds the module from them.
 """
 
 from __future__ import annotations
 
 import hashlib
+import shlex
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from cuvil import __version__
-from cuvil.backends.c import _runtime_digest, cache
+from cuvil.backends.c import _runtime_digest, cache, runtime_headers
 from cuvil.backends.c.codegen import CodegenOptions, GeneratedModule, generate
 from cuvil.backends.wasm.runtime import WasmModel
 from cuvil.backends.wasm.toolchain import Zig, build_wasm, compile_flags
+from cuvil.errors import CuvilError, ModelError
 from cuvil.ir.graph import Graph
 
 WASM_TARGET = "wasm32"
@@ -88,9 +96,53 @@ def build(graph: Graph, options: WasmBuildOptions) -> WasmBuild:
 class WasmExecutor:
     """Runs a built model's WebAssembly module (one instance per calling thread)."""
 
-    def __init__(self, b: WasmBuild) -> None:
+    def __init__(self, b: WasmBuild, facts: Mapping[str, Any] | None = None) -> None:
         self.build = b
         self.model = WasmModel(b.wasm, b.weights)
+        if facts is None:
+            if b.options is None:
+                raise CuvilError("a wasm32 build needs its build options or saved facts")
+            facts = build_facts(b.options.zig)
+        self.facts = dict(facts)
 
     def run(self, inputs: list[np.ndarray], env: dict[str, int]) -> list[np.ndarray]:
         return self.model.run(inputs)
+
+    # what an artifact (cuvil/runtime/artifact.py) needs --------------------------
+    def artifact_files(self) -> dict[str, Path]:
+        """Every file a saved artifact holds, by its name there: source, headers, module, weights."""
+        files = {"model.c": self.build.source, "model.wasm": self.build.wasm, "weights.bin": self.build.weights}
+        for header in runtime_headers(self.build.source):
+            files[header.name] = header
+        return files
+
+    def artifact_meta(self) -> dict[str, Any]:
+        """The backend's part of an artifact's meta.json: its files' roles and how the module was built."""
+        return dict(self.facts)
+
+
+# The roles of an artifact's files, by the name each has in the artifact.
+ARTIFACT_FILES = {"source": "model.c", "header": "cuvil_api.h", "library": "model.wasm", "weights": "weights.bin"}
+
+
+def build_facts(zig: Zig) -> dict[str, Any]:
+    """How a module was built, as saved in an artifact: compiler, flags, and a command that rebuilds it."""
+    # The build adds -I<installed runtime>; a saved artifact holds its headers beside model.c instead.
+    flags = [f for f in compile_flags() if not f.startswith("-I")]
+    command = ["python", "-m", "ziglang", "cc"]
+    cmd = [*command, *flags, ARTIFACT_FILES["source"], "-o", ARTIFACT_FILES["library"]]
+    return {
+        "backend": "wasm",
+        "files": dict(ARTIFACT_FILES),
+        "compiler": {"command": command, "version": zig.version, "flags": flags},
+        "rebuild": " ".join(shlex.quote(c) for c in cmd),
+    }
+
+
+def load_executor(folder: Path, meta: Mapping[str, Any]) -> WasmExecutor:
+    """The executor of a saved artifact (meta.json already checked by cuvil.runtime.artifact)."""
+    files = meta["files"]
+    if dict(files) != ARTIFACT_FILES:
+        raise ModelError(f"{folder}: meta.json lists files {dict(files)}; a wasm artifact holds {ARTIFACT_FILES}")
+    b = WasmBuild(folder, cached=True, seconds=0.0)
+    return WasmExecutor(b, {k: meta[k] for k in ("backend", "files", "compiler", "rebuild")})

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib
+import math
 import struct
 import sys
 import threading
@@ -110,6 +111,8 @@ class WasmInstance:
         return ctypes.string_at(self._span(at, n), n) if n else b""
 
     def malloc(self, n: int) -> int:
+        if n > 0xFFFFFFFF:
+            raise RunError(f"{n} bytes do not fit in the 4 GiB memory of a wasm32 instance")
         p = _addr(self.call("cuvil_malloc", _arg(n)))
         if p == 0:
             raise RunError(f"the WebAssembly instance is out of memory (allocating {n} bytes)")
@@ -139,7 +142,7 @@ class WasmInstance:
         raw = self.malloc(end + WEIGHT_ALIGN - 1)
         try:
             base = _align(raw)
-            records = bytearray(end if not arrays else data[0])
+            records = bytearray(data[0] if data else end)  # input and output records, zeroed
             for i, (a, at) in enumerate(zip(arrays, data)):
                 shape = list(a.shape) + [0] * (MAX_RANK - a.ndim)
                 TENSOR.pack_into(records, i * TENSOR.size, base + at, *shape, a.ndim, ct.code(DType.from_np(a.dtype)))
@@ -161,9 +164,12 @@ class WasmInstance:
                 data, shape, rank, code = rec[0], rec[1:1 + MAX_RANK], rec[1 + MAX_RANK], rec[2 + MAX_RANK]
                 if code not in _CODE_TO_DTYPE or not 0 <= rank <= MAX_RANK or any(d < 0 for d in shape[:rank]):
                     raise RunError(f"the WebAssembly module returned a malformed output (dtype code {code}, rank {rank})")
-                out = np.empty(tuple(shape[:rank]), dtype=_CODE_TO_DTYPE[code].np)
-                if out.nbytes:
-                    ctypes.memmove(out.ctypes.data, self._span(data, out.nbytes), out.nbytes)
+                dt = _CODE_TO_DTYPE[code].np
+                nbytes = math.prod(shape[:rank]) * dt.itemsize
+                src = self._span(data, nbytes)  # checked before anything is allocated here
+                out = np.empty(tuple(shape[:rank]), dtype=dt)
+                if nbytes:
+                    ctypes.memmove(out.ctypes.data, src, nbytes)
                 results.append(out)
             return results
         finally:
@@ -201,9 +207,8 @@ class WasmModel:
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         arrays = [np.asarray(a, order="C") for a in inputs]  # (ascontiguousarray makes 0-D arrays 1-D)
-        inst = self._instance()
         try:
-            return inst.run(arrays)
+            return self._instance().run(arrays)
         except (self._wasmtime.Trap, self._wasmtime.WasmtimeError) as exc:
             # A trap leaves the instance mid-call (its allocator may be inconsistent): start afresh next time.
             self._local.instance = None

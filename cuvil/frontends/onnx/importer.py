@@ -14,6 +14,7 @@ one error.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -98,9 +99,23 @@ def simple(op_type: str, cuvil_op: str, *, since: int = 1, drop_attrs: Sequence[
     importer(op_type, since=since)(fn)
 
 
+# Lookups for op types no importer is registered for (custom domains: ops_custom.py).
+_FALLBACKS: list[Callable[[str, str], Importer | None]] = []
+
+
+def importer_fallback(fn: Callable[[str, str], Importer | None]) -> Callable[[str, str], Importer | None]:
+    """Register ``fn(domain, op_type)``, asked when no importer is registered for an op type."""
+    _FALLBACKS.append(fn)
+    return fn
+
+
 def find_importer(domain: str, op_type: str) -> Importer | None:
     dom = "" if domain in ONNX_DOMAINS else domain
-    return _IMPORTERS.get((dom, op_type))
+    found = _IMPORTERS.get((dom, op_type))
+    for fallback in _FALLBACKS if found is None else ():
+        if (found := fallback(dom, op_type)) is not None:
+            break
+    return found
 
 
 def supported_op_types() -> list[str]:
@@ -262,6 +277,22 @@ def _fold(node: Node) -> list[np.ndarray] | None:
     return [np.array(a) for a in values[: len(outs)]]
 
 
+_log = logging.getLogger(__name__)
+
+
+def _log_mapping(node: onnx.NodeProto, ctx: ImportCtx, made: Sequence[Node]) -> None:
+    """DEBUG: which Cuvil ops one ONNX node became (constants: folded at import, or made by the importer)."""
+    ops = [n.op for n in made]
+    dom = node.domain or "ai.onnx"
+    if not made:
+        what = "no node (it forwards an existing value)"
+    elif all(op == "constant" for op in ops):
+        what = "constant (computed at import)"
+    else:
+        what = ", ".join(ops)
+    _log.debug("onnx %s::%s %r (opset %d) -> %s", dom, node.op_type, ctx.name, ctx.opset, what)
+
+
 def node_name(node: onnx.NodeProto, index: int, prefix: str) -> str:
     """The node's own name, or a stable one made from its position."""
     return node.name or f"{prefix}{node.op_type}_{index}"
@@ -405,12 +436,15 @@ class _Converter:
             ctx = ImportCtx(self, node, node_name(node, i, prefix), scope, builder)
             imp = find_importer(node.domain, node.op_type)
             assert imp is not None  # check_supported ran first
+            first = len(graph.nodes)
             try:
                 outs = list(imp.fn(ctx))
             except CuvilError:
                 raise
             except (ValueError, TypeError, IndexError, KeyError) as exc:
                 raise ModelError(f"node {ctx.name!r} ({node.op_type}): {exc}") from None
+            if _log.isEnabledFor(logging.DEBUG):
+                _log_mapping(node, ctx, graph.nodes[first:])
             for i, oname in enumerate(node.output):
                 if not oname:
                     continue

@@ -50,3 +50,20 @@ def test_sample_passes_under_asan_and_ubsan(node_tests: Path, tmp_path: Path) ->
     assert len(cases) == SAMPLE.count("|") + 1
     bad = [(c["name"], c["status"], c["message"][:200]) for c in cases if c["status"] != "pass"]
     assert not bad, bad
+
+
+@pytest.mark.slow
+def test_sample_builds_without_warnings(node_tests: Path, tmp_path: Path) -> None:
+    """-Wall -Wextra are on for every build: the generated C must not trigger them."""
+    import onnx
+
+    import cuvil
+
+    noisy = []
+    for name in SAMPLE.split("|"):
+        model = onnx.load(str(node_tests / name / "model.onnx"))
+        m = cuvil.compile(model, target="native", cache_dir=str(tmp_path))
+        log = m._executor.build.warnings  # type: ignore[attr-defined]
+        if log.strip():
+            noisy.append((name, log[:500]))
+    assert not noisy, noisy

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import threading
@@ -233,3 +234,48 @@ def test_python_host_example_in_docs(cache: str) -> None:
     assert len(got) == len(want) == 2
     for g, e in zip(got, want):
         assert g.shape == e.shape and g.tobytes() == e.tobytes()
+
+
+def test_tensor_beyond_the_32_bit_address_space_is_a_clean_error(cache: str) -> None:
+    """size_t is 32 bits on wasm32: a 16 GiB intermediate must fail as out of memory, not wrap to a small buffer."""
+    vi = helper.make_tensor_value_info
+    model = _model([helper.make_node("Expand", ["x", "s"], ["y"]), helper.make_node("ReduceSum", ["y"], ["z"], keepdims=0)],
+                   [vi("x", F32, [1]), vi("s", I64, [2])], [vi("z", F32, [])])
+    m = cuvil.compile(model, target="wasm32", cache_dir=cache)
+    one = np.ones(1, np.float32)
+    assert m(one, np.array([4, 5], np.int64))[0] == 20
+    with pytest.raises(RunError, match="node Expand_0: out of memory"):
+        m(one, np.array([65536, 65537], np.int64))
+    assert m(one, np.array([3, 3], np.int64))[0] == 9  # the instance is still usable
+
+
+def test_saved_artifact_loads_and_rebuilds(elementwise: cuvil.CompiledModel, cache: str, tmp_path: Path) -> None:
+    """save/load round trip; the artifact's own rebuild command gives the same module from its files alone."""
+    folder = elementwise.save(tmp_path / "art")
+    names = sorted(p.name for p in folder.iterdir())
+    assert {"meta.json", "model.c", "model.wasm", "weights.bin", "cuvil_api.h", "cuvil_rt.h"} <= set(names)
+    loaded = cuvil.load(folder)
+    assert loaded.target == "wasm32"
+    feeds = _inputs(np.random.default_rng(11), 6)
+    _assert_same(loaded.run(feeds), elementwise.run(feeds))
+    meta = json.loads((folder / "meta.json").read_text())
+    assert meta["backend"] == "wasm" and meta["files"]["library"] == "model.wasm"
+    rebuild = meta["rebuild"].split()
+    assert rebuild[:4] == ["python", "-m", "ziglang", "cc"]
+    zig_cache = str(Path(cache) / "zig")
+    env = {**os.environ, "ZIG_GLOBAL_CACHE_DIR": zig_cache, "ZIG_LOCAL_CACHE_DIR": str(tmp_path / "zig-local")}
+    subprocess.run([*Zig().argv, *rebuild[3:-1], "again.wasm"], cwd=folder, check=True, env=env, capture_output=True)
+    assert (folder / "again.wasm").read_bytes() == (folder / "model.wasm").read_bytes()
+
+
+def test_trap_is_an_error_and_the_next_call_gets_a_fresh_instance(cache: str) -> None:
+    m = cuvil.compile(_elementwise(), target="wasm32", cache_dir=cache)
+    model = m._executor.model
+    feeds = _inputs(np.random.default_rng(5), 3)
+    want = m.run(feeds)
+    broken = model._instance()
+    broken.handle = 0xFFFFFFF0  # a model pointer past the end of memory: reading the weights traps
+    with pytest.raises(RunError, match="trapped"):
+        m.run(feeds)
+    assert model._instance() is not broken
+    _assert_same(m.run(feeds), want)

@@ -88,11 +88,14 @@ def elementwise(
             if not provably_same_shape(a, out):
                 k.fail_if(f"!cuvil_bcast_ok({a.shape}, {a.rank}, {out.shape}, {out.rank})", "input shapes do not broadcast")
         if all(provably_same_shape(a, out) for _, a in vec):
+            k.note("elementwise: one flat loop (every operand has the output's shape)")
             flat_loop()
             return
         if any(a.rank != out.rank for _, a in vec):  # never the output's shape: always broadcast
+            k.note("elementwise: broadcasting loop nest (an operand has a lower rank)")
             _broadcast_loops(k, out, vec, body)
             return
+        k.note("elementwise: a flat loop when the shapes agree at run time, else the broadcasting loop nest")
         same = " && ".join(
             f"cuvil_same_shape({a.shape}, {a.rank}, {out.shape}, {out.rank})"
             for _, a in vec if not provably_same_shape(a, out)

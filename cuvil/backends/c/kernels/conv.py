@@ -147,9 +147,32 @@ def _conv(k: KernelCtx) -> None:
     g = _geom(k, x, y, kd, wins, group, x.dim(1), w.dim(0), [win.pad_begin for win in wins])
     depthwise = x.rank == 4 and group > 1 and w.static_dim(1) == 1 and x.dtype is not DType.f64
     if depthwise:
+        k.note(f"direct depthwise 2-D kernel, cuvil_conv_depthwise2d_f32 ({group} groups of one input channel)"
+               + _precision(x))
         _run(k, "cuvil_conv_depthwise2d_f32", "", g, x, w, y, void=True)
     else:
+        k.note(_gemm_plan(w, wins, group) + _precision(x))
         _run(k, "cuvil_conv_f32", "cuvil_conv_f64", g, x, w, y)
+
+
+def _precision(x: CVal) -> str:
+    if x.dtype is DType.f64:
+        return "; in float64 (cuvil_dgemm)"
+    return "" if x.dtype is DType.f32 else f"; {x.dtype} converted to float32 around it"
+
+
+def _gemm_plan(w: CVal, wins: Sequence[Window], group: int) -> str:
+    """What ``cuvil_conv_<sfx>`` in cuvil_conv.h will do for this node, as far as the shapes tell now."""
+    ones = all(w.static_dim(2 + i) == 1 for i in range(len(wins)))
+    unit = all(win.stride == 1 and win.pad_begin == "0" and win.pad_end == "0" for win in wins)
+    per = "per image" + (f" and group ({group} groups)" if group > 1 else "")
+    if ones and unit:
+        return f"1x1 unit-stride unpadded convolution: one GEMM {per}, the image itself the GEMM operand (no im2col)"
+    if not all(w.static_dim(2 + i) is not None for i in range(len(wins))) or any(
+            not win.pad_begin.lstrip("-").isdigit() for win in wins):
+        return (f"im2col + GEMM {per} (a 1x1 unit-stride unpadded window, known only at run time, "
+                "skips the im2col)")
+    return f"im2col + GEMM {per} (kernel {'x'.join(w.dim(2 + i) for i in range(len(wins)))})"
 
 
 @kernel("conv_transpose")

@@ -74,11 +74,14 @@ def _matmul(k: KernelCtx) -> None:
             _mm_loops(k, dt, rows, n, ka, ap, ka, "1", bp, n, "1", acc,
                       lambda i, j, v: ct.store(dt, yp, f"{i} * {n} + {j}", v))
 
+    how = "cuvil_sgemm" if dt is DType.f32 else f"row-at-a-time loops accumulating in {acc_ctype(dt)}"
     if bb == 0:
+        k.note(f"{how}: one product, A's batch and row dims folded into its rows (B is one matrix)")
         # B is one matrix: A's batch and row dims fold into the rows of one product.
         rows = prod_expr(a, 0, ra - 1) if ra > 1 else "INT64_C(1)"
         product(rows, a.ptr, b.ptr, y.ptr)
     else:
+        k.note(f"{how}: one product per broadcast batch index ({nb} batch dims)")
         for v, r in ((a, ba), (b, bb)):
             k.fail_if(f"!cuvil_bcast_ok({v.shape}, {r}, {y.shape}, {nb})", "matmul: the batch dims do not broadcast")
         sta, stb = k.tmp("sta"), k.tmp("stb")
@@ -129,6 +132,8 @@ def _gemm(k: KernelCtx) -> None:
         assert c is not None
         return c.load(f"{i} * {crs} + {j} * {ccs}")
 
+    k.note(("cuvil_sgemm" if dt is DType.f32 else f"row-at-a-time loops accumulating in {acc_ctype(dt)}")
+           + (", transposes read through strides" if ta or tb else "") + (", C broadcast by strides" if c else ""))
     if dt is DType.f32:
         if c:
             scaled = c_at("i", "j") if beta == 1.0 else f"{c_float(beta)} * {c_at('i', 'j')}"

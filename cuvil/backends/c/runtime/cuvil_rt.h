@@ -56,6 +56,8 @@ static CUVIL_UNUSED int cuvil_fail(cuvil_call *c, const char *fmt, ...) {
 /* Zeroed, aligned scratch memory owned by the call (freed at its end unless kept). */
 static CUVIL_UNUSED void *cuvil_alloc(cuvil_call *c, int64_t bytes) {
     if (bytes < 0) return NULL;
+    /* size_t is 32 bits on wasm32: a larger request must fail, not wrap to a small buffer. */
+    if ((uint64_t)bytes > (uint64_t)(SIZE_MAX - CUVIL_ALIGN)) return NULL;
     if (c->n_allocs == c->cap_allocs) {
         size_t cap = c->cap_allocs ? 2 * c->cap_allocs : 64;
         void **a = (void **)realloc(c->allocs, cap * sizeof(void *));

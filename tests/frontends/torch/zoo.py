@@ -1,0 +1,333 @@
+"""Small plain-PyTorch models with the real structure of the families the torch front end must cover.
+
+Each builder returns ``(model, example_args)``: the model seeded and in eval
+mode, the example inputs seeded too.  Sizes are small so a test exports and
+compiles each in seconds, but every model keeps the layers and data flow of
+its family (BasicBlocks with downsampling shortcuts, inverted residuals with
+depthwise convs and ReLU6, a ViT's conv patch embedding with class token and
+position embedding, BERT's additive attention mask from an int mask, GPT's
+causal ``scaled_dot_product_attention``, stacked LSTM/GRU, an MLP).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+Built = tuple[nn.Module, tuple[Any, ...]]
+
+
+def _seeded(seed: int) -> torch.Generator:
+    torch.manual_seed(seed)
+    return torch.Generator().manual_seed(seed + 1)
+
+
+def _randomize_norm_stats(model: nn.Module) -> None:
+    """Give BatchNorm running stats and affine params non-trivial values, so the test can see them used."""
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.5, 0.5)
+                m.running_var.uniform_(0.5, 2.0)
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.2, 0.2)
+
+
+# ResNet ----------------------------------------------------------------------------------------
+class BasicBlock(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.down: nn.Module | None = None
+        if stride != 1 or cin != cout:
+            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        return F.relu(y + (x if self.down is None else self.down(x)))
+
+
+class ResNet18(nn.Module):
+    """ResNet-18's layout (stem conv 7x7/2 + maxpool, 4 stages of 2 BasicBlocks, avgpool, fc), narrower."""
+
+    def __init__(self, width: int = 8, num_classes: int = 10) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, width, 7, 2, 3, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+                                  nn.MaxPool2d(3, 2, 1))
+        layers: list[nn.Module] = []
+        cin = width
+        for i, cout in enumerate([width, 2 * width, 4 * width, 8 * width]):
+            stride = 1 if i == 0 else 2
+            layers += [BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1)]
+            cin = cout
+        self.layers = nn.Sequential(*layers)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(cin, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.flatten(self.pool(self.layers(self.stem(x))), 1))
+
+
+def resnet18() -> Built:
+    g = _seeded(0)
+    m = ResNet18()
+    _randomize_norm_stats(m)
+    return m.eval(), (torch.randn(2, 3, 64, 64, generator=g),)
+
+
+# MobileNetV2 -------------------------------------------------------------------------------------
+def _conv_bn_relu6(cin: int, cout: int, k: int, stride: int, groups: int = 1) -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups, bias=False), nn.BatchNorm2d(cout),
+                         nn.ReLU6())
+
+
+class InvertedResidual(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int, expand: int) -> None:
+        super().__init__()
+        hidden = cin * expand
+        self.use_res = stride == 1 and cin == cout
+        layers: list[nn.Module] = []
+        if expand != 1:
+            layers.append(_conv_bn_relu6(cin, hidden, 1, 1))
+        layers += [_conv_bn_relu6(hidden, hidden, 3, stride, groups=hidden),
+                   nn.Conv2d(hidden, cout, 1, bias=False), nn.BatchNorm2d(cout)]
+        self.conv = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.conv(x) if self.use_res else self.conv(x)
+
+
+class MobileNetV2(nn.Module):
+    """MobileNetV2's structure (t, c, n, s settings, narrower and shallower), dropout + linear classifier."""
+
+    def __init__(self, num_classes: int = 10) -> None:
+        super().__init__()
+        settings = [(1, 8, 1, 1), (6, 12, 2, 2), (6, 16, 2, 2), (6, 24, 1, 1)]
+        layers: list[nn.Module] = [_conv_bn_relu6(3, 8, 3, 2)]
+        cin = 8
+        for t, c, n, s in settings:
+            for i in range(n):
+                layers.append(InvertedResidual(cin, c, s if i == 0 else 1, t))
+                cin = c
+        layers.append(_conv_bn_relu6(cin, 64, 1, 1))
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Sequential(nn.Dropout(0.2), nn.Linear(64, num_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.features(x)
+        x = F.adaptive_avg_pool2d(x, (1, 1)).flatten(1)
+        return self.classifier(x)
+
+
+def mobilenet_v2() -> Built:
+    g = _seeded(1)
+    m = MobileNetV2()
+    _randomize_norm_stats(m)
+    return m.eval(), (torch.randn(2, 3, 32, 32, generator=g),)
+
+
+# Transformers -------------------------------------------------------------------------------------
+class ViT(nn.Module):
+    """ViT: conv patch embedding, class token, learned position embedding, pre-norm encoder, head on the cls token."""
+
+    def __init__(self, image: int = 32, patch: int = 8, dim: int = 32, depth: int = 2, heads: int = 4,
+                 num_classes: int = 10) -> None:
+        super().__init__()
+        self.patch_embed = nn.Conv2d(3, dim, patch, patch)
+        n = (image // patch) ** 2
+        self.cls_token = nn.Parameter(torch.randn(1, 1, dim) * 0.02)
+        self.pos_embed = nn.Parameter(torch.randn(1, n + 1, dim) * 0.02)
+        layer = nn.TransformerEncoderLayer(dim, heads, 2 * dim, dropout=0.1, activation="gelu", batch_first=True,
+                                           norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.patch_embed(x).flatten(2).transpose(1, 2)
+        cls = self.cls_token.expand(x.shape[0], -1, -1)
+        x = torch.cat([cls, x], dim=1) + self.pos_embed
+        x = self.norm(self.encoder(x))
+        return self.head(x[:, 0])
+
+
+def vit() -> Built:
+    g = _seeded(2)
+    return ViT().eval(), (torch.randn(2, 3, 32, 32, generator=g),)
+
+
+class SelfAttention(nn.Module):
+    """Multi-head attention through ``F.scaled_dot_product_attention`` (mask, causal, or neither)."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, causal: bool = False) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=-1)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+        return self.proj(y.transpose(1, 2).reshape(b, t, d))
+
+
+class BertLayer(nn.Module):
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.attn = SelfAttention(dim, heads)
+        self.ln1 = nn.LayerNorm(dim, eps=1e-12)
+        self.ff = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+        self.ln2 = nn.LayerNorm(dim, eps=1e-12)
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        x = self.ln1(x + self.drop(self.attn(x, mask)))
+        return self.ln2(x + self.drop(self.ff(x)))
+
+
+class Bert(nn.Module):
+    """BERT-style post-norm encoder: token + position + segment embeddings, additive mask from an int mask, pooler."""
+
+    def __init__(self, vocab: int = 100, dim: int = 32, heads: int = 4, depth: int = 2, max_len: int = 64) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(vocab, dim)
+        self.pos = nn.Embedding(max_len, dim)
+        self.seg = nn.Embedding(2, dim)
+        self.ln = nn.LayerNorm(dim, eps=1e-12)
+        self.layers = nn.ModuleList([BertLayer(dim, heads) for _ in range(depth)])
+        self.pool = nn.Linear(dim, dim)
+
+    def forward(self, ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        t = ids.shape[1]
+        pos = torch.arange(t, device=ids.device).unsqueeze(0)
+        x = self.ln(self.tok(ids) + self.pos(pos) + self.seg(torch.zeros_like(ids)))
+        # 1 = attend, 0 = padding -> 0 / large negative, broadcast over heads and query positions
+        add_mask = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * torch.finfo(x.dtype).min
+        for layer in self.layers:
+            x = layer(x, add_mask)
+        return x, torch.tanh(self.pool(x[:, 0]))
+
+
+def bert() -> Built:
+    g = _seeded(3)
+    ids = torch.randint(0, 100, (2, 16), generator=g)
+    mask = torch.ones(2, 16, dtype=torch.int64)
+    mask[1, 11:] = 0
+    return Bert().eval(), (ids, mask)
+
+
+class GptBlock(nn.Module):
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(dim)
+        self.attn = SelfAttention(dim, heads)
+        self.ln2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(approximate="tanh"), nn.Linear(4 * dim, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x), causal=True)
+        return x + self.mlp(self.ln2(x))
+
+
+class Gpt(nn.Module):
+    """GPT-style pre-norm decoder: causal sdpa, tanh GELU, tied LM head."""
+
+    def __init__(self, vocab: int = 100, dim: int = 32, heads: int = 4, depth: int = 2, max_len: int = 64) -> None:
+        super().__init__()
+        self.wte = nn.Embedding(vocab, dim)
+        self.wpe = nn.Embedding(max_len, dim)
+        self.blocks = nn.ModuleList([GptBlock(dim, heads) for _ in range(depth)])
+        self.ln_f = nn.LayerNorm(dim)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(0, ids.shape[1], dtype=torch.long)
+        x = self.wte(ids) + self.wpe(pos)
+        for blk in self.blocks:
+            x = blk(x)
+        return F.linear(self.ln_f(x), self.wte.weight)
+
+
+def gpt() -> Built:
+    g = _seeded(4)
+    return Gpt().eval(), (torch.randint(0, 100, (2, 16), generator=g),)
+
+
+class MaskedAttention(nn.Module):
+    """sdpa with an explicit boolean mask (True = attend) built in the graph, and a causal variant."""
+
+    def __init__(self, dim: int = 32, heads: int = 4) -> None:
+        super().__init__()
+        self.attn = SelfAttention(dim, heads)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        t = x.shape[1]
+        bool_mask = torch.ones(t, t, dtype=torch.bool).tril()
+        return self.attn(x, bool_mask), self.attn(x, causal=True), self.attn(x)
+
+
+def attention_variants() -> Built:
+    g = _seeded(5)
+    return MaskedAttention().eval(), (torch.randn(2, 16, 32, generator=g),)
+
+
+# Recurrent and MLP ---------------------------------------------------------------------------------
+class LstmModel(nn.Module):
+    def __init__(self, features: int = 8, hidden: int = 16, layers: int = 2) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(features, hidden, layers, batch_first=True)
+        self.head = nn.Linear(hidden, 4)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        y, (h, c) = self.lstm(x)
+        return self.head(y[:, -1]), h, c
+
+
+def lstm() -> Built:
+    g = _seeded(6)
+    return LstmModel().eval(), (torch.randn(3, 7, 8, generator=g),)
+
+
+class GruModel(nn.Module):
+    def __init__(self, features: int = 8, hidden: int = 16, layers: int = 2) -> None:
+        super().__init__()
+        self.gru = nn.GRU(features, hidden, layers, batch_first=True)
+        self.head = nn.Linear(hidden, 4)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y, h = self.gru(x)
+        return self.head(y[:, -1]), h
+
+
+def gru() -> Built:
+    g = _seeded(7)
+    return GruModel().eval(), (torch.randn(3, 7, 8, generator=g),)
+
+
+def mlp() -> Built:
+    g = _seeded(8)
+    m = nn.Sequential(nn.Flatten(), nn.Linear(48, 64), nn.ReLU(), nn.Dropout(0.1), nn.Linear(64, 32), nn.SiLU(),
+                      nn.Linear(32, 10), nn.LogSoftmax(dim=-1))
+    return m.eval(), (torch.randn(4, 3, 16, generator=g),)
+
+
+MODELS: dict[str, Callable[[], Built]] = {
+    "resnet18": resnet18,
+    "mobilenet_v2": mobilenet_v2,
+    "vit": vit,
+    "bert": bert,
+    "gpt": gpt,
+    "attention": attention_variants,
+    "lstm": lstm,
+    "gru": gru,
+    "mlp": mlp,
+}
