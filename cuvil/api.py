@@ -6,6 +6,7 @@ import datetime
 import hashlib
 import logging
 import os
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -98,10 +99,8 @@ def compile(  # noqa: A001  (the library's main verb)
     at = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     times: dict[str, float] = {}
     notes = ["enable_fusion: Cuvil has no fusion pass yet; each op runs as its own kernel"] if enable_fusion else []
-    from cuvil.frontends.torch.export import is_torch_model  # imports no torch
-
     with stage(_log, "import", times):
-        if is_torch_model(model):
+        if _is_torch_model(model):
             from cuvil.frontends.torch import load_torch
 
             imported = load_torch(model, input_spec, dynamic_shapes,
@@ -157,6 +156,15 @@ def compile(  # noqa: A001  (the library's main verb)
     with stage(_log, "load", times):
         executor = CExecutor(b)
     return done(CompiledModel(signature, executor, target, graph, info(b.cached)))
+
+
+def _is_torch_model(model: Any) -> bool:
+    # a torch model exists only once torch is loaded: ONNX users never import the torch front end
+    if "torch" not in sys.modules:
+        return False
+    from cuvil.frontends.torch.export import is_torch_model
+
+    return is_torch_model(model)
 
 
 def _log_plan(graph: Graph, target: str, signature: Signature) -> None:

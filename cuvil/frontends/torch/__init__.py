@@ -90,9 +90,9 @@ def _symbols(exported: Exported) -> SymbolTable:
                 name = getattr(user_dim, "__name__", None) if not hasattr(user_dim, "root") else None
                 table.bind(str(expr), name if isinstance(name, str) and name.isidentifier()
                            else f"{spec.arg.name}_dim{axis}")
-            elif hasattr(user_dim, "root") and len(expr.free_symbols) == 1:
+            elif user_dim is not None and hasattr(user_dim, "root") and len(expr.free_symbols) == 1:
                 (root,) = expr.free_symbols
-                table.bind(str(root), user_dim.root.__name__)
+                table.bind(str(root), str(user_dim.root.__name__))
     table.constrain(exported.program.range_constraints, direct)
     for name, info in table.infos.items():
         log.debug("symbol %s: %s", name, info.describe() or "unconstrained")
@@ -126,8 +126,10 @@ def _to_numpy(t: Any) -> np.ndarray:
     if t.dtype is torch.bfloat16:
         import ml_dtypes
 
-        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16).copy()
-    return np.array(t.numpy(), copy=True, order="C")
+        bits: np.ndarray = t.view(torch.int16).numpy()
+        return np.array(bits.view(ml_dtypes.bfloat16), copy=True)
+    out: np.ndarray = np.array(t.numpy(), copy=True, order="C")
+    return out
 
 
 def _signature(program: Any) -> tuple[list[str], list[str]]:

@@ -13,8 +13,11 @@ SymInts into an int64 shape tensor (a constant when every entry is static).
 
 from __future__ import annotations
 
+import functools
+import logging
 import re
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,6 +30,7 @@ from cuvil.ir.graph import Graph, Value
 from cuvil.ir.types import TensorType
 
 MappingFn = Callable[["TorchCtx"], "Value | Sequence[Value | None]"]
+_log = logging.getLogger(__name__)
 _ATEN: dict[str, MappingFn] = {}
 
 
@@ -79,12 +83,22 @@ def torch_dtype(dtype: Any) -> DType:
         raise UnsupportedOpError([UnsupportedUse(f"dtype {dtype}", "torch", None, (), "element type not supported")]) from None
 
 
+@functools.cache
+def _library_dirs() -> tuple[str, ...]:
+    """Folders whose frames are never the user's code: torch's and Cuvil's."""
+    import torch
+
+    torch_dir = Path(torch.__file__).resolve().parent
+    cuvil_dir = Path(__file__).resolve().parents[2]
+    return f"{torch_dir}/", f"{cuvil_dir}/"
+
+
 def source_location(node: Any) -> str:
     """``file:line`` of the user code that produced an FX node (its innermost user frame)."""
     trace = node.meta.get("stack_trace") or ""
     frames = re.findall(r'File "([^"]+)", line (\d+)', trace)
     for f, line in reversed(frames):
-        if "/torch/" not in f and "/site-packages/" not in f:
+        if "/site-packages/" not in f and not f.startswith(_library_dirs()):
             return f"{f}:{line}"
     return f"{frames[-1][0]}:{frames[-1][1]}" if frames else "<unknown location>"
 
@@ -226,7 +240,12 @@ class Converter:
                 ctx = TorchCtx(self, node)
                 fn = find_mapping(str(node.target))
                 assert fn is not None
+                first = len(b.graph.nodes)
                 result = fn(ctx)
+                if _log.isEnabledFor(logging.DEBUG):  # the mapping decision (cuvil/log.py)
+                    made = [n.op for n in b.graph.nodes[first:]]
+                    _log.debug("aten %s %r at %s -> %s", node.target, node.name, source_location(node),
+                               ", ".join(made) or "no node (it forwards an existing value)")
                 if isinstance(result, Value):
                     self.values[node] = result
                 else:

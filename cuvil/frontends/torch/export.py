@@ -14,7 +14,9 @@ specialized) is reported as a :class:`ModelError` carrying torch's explanation.
 from __future__ import annotations
 
 import logging
+import re
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -94,7 +96,10 @@ def export_model(model: Any, input_spec: Any, dynamic_shapes: Any = None,
 def _decompose(program: Any, input_dims: list[dict[int, Any]], seconds: dict[str, float]) -> Exported:
     t0 = time.perf_counter()
     try:
-        program = program.run_decompositions()
+        with warnings.catch_warnings():
+            # torch's own use of its deprecated pytree API while decomposing: nothing a user can act on
+            warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=FutureWarning)
+            program = program.run_decompositions()
     except Exception as exc:
         raise ModelError(f"torch.export could not decompose the model to core ATen: {_explain(exc)}") from exc
     seconds["decompose"] = time.perf_counter() - t0
@@ -119,7 +124,7 @@ def _explain(exc: BaseException) -> str:
         if trailer in text:
             text = text[: text.index(trailer)].rstrip()
     msg = f"{type(exc).__name__}: {text}"
-    if "specialized" in text or "specialize" in text:
+    if re.search(r"specialized it to be a constant \([01]\)", text):
         msg += (" (torch.export treats an example size of 0 or 1 as a constant: give example inputs whose "
                 "dynamic dims are at least 2, or a cuvil.TensorSpec)")
     return msg

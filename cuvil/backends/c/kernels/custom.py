@@ -63,9 +63,16 @@ class CustomKernel:
         """The comment line that opens the op's source in generated C (lines after it are the source's)."""
         return f"/* c_source of custom op {c_comment(self.op)} ({self.function}) */"
 
+    @property
+    def entry(self) -> str:
+        """The name generated code calls: no local of generated code starts with ``cuvil_``, so none hides it."""
+        return f"cuvil_custom_{self.function}"
+
     def unit_text(self) -> str:
         """The file-scope C the op adds: its prototype first, so a mismatched definition fails to compile."""
-        return f"{c_prototype(self.function)};\n{self.marker}\n{self.source.rstrip()}"
+        return (f"{c_prototype(self.function)};\n{self.marker}\n{self.source.rstrip()}\n"
+                f"static CUVIL_UNUSED {c_prototype(self.entry)} {{\n"
+                f"    return {self.function}(inputs, n_inputs, outputs, n_outputs, attrs);\n}}")
 
 
 def register_custom_kernel(spec: CustomKernel) -> None:
@@ -105,7 +112,7 @@ def _emit(k: KernelCtx, spec: CustomKernel) -> None:
         values = ", ".join(_attr_literal(kind, k.attrs[name]) for name, kind in spec.attrs)
         w.line(f"const cuvil_custom_attr {attrs}[{len(spec.attrs)}] = {{{values}}};")
     rc = k.tmp("rc")
-    w.line(f"int {rc} = {spec.function}({ti}, {len(ins)}, {to}, {len(outs)}, {attrs});")
+    w.line(f"int {rc} = {spec.entry}({ti}, {len(ins)}, {to}, {len(outs)}, {attrs});")
     k.fail_if(f"{rc} != 0", f"custom kernel {c_comment(spec.function)} returned %d", rc)
     for i, c in enumerate(outs):
         same = [f"{to}[{i}].data == (void *){c.ptr}", f"{to}[{i}].rank == {c.rank}",

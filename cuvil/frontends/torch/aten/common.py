@@ -95,7 +95,7 @@ def scalar_value(ctx: TorchCtx, arg: Any, dtype: DType) -> Value:
             v = ctx.emit1("reshape", [v, ctx.constant(np.zeros(0, np.int64))])
         return cast(ctx, v, dtype)
     if isinstance(arg, (bool, int, float)):
-        if dtype.is_int() and isinstance(arg, float) and not float(arg).is_integer():
+        if dtype.is_int and isinstance(arg, float) and not float(arg).is_integer():
             raise ctx.fail(f"the scalar {arg} cannot be represented in {dtype}")
         return ctx.constant(np.array(arg, dtype=dtype.np))
     raise ctx.fail(f"expected a number, got {arg!r}")

@@ -26,7 +26,7 @@ def _scaled(ctx: TorchCtx, v: Value, alpha: Any) -> Value:
         return v
     if v.type.dtype == DType.bool:
         raise ctx.fail("alpha is not supported for boolean tensors")
-    if v.type.dtype.is_int() and isinstance(alpha, float):
+    if v.type.dtype.is_int and isinstance(alpha, float):
         raise ctx.fail(f"alpha={alpha} is a float but the operands are integers")
     return ctx.emit1("mul", [v, scalar_value(ctx, alpha, v.type.dtype)])
 
@@ -88,7 +88,7 @@ def _div(ctx: TorchCtx) -> Value:
     if mode not in (None, "trunc", "floor"):
         raise ctx.fail(f"unknown rounding_mode {mode!r}")
     dt = result_dtype(ctx, a, b)
-    if mode is None or dt.is_float():
+    if mode is None or dt.is_float:
         out = ctx.out_type().dtype if mode is None else dt  # true division of integers gives a float
         q = ctx.emit1("div", [operand(ctx, a, out), operand(ctx, b, out)])
         if mode == "trunc":
@@ -150,7 +150,7 @@ _UNARY = {
 def _unary(ctx: TorchCtx) -> Value:
     dt = ctx.out_type().dtype
     x = ctx.value(ctx.arg(0))
-    if x.type.dtype.is_int() and _UNARY[ctx.target] in ("floor", "ceil", "round"):
+    if x.type.dtype.is_int and _UNARY[ctx.target] in ("floor", "ceil", "round"):
         return x  # integers are already whole (PyTorch returns them unchanged)
     return ctx.emit1(_UNARY[ctx.target], [cast(ctx, x, dt)])
 
@@ -180,13 +180,13 @@ def _log_exp_variants(ctx: TorchCtx) -> Value:
 @mapping("aten.trunc.default")
 def _trunc_op(ctx: TorchCtx) -> Value:
     x = ctx.value(ctx.arg(0))
-    return x if x.type.dtype.is_int() else _trunc(ctx, x)
+    return x if x.type.dtype.is_int else _trunc(ctx, x)
 
 
 @mapping("aten.isnan.default")
 def _isnan(ctx: TorchCtx) -> Value:
     x = ctx.value(ctx.arg(0))
-    if not x.type.dtype.is_float():
+    if not x.type.dtype.is_float:
         return ctx.emit1("full_like", [x], {"value": np.array(False)})
     return ctx.emit1("is_nan", [x])
 
@@ -194,7 +194,7 @@ def _isnan(ctx: TorchCtx) -> Value:
 @mapping("aten.isinf.default")
 def _isinf(ctx: TorchCtx) -> Value:
     x = ctx.value(ctx.arg(0))
-    if not x.type.dtype.is_float():
+    if not x.type.dtype.is_float:
         return ctx.emit1("full_like", [x], {"value": np.array(False)})
     return ctx.emit1("is_inf", [x])
 

@@ -109,7 +109,7 @@ def _count(ctx: TorchCtx, x: Value, axes: list[int]) -> Value:
 
 def _variance(ctx: TorchCtx) -> tuple[Value, Value]:
     x = ctx.value(ctx.arg(0))
-    if not x.type.dtype.is_float():
+    if not x.type.dtype.is_float:
         raise ctx.fail(f"var of a {x.type.dtype} tensor: PyTorch computes it for floating types only")
     axes = _axes(ctx, ctx.arg(1, "dim"), x.type.rank)
     correction = ctx.kwargs.get("correction")

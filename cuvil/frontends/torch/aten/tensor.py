@@ -396,7 +396,7 @@ def _arange(ctx: TorchCtx) -> Value:
         # computed here as PyTorch does: the length from the double-precision bounds
         n = max(0, int(np.ceil((float(end) - float(start)) / float(step))))
         return ctx.constant((float(start) + np.arange(n, dtype=np.float64) * float(step)).astype(dtype.np)
-                            if dtype.is_float() else np.arange(start, end, step, dtype=dtype.np)[:n])
+                            if dtype.is_float else np.arange(start, end, step, dtype=dtype.np)[:n])
     return ctx.emit1("range", [scalar_value(ctx, start, dtype), scalar_value(ctx, end, dtype),
                                scalar_value(ctx, step, dtype)])
 
@@ -407,7 +407,8 @@ def _arange(ctx: TorchCtx) -> Value:
 def _size_operand(ctx: TorchCtx, arg: Any) -> Value:
     if isinstance(arg, bool) or not (isinstance(arg, int) or is_sym_scalar(arg)):
         raise ctx.fail(f"size arithmetic on {arg!r} is not supported (only ints and SymInts)")
-    return operand(ctx, arg, DType.i64) if is_sym_scalar(arg) else ints_const(ctx, [arg])
+    # SymInts travel as int64[1] (the converter's convention); keep that shape
+    return cast(ctx, ctx.value(arg), DType.i64) if is_sym_scalar(arg) else ints_const(ctx, [arg])
 
 
 def _nonnegative(ctx: TorchCtx, arg: Any) -> bool:

@@ -1,0 +1,307 @@
+"""ATen neural-network ops: convolution, normalization, matrix products, pooling.
+
+Normalizations in inference form only: ``_native_batch_norm_legit_no_training``
+uses the running statistics; any batch norm that would use batch statistics
+(training mode, or a module without running stats) is refused with the advice
+to call ``model.eval()``, never compiled with training semantics.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from cuvil.frontends.torch.aten.common import (
+    cast,
+    ints_const,
+    mapping,
+    optional_value,
+    static_size,
+    used_results,
+)
+from cuvil.frontends.torch.converter import TorchCtx
+from cuvil.ir.dtypes import DType
+from cuvil.ir.graph import Value
+
+# convolution ----------------------------------------------------------------------------------------
+
+
+def _per_dim(ctx: TorchCtx, name: str, v: Any, n: int) -> list[int]:
+    vals = [v] if isinstance(v, int) else list(v)
+    if len(vals) == 1:
+        vals = vals * n
+    if len(vals) != n or not all(isinstance(x, int) for x in vals):
+        raise ctx.fail(f"{name}={v!r} needs {n} static ints (one per spatial dim)")
+    return vals
+
+
+@mapping("aten.convolution.default")
+def _convolution(ctx: TorchCtx) -> Value:
+    x = ctx.value(ctx.arg(0))
+    w = ctx.value(ctx.arg(1))
+    b = optional_value(ctx, ctx.arg(2))
+    n = x.type.rank - 2
+    if n < 1:
+        raise ctx.fail(f"convolution needs an input of rank >= 3, got {x.type}")
+    stride = _per_dim(ctx, "stride", ctx.arg(3), n)
+    padding = _per_dim(ctx, "padding", ctx.arg(4), n)
+    dilation = _per_dim(ctx, "dilation", ctx.arg(5), n)
+    transposed = bool(ctx.arg(6))
+    output_padding = _per_dim(ctx, "output_padding", ctx.arg(7), n)
+    groups = int(ctx.arg(8))
+    kernel = [static_size(ctx, ctx.arg(1), 2 + i) for i in range(n)]
+    attrs: dict[str, Any] = {"strides": stride, "pads": padding + padding, "dilations": dilation, "group": groups,
+                             "kernel_shape": kernel}
+    if transposed:
+        # PyTorch's transposed weight layout [C_in, C_out / groups, k...] is ConvTranspose's
+        if any(output_padding):
+            attrs["output_padding"] = output_padding
+        return ctx.emit1("conv_transpose", [x, w, b], attrs)
+    if any(output_padding):
+        raise ctx.fail(f"output_padding={output_padding} is only meaningful for a transposed convolution")
+    return ctx.emit1("conv", [x, w, b], attrs)
+
+
+# normalization ---------------------------------------------------------------------------------------
+
+
+def _ones_or(ctx: TorchCtx, v: Value | None, channels: int, fill: float, dtype: DType) -> Value:
+    return v if v is not None else ctx.constant(np.full((channels,), fill, dtype=dtype.np))
+
+
+def _batch_norm_eval(ctx: TorchCtx, eps: float) -> list[Value | None]:
+    x_node = ctx.arg(0)
+    x = ctx.value(x_node)
+    c = static_size(ctx, x_node, 1)
+    dt = x.type.dtype
+    scale = _ones_or(ctx, optional_value(ctx, ctx.arg(1)), c, 1.0, dt)
+    bias = _ones_or(ctx, optional_value(ctx, ctx.arg(2)), c, 0.0, dt)
+    mean = optional_value(ctx, ctx.arg(3))
+    var = optional_value(ctx, ctx.arg(4))
+    if mean is None or var is None:
+        raise _batch_stats(ctx)
+    params = [cast(ctx, p, dt) for p in (scale, bias, mean, var)]
+    y = ctx.emit1("batch_norm", [x, *params], {"epsilon": float(eps)})
+    if used_results(ctx) - {0}:
+        raise ctx.fail("the saved mean / inverse std of an inference batch norm are empty tensors; they cannot be used")
+    return [y, None, None]
+
+
+def _batch_stats(ctx: TorchCtx) -> Exception:
+    return ctx.fail("batch norm here normalizes with the statistics of the batch (training mode, or a BatchNorm "
+                    "without running stats); call model.eval() before compiling, and keep track_running_stats=True")
+
+
+@mapping("aten._native_batch_norm_legit_no_training.default")
+def _batch_norm_no_training(ctx: TorchCtx) -> list[Value | None]:
+    return _batch_norm_eval(ctx, ctx.arg(6, "eps"))
+
+
+@mapping("aten._native_batch_norm_legit.default", "aten.native_batch_norm.default",
+         "aten._native_batch_norm_legit_functional.default")
+def _batch_norm_legit(ctx: TorchCtx) -> list[Value | None]:
+    # (input, weight, bias, running_mean, running_var, training, momentum, eps)
+    if ctx.arg(5, "training"):
+        raise _batch_stats(ctx)
+    return _batch_norm_eval(ctx, ctx.arg(7, "eps"))
+
+
+@mapping("aten._native_batch_norm_legit.no_stats")
+def _batch_norm_no_stats(ctx: TorchCtx) -> list[Value | None]:
+    raise _batch_stats(ctx)
+
+
+@mapping("aten.native_layer_norm.default")
+def _layer_norm(ctx: TorchCtx) -> list[Value | None]:
+    x = ctx.value(ctx.arg(0))
+    shape = list(ctx.arg(1, "normalized_shape"))
+    if not all(isinstance(d, int) for d in shape):
+        raise ctx.fail(f"normalized_shape {shape} must be static")
+    axis = x.type.rank - len(shape)
+    dt = x.type.dtype
+    w = optional_value(ctx, ctx.arg(2))
+    b = optional_value(ctx, ctx.arg(3))
+    if w is None:
+        w = ctx.constant(np.ones(shape, dtype=dt.np))
+    eps = float(ctx.arg(4, "eps"))
+    used = used_results(ctx)
+    n_out = max(used) + 1 if used else 1
+    outs = ctx.emit("layer_norm", [x, w, b], {"axis": axis, "epsilon": eps, "stash_type": DType.f32},
+                    num_outputs=n_out)
+    result: list[Value | None] = [outs[0], None, None]
+    for i in range(1, n_out):
+        if i in used:
+            result[i] = cast(ctx, outs[i], ctx.out_type(i).dtype)  # PyTorch's mean / rstd
+    return result
+
+
+@mapping("aten.native_group_norm.default")
+def _group_norm(ctx: TorchCtx) -> list[Value | None]:
+    # (input, weight, bias, N, C, HxW, group, eps)
+    x_node = ctx.arg(0)
+    x = ctx.value(x_node)
+    c = static_size(ctx, x_node, 1)
+    dt = x.type.dtype
+    scale = _ones_or(ctx, optional_value(ctx, ctx.arg(1)), c, 1.0, dt)
+    bias = _ones_or(ctx, optional_value(ctx, ctx.arg(2)), c, 0.0, dt)
+    if used_results(ctx) - {0}:
+        raise ctx.fail("the mean / rstd results of native_group_norm are not mapped")
+    y = ctx.emit1("group_norm", [x, scale, bias], {"num_groups": int(ctx.arg(6)), "epsilon": float(ctx.arg(7))})
+    return [y, None, None]
+
+
+# matrix products ----------------------------------------------------------------------------------------
+
+
+@mapping("aten.mm.default", "aten.bmm.default", "aten.matmul.default")
+def _matmul(ctx: TorchCtx) -> Value:
+    return ctx.emit1("matmul", [ctx.value(ctx.arg(0)), ctx.value(ctx.arg(1))])
+
+
+@mapping("aten.addmm.default")
+def _addmm(ctx: TorchCtx) -> Value:
+    bias, a, b = (ctx.value(ctx.arg(i)) for i in range(3))
+    beta = ctx.kwargs.get("beta", 1)
+    alpha = ctx.kwargs.get("alpha", 1)
+    dt = a.type.dtype
+    if dt.is_float:
+        # beta == 0 ignores the bias entirely (NaN included), as PyTorch does
+        return ctx.emit1("gemm", [a, b, None if beta == 0 else bias], {"alpha": float(alpha), "beta": float(beta)})
+    y = ctx.emit1("matmul", [a, b])
+    if alpha != 1:
+        y = ctx.emit1("mul", [y, ctx.constant(np.array(alpha, dt.np))])
+    if beta == 0:
+        return y
+    if beta != 1:
+        bias = ctx.emit1("mul", [bias, ctx.constant(np.array(beta, dt.np))])
+    return ctx.emit1("add", [y, bias])
+
+
+@mapping("aten.linear.default")
+def _linear(ctx: TorchCtx) -> Value:
+    x = ctx.value(ctx.arg(0))
+    w = ctx.value(ctx.arg(1))
+    b = optional_value(ctx, ctx.arg(2))
+    y = ctx.emit1("matmul", [x, ctx.emit1("transpose", [w], {"perm": [1, 0]}) if w.type.rank == 2 else w])
+    return y if b is None else ctx.emit1("add", [y, b])
+
+
+# pooling -----------------------------------------------------------------------------------------------
+
+
+def _window(ctx: TorchCtx, n: int) -> dict[str, Any]:
+    kernel = _per_dim(ctx, "kernel_size", ctx.arg(1), n)
+    stride_arg = ctx.arg(2, "stride", [])
+    stride = kernel if not stride_arg else _per_dim(ctx, "stride", stride_arg, n)
+    padding = _per_dim(ctx, "padding", ctx.arg(3, "padding", 0), n)
+    return {"kernel_shape": kernel, "strides": stride, "pads": padding + padding}
+
+
+@mapping("aten.max_pool2d_with_indices.default", "aten.max_pool3d_with_indices.default",
+         "aten.max_pool1d_with_indices.default", "aten.max_pool2d.default", "aten.max_pool1d.default",
+         "aten.max_pool3d.default")
+def _max_pool(ctx: TorchCtx) -> Any:
+    x = ctx.value(ctx.arg(0))
+    n = x.type.rank - 2
+    attrs = _window(ctx, n)
+    attrs["dilations"] = _per_dim(ctx, "dilation", ctx.arg(4, "dilation", 1), n)
+    attrs["ceil_mode"] = int(bool(ctx.arg(5, "ceil_mode", False)))
+    with_indices = "with_indices" in ctx.target
+    want_indices = with_indices and 1 in used_results(ctx)
+    outs = ctx.emit("max_pool", [x], attrs, num_outputs=2 if want_indices else 1)
+    if not with_indices:
+        return outs[0]
+    if not want_indices:
+        return [outs[0], None]
+    # Cuvil's indices count over the whole tensor (N, C, spatial...); PyTorch's within one (n, c) plane
+    spatial = [x.type.shape[2 + i] for i in range(n)]
+    if all(isinstance(d, int) for d in spatial):
+        area: Value = ctx.constant(np.array(int(np.prod(spatial)), np.int64))
+    else:
+        shp = ctx.emit1("slice", [ctx.emit1("shape", [x]), ints_const(ctx, [2]), ints_const(ctx, [x.type.rank])])
+        area = ctx.emit1("reduce_prod", [shp], {"keepdims": 0})
+    idx = ctx.emit1("mod", [cast(ctx, outs[1], DType.i64), area], {"fmod": 0})
+    return [outs[0], idx]
+
+
+@mapping("aten.avg_pool2d.default", "aten.avg_pool1d.default", "aten.avg_pool3d.default")
+def _avg_pool(ctx: TorchCtx) -> Value:
+    x = ctx.value(ctx.arg(0))
+    n = x.type.rank - 2
+    attrs = _window(ctx, n)
+    attrs["ceil_mode"] = int(bool(ctx.arg(4, "ceil_mode", False)))
+    attrs["count_include_pad"] = int(bool(ctx.arg(5, "count_include_pad", True)))
+    if ctx.arg(6, "divisor_override") is not None:
+        raise ctx.unsupported("avg_pool with divisor_override")
+    return ctx.emit1("average_pool", [x], attrs)
+
+
+@mapping("aten._adaptive_avg_pool2d.default", "aten.adaptive_avg_pool2d.default",
+         "aten._adaptive_avg_pool3d.default", "aten.adaptive_avg_pool1d.default")
+def _adaptive_avg_pool(ctx: TorchCtx) -> Value:
+    x_node = ctx.arg(0)
+    x = ctx.value(x_node)
+    n = x.type.rank - 2
+    out = _per_dim(ctx, "output_size", ctx.arg(1, "output_size"), n)
+    if all(o == 1 for o in out):
+        return ctx.emit1("reduce_mean", [x, ints_const(ctx, list(range(2, 2 + n)))], {"keepdims": 1})
+    sizes = [static_size(ctx, x_node, 2 + i) for i in range(n)]
+    if not any(s % o for s, o in zip(sizes, out)):
+        kernel = [s // o for s, o in zip(sizes, out)]
+        return ctx.emit1("average_pool", [x], {"kernel_shape": kernel, "strides": kernel})
+    # Windows of unequal size: output i averages [floor(i*S/O), ceil((i+1)*S/O)).  A rectangle's mean
+    # is the mean over one axis of the means over the other, so pool one spatial axis at a time.
+    for i, (size, o) in enumerate(zip(sizes, out)):
+        axis = 2 + i
+        if size == o:
+            continue
+        pieces = []
+        for k in range(o):
+            lo, hi = (k * size) // o, -((-(k + 1) * size) // o)
+            part = ctx.emit1("slice", [x, ints_const(ctx, [lo]), ints_const(ctx, [hi]), ints_const(ctx, [axis])])
+            pieces.append(ctx.emit1("reduce_mean", [part, ints_const(ctx, [axis])], {"keepdims": 1}))
+        x = ctx.emit1("concat", pieces, {"axis": axis})
+    return x
+
+
+@mapping("aten.native_dropout.default")
+def _dropout(ctx: TorchCtx) -> list[Value | None]:
+    if ctx.arg(2, "train") is False:
+        return [ctx.value(ctx.arg(0)), None]
+    raise ctx.fail("dropout is active (training mode); call model.eval() before compiling")
+
+
+@mapping("aten.scaled_dot_product_attention.default")
+def _sdpa(ctx: TorchCtx) -> Value:
+    """The math form of attention, for graphs exported without decomposing it."""
+    q, k, v = (ctx.value(ctx.arg(i)) for i in range(3))
+    mask_arg = ctx.arg(3, "attn_mask")
+    if float(ctx.arg(4, "dropout_p", 0.0)):
+        raise ctx.fail("scaled_dot_product_attention with dropout_p > 0 is training behaviour; use dropout_p=0")
+    causal = bool(ctx.arg(5, "is_causal", False))
+    if ctx.kwargs.get("enable_gqa"):
+        raise ctx.unsupported("scaled_dot_product_attention with enable_gqa=True")
+    dt = q.type.dtype
+    e = static_size(ctx, ctx.arg(0), -1)
+    scale = ctx.kwargs.get("scale")
+    scale = 1.0 / float(np.sqrt(e)) if scale is None else float(scale)
+    r = k.type.rank
+    kt = ctx.emit1("transpose", [k], {"perm": [*range(r - 2), r - 1, r - 2]})
+    scores = ctx.emit1("mul", [ctx.emit1("matmul", [q, kt]), ctx.constant(np.array(scale, dt.np))])
+    neg_inf = ctx.constant(np.array(-np.inf, dt.np))
+    if causal:
+        ones = ctx.emit1("constant_of_shape", [ctx.emit1("slice", [ctx.emit1("shape", [scores]),
+                                                                     ints_const(ctx, [-2]), ints_const(ctx, [r])])],
+                         {"value": np.array([True])})
+        keep = ctx.emit1("trilu", [ones], {"upper": 0})
+        scores = ctx.emit1("where", [keep, scores, neg_inf])
+    if mask_arg is not None:
+        mask = ctx.value(mask_arg)
+        if mask.type.dtype == DType.bool:
+            scores = ctx.emit1("where", [mask, scores, neg_inf])
+        else:
+            scores = ctx.emit1("add", [scores, cast(ctx, mask, dt)])
+    probs = ctx.emit1("softmax", [scores], {"axis": -1})
+    return ctx.emit1("matmul", [probs, v])
+
