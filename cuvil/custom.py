@@ -29,10 +29,8 @@ from __future__ import annotations
 import inspect
 import logging
 import re
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -572,101 +570,13 @@ def _opdef(name: str, schema: OpSchema, reference: Callable[..., Any], kinds: Ma
 
 # the C kernel against the reference ---------------------------------------------------------------
 def _check_c_kernel(op: CustomOp, cases: Sequence[Case], cc: str | None) -> None:
-    """Build a one-node model per input signature with the C backend, and run every case through it."""
-    from cuvil.backends.c import BuildOptions, CExecutor, build
-    from cuvil.backends.c.codegen import CodegenOptions, generate
-    from cuvil.backends.c.library import RunError
-    from cuvil.backends.c.toolchain import BuildError, Compiler
+    from cuvil.backends.c.kernels.custom import KernelMismatchError, check_kernel
 
-    groups: dict[tuple[Any, ...], list[Case]] = {}
-    for case in cases:
-        arrays, attrs, _ = case
-        key = (tuple((str(a.dtype), a.ndim) for a in arrays), tuple(sorted(attrs.items())))
-        groups.setdefault(key, []).append(case)
-    with tempfile.TemporaryDirectory(prefix="cuvil-custom-") as tmp:
-        for group in groups.values():
-            graph = _probe_graph(op, group[0][0], group[0][1])
-            options = BuildOptions(target="generic", compiler=Compiler.from_string(cc), cache_dir=Path(tmp))
-            try:
-                b = build(graph, options)
-            except BuildError as exc:
-                source = generate(graph, CodegenOptions(target="generic", model_name=graph.name)).source
-                raise _fail(op.name, "c_kernel", f"the C source does not compile:\n{_relocate(str(exc), source, op)}") from None
-            if b.warnings.strip():
-                log.warning("%s: the C compiler warns about the kernel:\n%s", op.name, _relocate(b.warnings, b.source.read_text(), op))
-            try:
-                executor = CExecutor(b)
-            except OSError as exc:
-                raise _fail(op.name, "c_kernel", f"the kernel library does not load ({exc}); does c_source define "
-                            f"{op.c_function}?") from None
-            try:
-                for arrays, _attrs, want in group:
-                    where = _where(op.schema, arrays)
-                    try:
-                        got = executor.run(list(arrays), {})
-                    except RunError as exc:
-                        raise _fail(op.name, "c_kernel", f"the C kernel fails on {where}: {exc}") from None
-                    for o, g, w in zip(op.schema.outputs, got, want):
-                        _compare(op, where, o.name, g, w)
-            finally:
-                executor.native.close()
-
-
-def _probe_graph(op: CustomOp, arrays: Sequence[np.ndarray], attrs: Mapping[str, Any]) -> Any:
-    from cuvil.ir.builder import Builder
-    from cuvil.ir.graph import Graph
-    from cuvil.ir.types import SymbolInfo
-
-    graph = Graph(name=f"check of {op.name}")
-    b = Builder(graph)
-    ins = []
-    for a, x in zip(op.schema.inputs, arrays):
-        dims = tuple(sym(f"{a.name}_{j}") for j in range(x.ndim))
-        for d in dims:
-            graph.symbols[str(d)] = SymbolInfo(str(d))
-        ins.append(b.input(a.name, TensorType(DType.from_np(x.dtype), dims)))
-    outs = b.add(op.name, ins, dict(attrs), num_outputs=len(op.schema.outputs), names=[o.name for o in op.schema.outputs],
-                 node_name=op.name)
-    graph.outputs.extend(outs)
-    return graph
-
-
-def _compare(op: CustomOp, where: str, name: str, got: np.ndarray, want: np.ndarray) -> None:
-    if got.shape != want.shape or got.dtype != want.dtype:
-        raise _fail(op.name, "c_kernel", f"on {where} output {name!r} comes back {_dtname(got.dtype)}{list(got.shape)}, "
-                    f"the reference gives {_dtname(want.dtype)}{list(want.shape)}")
-    if want.dtype.kind in "fc" or DType.from_np(want.dtype).is_float:
-        g, w = got.astype(np.float64), want.astype(np.float64)
-        bad = ~np.isclose(g, w, rtol=op.tolerance, atol=op.tolerance, equal_nan=True)
-        err = float(np.nanmax(np.abs(g - w))) if g.size else 0.0
-    else:
-        g, w = got, want
-        bad = got != want
-        err = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)))) if got.size else 0.0
-    if bad.any():
-        idx = tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), bad.shape))
-        raise _fail(op.name, "c_kernel", f"on {where} the C kernel's output {name!r} differs from the reference in "
-                    f"{int(bad.sum())} of {bad.size} elements (tolerance {op.tolerance:g}, max abs error {err:.3g}); "
-                    f"first at index {list(idx)}: C gives {g[idx].item()!r}, the reference {w[idx].item()!r}")
-
-
-def _relocate(text: str, source: str, op: CustomOp) -> str:
-    """Compiler messages about lines of the op's c_source, with those lines numbered as in c_source."""
-    from cuvil.backends.c.kernels.custom import CustomKernel
-
-    marker = CustomKernel(op.name, op.c_function or "", op.c_source or "", ()).marker
-    lines = source.split("\n")
-    if marker not in lines:
-        return text[-4000:]
-    start = lines.index(marker) + 1  # 1-based number of the line before the source's first
-    n = len((op.c_source or "").rstrip().split("\n"))
-
-    def sub(m: re.Match[str]) -> str:
-        line = int(m.group(1))
-        return f"c_source:{line - start}:" if start < line <= start + n else m.group(0)
-
-    text = re.sub(r"\S*model\.c:(\d+):", sub, text)
-    return "\n".join(ln for ln in text.splitlines() if not ln.startswith("C compilation failed"))[-4000:]
+    try:
+        check_kernel(op.name, [(arrays, attrs, want) for arrays, attrs, want in cases],
+                     lambda arrays: _where(op.schema, arrays), tolerance=op.tolerance, cc=cc)
+    except KernelMismatchError as exc:
+        raise _fail(op.name, "c_kernel", str(exc)) from None
 
 
 # formatting ---------------------------------------------------------------------------------------

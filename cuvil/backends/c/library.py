@@ -86,7 +86,7 @@ class NativeModel:
                 continue
             # zero-copy: the array views the buffer the model allocated, freed with the array
             buf = (ctypes.c_char * (count * dt.itemsize)).from_address(t.data)
-            arr = np.frombuffer(buf, dtype=dt).reshape(shape)
+            arr = np.frombuffer(memoryview(buf), dtype=dt).reshape(shape)
             weakref.finalize(arr.base if arr.base is not None else arr, self.lib.cuvil_free, t.data)
             results.append(arr)
         del arrays

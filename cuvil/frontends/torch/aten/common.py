@@ -16,12 +16,12 @@ becomes f32 as in eager mode.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
-from cuvil.frontends.torch.converter import MappingFn, TorchCtx, aten, torch_dtype
+from cuvil.frontends.torch.converter import TorchCtx, aten, torch_dtype
 from cuvil.ir.dtypes import DType
 from cuvil.ir.graph import Value
 from cuvil.ir.symbolic import format_dim, is_unknown
@@ -31,10 +31,13 @@ INT64_MAX = 2**63 - 1
 INT64_MIN = -(2**63)
 
 
-def mapping(*targets: str) -> Any:
+Fn = TypeVar("Fn", bound=Callable[[TorchCtx], Any])
+
+
+def mapping(*targets: str) -> Callable[[Fn], Fn]:
     """Register ``fn`` for ``targets`` (see :func:`converter.aten`), checking its results' types."""
 
-    def wrap(fn: MappingFn) -> MappingFn:
+    def wrap(fn: Fn) -> Fn:
         @functools.wraps(fn)
         def checked(ctx: TorchCtx) -> Any:
             result = fn(ctx)
@@ -51,7 +54,7 @@ def check_result(ctx: TorchCtx, result: Any) -> None:
     """Each result's type must agree with what torch.export recorded (dims Cuvil cannot know are skipped)."""
     val = ctx.meta()
     if isinstance(result, Value):
-        pairs = [(None, result, val)]
+        pairs: list[tuple[int | None, Value, Any]] = [(None, result, val)]
     else:
         if not isinstance(val, (list, tuple)):
             return

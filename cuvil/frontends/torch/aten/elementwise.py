@@ -53,14 +53,6 @@ def _sub(ctx: TorchCtx) -> Value:
     return _add_sub(ctx, "sub")
 
 
-@mapping("aten.rsub.Tensor", "aten.rsub.Scalar")
-def _rsub(ctx: TorchCtx) -> Value:
-    a, b = ctx.arg(0), ctx.arg(1, "other")
-    dt = result_dtype(ctx, a, b)
-    x = _scaled(ctx, operand(ctx, a, dt), ctx.arg(2, "alpha", 1))
-    return ctx.emit1("sub", [operand(ctx, b, dt), x])
-
-
 @mapping("aten.mul.Tensor", "aten.mul.Scalar")
 def _mul(ctx: TorchCtx) -> Value:
     a, b = ctx.arg(0), ctx.arg(1, "other")
@@ -142,7 +134,6 @@ _UNARY = {
     "aten.ceil.default": "ceil", "aten.round.default": "round", "aten.sign.default": "sign",
     "aten.asin.default": "asin", "aten.acos.default": "acos", "aten.atan.default": "atan",
     "aten.sinh.default": "sinh", "aten.cosh.default": "cosh", "aten.relu.default": "relu",
-    "aten.hardswish.default": "hard_swish",
 }
 
 
@@ -210,18 +201,6 @@ def _gelu(ctx: TorchCtx) -> Value:
     return ctx.emit1("gelu", [ctx.value(ctx.arg(0))], {"approximate": approximate})
 
 
-@mapping("aten.silu.default")
-def _silu(ctx: TorchCtx) -> Value:
-    x = ctx.value(ctx.arg(0))
-    return ctx.emit1("mul", [x, ctx.emit1("sigmoid", [x])])
-
-
-@mapping("aten.hardsigmoid.default")
-def _hardsigmoid(ctx: TorchCtx) -> Value:
-    # relu6(x + 3) / 6 == clip(x / 6 + 1/2, 0, 1)
-    return ctx.emit1("hard_sigmoid", [ctx.value(ctx.arg(0))], {"alpha": 1.0 / 6.0, "beta": 0.5})
-
-
 @mapping("aten.leaky_relu.default")
 def _leaky_relu(ctx: TorchCtx) -> Value:
     return ctx.emit1("leaky_relu", [ctx.value(ctx.arg(0))], {"alpha": float(ctx.arg(1, "negative_slope", 0.01))})
@@ -248,21 +227,6 @@ def _elu(ctx: TorchCtx) -> Value:
     return y
 
 
-@mapping("aten.softplus.default")
-def _softplus(ctx: TorchCtx) -> Value:
-    x = ctx.value(ctx.arg(0))
-    beta = float(ctx.arg(1, "beta", 1.0))
-    threshold = float(ctx.arg(2, "threshold", 20.0))
-    dt = x.type.dtype
-    bx = x if beta == 1.0 else ctx.emit1("mul", [x, ctx.constant(np.array(beta, dt.np))])
-    sp = ctx.emit1("softplus", [bx])
-    if beta != 1.0:
-        sp = ctx.emit1("div", [sp, ctx.constant(np.array(beta, dt.np))])
-    # PyTorch returns x itself where beta * x > threshold (the linear regime)
-    linear = ctx.emit1("greater", [bx, ctx.constant(np.array(threshold, dt.np))])
-    return ctx.emit1("where", [linear, x, sp])
-
-
 def _bounds(ctx: TorchCtx, lo: Any, hi: Any) -> Value:
     x_arg = ctx.arg(0)
     dt = ctx.out_type().dtype
@@ -284,16 +248,6 @@ def _bounds(ctx: TorchCtx, lo: Any, hi: Any) -> Value:
 @mapping("aten.clamp.default", "aten.clamp.Tensor")
 def _clamp(ctx: TorchCtx) -> Value:
     return _bounds(ctx, ctx.arg(1, "min"), ctx.arg(2, "max"))
-
-
-@mapping("aten.clamp_min.default", "aten.clamp_min.Tensor")
-def _clamp_min(ctx: TorchCtx) -> Value:
-    return _bounds(ctx, ctx.arg(1, "min"), None)
-
-
-@mapping("aten.clamp_max.default", "aten.clamp_max.Tensor")
-def _clamp_max(ctx: TorchCtx) -> Value:
-    return _bounds(ctx, None, ctx.arg(1, "max"))
 
 
 @mapping("aten.hardtanh.default")
@@ -346,16 +300,9 @@ def _bitwise(ctx: TorchCtx) -> Value:
     return ctx.emit1(op, [operand(ctx, a, DType.bool) for a in args])
 
 
-@mapping("aten.where.self", "aten.where.ScalarSelf", "aten.where.ScalarOther", "aten.where.Scalar")
+@mapping("aten.where.self")
 def _where(ctx: TorchCtx) -> Value:
     cond = _as_bool(ctx, ctx.arg(0))
     a, b = ctx.arg(1), ctx.arg(2)
     dt = ctx.out_type().dtype
     return ctx.emit1("where", [cond, operand(ctx, a, dt), operand(ctx, b, dt)])
-
-
-@mapping("aten.masked_fill.Scalar", "aten.masked_fill.Tensor")
-def _masked_fill(ctx: TorchCtx) -> Value:
-    x = ctx.value(ctx.arg(0))
-    mask = _as_bool(ctx, ctx.arg(1))
-    return ctx.emit1("where", [mask, operand(ctx, ctx.arg(2), x.type.dtype), x])

@@ -8,6 +8,7 @@ to call ``model.eval()``, never compiled with training semantics.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -98,8 +99,7 @@ def _batch_norm_no_training(ctx: TorchCtx) -> list[Value | None]:
     return _batch_norm_eval(ctx, ctx.arg(6, "eps"))
 
 
-@mapping("aten._native_batch_norm_legit.default", "aten.native_batch_norm.default",
-         "aten._native_batch_norm_legit_functional.default")
+@mapping("aten._native_batch_norm_legit.default", "aten._native_batch_norm_legit_functional.default")
 def _batch_norm_legit(ctx: TorchCtx) -> list[Value | None]:
     # (input, weight, bias, running_mean, running_var, training, momentum, eps)
     if ctx.arg(5, "training"):
@@ -154,7 +154,7 @@ def _group_norm(ctx: TorchCtx) -> list[Value | None]:
 # matrix products ----------------------------------------------------------------------------------------
 
 
-@mapping("aten.mm.default", "aten.bmm.default", "aten.matmul.default")
+@mapping("aten.mm.default", "aten.bmm.default")
 def _matmul(ctx: TorchCtx) -> Value:
     return ctx.emit1("matmul", [ctx.value(ctx.arg(0)), ctx.value(ctx.arg(1))])
 
@@ -178,15 +178,6 @@ def _addmm(ctx: TorchCtx) -> Value:
     return ctx.emit1("add", [y, bias])
 
 
-@mapping("aten.linear.default")
-def _linear(ctx: TorchCtx) -> Value:
-    x = ctx.value(ctx.arg(0))
-    w = ctx.value(ctx.arg(1))
-    b = optional_value(ctx, ctx.arg(2))
-    y = ctx.emit1("matmul", [x, ctx.emit1("transpose", [w], {"perm": [1, 0]}) if w.type.rank == 2 else w])
-    return y if b is None else ctx.emit1("add", [y, b])
-
-
 # pooling -----------------------------------------------------------------------------------------------
 
 
@@ -198,26 +189,21 @@ def _window(ctx: TorchCtx, n: int) -> dict[str, Any]:
     return {"kernel_shape": kernel, "strides": stride, "pads": padding + padding}
 
 
-@mapping("aten.max_pool2d_with_indices.default", "aten.max_pool3d_with_indices.default",
-         "aten.max_pool1d_with_indices.default", "aten.max_pool2d.default", "aten.max_pool1d.default",
-         "aten.max_pool3d.default")
+@mapping("aten.max_pool2d_with_indices.default", "aten.max_pool3d_with_indices.default")
 def _max_pool(ctx: TorchCtx) -> Any:
     x = ctx.value(ctx.arg(0))
     n = x.type.rank - 2
     attrs = _window(ctx, n)
     attrs["dilations"] = _per_dim(ctx, "dilation", ctx.arg(4, "dilation", 1), n)
     attrs["ceil_mode"] = int(bool(ctx.arg(5, "ceil_mode", False)))
-    with_indices = "with_indices" in ctx.target
-    want_indices = with_indices and 1 in used_results(ctx)
+    want_indices = 1 in used_results(ctx)
     outs = ctx.emit("max_pool", [x], attrs, num_outputs=2 if want_indices else 1)
-    if not with_indices:
-        return outs[0]
     if not want_indices:
         return [outs[0], None]
     # Cuvil's indices count over the whole tensor (N, C, spatial...); PyTorch's within one (n, c) plane
-    spatial = [x.type.shape[2 + i] for i in range(n)]
-    if all(isinstance(d, int) for d in spatial):
-        area: Value = ctx.constant(np.array(int(np.prod(spatial)), np.int64))
+    spatial = [d for d in x.type.shape[2:] if isinstance(d, int)]
+    if len(spatial) == n:
+        area: Value = ctx.constant(np.array(math.prod(spatial), np.int64))
     else:
         shp = ctx.emit1("slice", [ctx.emit1("shape", [x]), ints_const(ctx, [2]), ints_const(ctx, [x.type.rank])])
         area = ctx.emit1("reduce_prod", [shp], {"keepdims": 0})
@@ -225,7 +211,7 @@ def _max_pool(ctx: TorchCtx) -> Any:
     return [outs[0], idx]
 
 
-@mapping("aten.avg_pool2d.default", "aten.avg_pool1d.default", "aten.avg_pool3d.default")
+@mapping("aten.avg_pool2d.default", "aten.avg_pool3d.default")
 def _avg_pool(ctx: TorchCtx) -> Value:
     x = ctx.value(ctx.arg(0))
     n = x.type.rank - 2
@@ -237,8 +223,7 @@ def _avg_pool(ctx: TorchCtx) -> Value:
     return ctx.emit1("average_pool", [x], attrs)
 
 
-@mapping("aten._adaptive_avg_pool2d.default", "aten.adaptive_avg_pool2d.default",
-         "aten._adaptive_avg_pool3d.default", "aten.adaptive_avg_pool1d.default")
+@mapping("aten._adaptive_avg_pool2d.default", "aten._adaptive_avg_pool3d.default")
 def _adaptive_avg_pool(ctx: TorchCtx) -> Value:
     x_node = ctx.arg(0)
     x = ctx.value(x_node)
@@ -270,38 +255,3 @@ def _dropout(ctx: TorchCtx) -> list[Value | None]:
     if ctx.arg(2, "train") is False:
         return [ctx.value(ctx.arg(0)), None]
     raise ctx.fail("dropout is active (training mode); call model.eval() before compiling")
-
-
-@mapping("aten.scaled_dot_product_attention.default")
-def _sdpa(ctx: TorchCtx) -> Value:
-    """The math form of attention, for graphs exported without decomposing it."""
-    q, k, v = (ctx.value(ctx.arg(i)) for i in range(3))
-    mask_arg = ctx.arg(3, "attn_mask")
-    if float(ctx.arg(4, "dropout_p", 0.0)):
-        raise ctx.fail("scaled_dot_product_attention with dropout_p > 0 is training behaviour; use dropout_p=0")
-    causal = bool(ctx.arg(5, "is_causal", False))
-    if ctx.kwargs.get("enable_gqa"):
-        raise ctx.unsupported("scaled_dot_product_attention with enable_gqa=True")
-    dt = q.type.dtype
-    e = static_size(ctx, ctx.arg(0), -1)
-    scale = ctx.kwargs.get("scale")
-    scale = 1.0 / float(np.sqrt(e)) if scale is None else float(scale)
-    r = k.type.rank
-    kt = ctx.emit1("transpose", [k], {"perm": [*range(r - 2), r - 1, r - 2]})
-    scores = ctx.emit1("mul", [ctx.emit1("matmul", [q, kt]), ctx.constant(np.array(scale, dt.np))])
-    neg_inf = ctx.constant(np.array(-np.inf, dt.np))
-    if causal:
-        ones = ctx.emit1("constant_of_shape", [ctx.emit1("slice", [ctx.emit1("shape", [scores]),
-                                                                     ints_const(ctx, [-2]), ints_const(ctx, [r])])],
-                         {"value": np.array([True])})
-        keep = ctx.emit1("trilu", [ones], {"upper": 0})
-        scores = ctx.emit1("where", [keep, scores, neg_inf])
-    if mask_arg is not None:
-        mask = ctx.value(mask_arg)
-        if mask.type.dtype == DType.bool:
-            scores = ctx.emit1("where", [mask, scores, neg_inf])
-        else:
-            scores = ctx.emit1("add", [scores, cast(ctx, mask, dt)])
-    probs = ctx.emit1("softmax", [scores], {"axis": -1})
-    return ctx.emit1("matmul", [probs, v])
-

@@ -7,6 +7,7 @@ int64 as in eager mode (the result type torch.export recorded).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -47,20 +48,18 @@ def _reduce_mapping(op: str, dim_pos: int | None) -> Any:
 mapping("aten.mean.dim")(_reduce_mapping("reduce_mean", 1))
 mapping("aten.mean.default")(_reduce_mapping("reduce_mean", None))
 mapping("aten.sum.dim_IntList")(_reduce_mapping("reduce_sum", 1))
-mapping("aten.sum.default")(_reduce_mapping("reduce_sum", None))
 mapping("aten.prod.dim_int")(_reduce_mapping("reduce_prod", 1))
 mapping("aten.prod.default")(_reduce_mapping("reduce_prod", None))
 mapping("aten.amax.default")(_reduce_mapping("reduce_max", 1))
 mapping("aten.amin.default")(_reduce_mapping("reduce_min", 1))
 
 
-@mapping("aten.any.dim", "aten.any.dims", "aten.any.default", "aten.all.dim", "aten.all.dims", "aten.all.default")
-def _any_all(ctx: TorchCtx) -> Value:
+@mapping("aten.any.dim", "aten.any.dims", "aten.any.default")
+def _any(ctx: TorchCtx) -> Value:
     x = cast(ctx, ctx.value(ctx.arg(0)), DType.bool)
     dims = None if ctx.target.endswith(".default") else ctx.arg(1, "dim")
     keepdim = bool(ctx.arg(2, "keepdim", False))
-    op = "reduce_max" if ".any." in ctx.target else "reduce_min"  # on booleans False < True
-    return reduce(ctx, op, x, _axes(ctx, dims, x.type.rank), keepdim)
+    return reduce(ctx, "reduce_max", x, _axes(ctx, dims, x.type.rank), keepdim)
 
 
 @mapping("aten.max.dim", "aten.min.dim")
@@ -99,8 +98,9 @@ def _argmax(ctx: TorchCtx) -> Value:
 def _count(ctx: TorchCtx, x: Value, axes: list[int]) -> Value:
     """The number of elements reduced over ``axes``, as a 0-d tensor of ``x``'s float type."""
     dims = [x.type.shape[a] for a in axes]
-    if all(isinstance(d, int) for d in dims):
-        return ctx.constant(np.array(int(np.prod(dims, dtype=np.int64)), x.type.dtype.np))
+    static = [d for d in dims if isinstance(d, int)]
+    if len(static) == len(dims):
+        return ctx.constant(np.array(math.prod(static), x.type.dtype.np))
     sizes = [ctx.emit1("shape", [x], {"start": a, "end": a + 1}) for a in axes]
     n = sizes[0] if len(sizes) == 1 else ctx.emit1("concat", sizes, {"axis": 0})
     total = ctx.emit1("reduce_prod", [n], {"keepdims": 0})
@@ -138,7 +138,7 @@ def _var_mean(ctx: TorchCtx) -> list[Value]:
     return [var, mean]
 
 
-@mapping("aten._softmax.default", "aten._log_softmax.default", "aten.softmax.int", "aten.log_softmax.int")
+@mapping("aten._softmax.default", "aten._log_softmax.default")
 def _softmax(ctx: TorchCtx) -> Value:
     x = ctx.value(ctx.arg(0))
     dim = axis_of(ctx, int(ctx.arg(1, "dim")), x.type.rank)

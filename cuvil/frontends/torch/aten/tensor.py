@@ -23,9 +23,7 @@ from cuvil.frontends.torch.aten.common import (
     is_node,
     is_sym_scalar,
     mapping,
-    operand,
     scalar_value,
-    static_size,
 )
 from cuvil.frontends.torch.converter import TorchCtx, torch_dtype
 from cuvil.ir.dtypes import DType
@@ -34,16 +32,15 @@ from cuvil.ir.graph import Value
 # identities and casts -----------------------------------------------------------------------------
 
 
-@mapping("aten.clone.default", "aten.alias.default", "aten.lift_fresh_copy.default", "aten.detach.default",
-         "aten.contiguous.default")
+@mapping("aten.clone.default", "aten.alias.default", "aten.lift_fresh_copy.default")
 def _identity(ctx: TorchCtx) -> Value:
     return ctx.value(ctx.arg(0))
 
 
-@mapping("aten._to_copy.default", "aten.to.dtype", "aten._to_dtype.default")
+@mapping("aten._to_copy.default")
 def _to_copy(ctx: TorchCtx) -> Value:
     x = ctx.value(ctx.arg(0))
-    dtype = ctx.kwargs.get("dtype", ctx.arg(1) if ctx.target == "aten.to.dtype" else None)
+    dtype = ctx.kwargs.get("dtype")
     return x if dtype is None else cast(ctx, x, torch_dtype(dtype))
 
 
@@ -63,7 +60,7 @@ def reshape_to(ctx: TorchCtx, x: Value, sizes: list[Any]) -> Value:
     return ctx.emit1("reshape", [x, ctx.ints(sizes)], {"allowzero": 1})
 
 
-@mapping("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default")
+@mapping("aten.view.default", "aten.reshape.default")
 def _view(ctx: TorchCtx) -> Value:
     return reshape_to(ctx, ctx.value(ctx.arg(0)), list(ctx.arg(1, "size")))
 
@@ -75,19 +72,6 @@ def _permute(ctx: TorchCtx) -> Value:
     if perm == list(range(x.type.rank)):
         return x
     return ctx.emit1("transpose", [x], {"perm": perm})
-
-
-@mapping("aten.t.default", "aten.transpose.int")
-def _transpose(ctx: TorchCtx) -> Value:
-    x = ctx.value(ctx.arg(0))
-    r = x.type.rank
-    if r < 2 and ctx.target == "aten.t.default":
-        return x
-    a = axis_of(ctx, int(ctx.arg(1, "dim0", 0)), r)
-    b = axis_of(ctx, int(ctx.arg(2, "dim1", 1)), r)
-    perm = list(range(r))
-    perm[a], perm[b] = perm[b], perm[a]
-    return x if a == b else ctx.emit1("transpose", [x], {"perm": perm})
 
 
 @mapping("aten.expand.default")
@@ -111,17 +95,12 @@ def _unsqueeze(ctx: TorchCtx) -> Value:
     return ctx.emit1("unsqueeze", [x, ints_const(ctx, [d])])
 
 
-@mapping("aten.squeeze.dims", "aten.squeeze.dim", "aten.squeeze.default")
+@mapping("aten.squeeze.dims")
 def _squeeze(ctx: TorchCtx) -> Value:
     x_node = ctx.arg(0)
     x = ctx.value(x_node)
     r = x.type.rank
-    if ctx.target == "aten.squeeze.default":
-        dims = list(range(r))
-    elif ctx.target == "aten.squeeze.dim":
-        dims = [ctx.arg(1, "dim")]
-    else:
-        dims = list(ctx.arg(1, "dim"))
+    dims = list(ctx.arg(1, "dim"))
     shape = ctx.meta(x_node).shape
     # PyTorch squeezes only the listed dims whose size is 1 and leaves the others alone
     axes = sorted({axis_of(ctx, int(d), r) for d in dims if r and _is_one(shape[axis_of(ctx, int(d), r)])})
@@ -249,15 +228,6 @@ def _cat(ctx: TorchCtx) -> Value:
     return ctx.emit1("concat", parts, {"axis": dim})
 
 
-@mapping("aten.stack.default")
-def _stack(ctx: TorchCtx) -> Value:
-    out = ctx.out_type()
-    dim = axis_of(ctx, int(ctx.arg(1, "dim", 0)), out.rank)
-    parts = [ctx.emit1("unsqueeze", [cast(ctx, ctx.value(t), out.dtype), ints_const(ctx, [dim])])
-             for t in ctx.arg(0, "tensors")]
-    return parts[0] if len(parts) == 1 else ctx.emit1("concat", parts, {"axis": dim})
-
-
 @mapping("aten.split_with_sizes.default")
 def _split_with_sizes(ctx: TorchCtx) -> list[Value]:
     x = ctx.value(ctx.arg(0))
@@ -267,35 +237,6 @@ def _split_with_sizes(ctx: TorchCtx) -> list[Value]:
         return [x]
     return ctx.emit(
         "split", [x, ctx.ints(sizes)], {"axis": dim}, num_outputs=len(sizes))
-
-
-@mapping("aten.split.Tensor")
-def _split(ctx: TorchCtx) -> list[Value]:
-    x_node = ctx.arg(0)
-    x = ctx.value(x_node)
-    size = ctx.arg(1, "split_size")
-    dim = axis_of(ctx, int(ctx.arg(2, "dim", 0)), x.type.rank)
-    n = len(ctx.meta())
-    if n == 1:
-        return [x]
-    if not isinstance(size, int):
-        raise ctx.fail("split with a symbolic split_size is not supported")
-    # every piece has split_size elements but the last, which takes the rest
-    pieces = []
-    for k in range(n):
-        end = (k + 1) * size if k < n - 1 else INT64_MAX
-        pieces.append(ctx.emit1("slice", [x, ints_const(ctx, [k * size]), ints_const(ctx, [end]),
-                                          ints_const(ctx, [dim])]))
-    return pieces
-
-
-@mapping("aten.unbind.int")
-def _unbind(ctx: TorchCtx) -> list[Value]:
-    x_node = ctx.arg(0)
-    x = ctx.value(x_node)
-    dim = axis_of(ctx, int(ctx.arg(1, "dim", 0)), x.type.rank)
-    n = static_size(ctx, x_node, dim)
-    return [ctx.emit1("gather", [x, ctx.constant(np.array(k, np.int64))], {"axis": dim}) for k in range(n)]
 
 
 # padding, flips, repeats, triangles ----------------------------------------------------------------------
@@ -341,13 +282,6 @@ def _repeat(ctx: TorchCtx) -> Value:
     return ctx.emit1("tile", [x, ctx.ints(reps)])
 
 
-@mapping("aten.tril.default", "aten.triu.default")
-def _trilu(ctx: TorchCtx) -> Value:
-    x = ctx.value(ctx.arg(0))
-    k = ctx.arg(1, "diagonal", 0)
-    return ctx.emit1("trilu", [x, scalar_value(ctx, k, DType.i64)], {"upper": int("triu" in ctx.target)})
-
-
 # creation -----------------------------------------------------------------------------------------------
 
 
@@ -357,27 +291,21 @@ def _fill_value(ctx: TorchCtx, value: Any, dtype: DType) -> np.ndarray:
     return np.array(value, dtype=dtype.np)
 
 
-@mapping("aten.full.default", "aten.zeros.default", "aten.ones.default", "aten.empty.memory_format")
+@mapping("aten.full.default")
 def _full(ctx: TorchCtx) -> Value:
     dtype = ctx.out_type().dtype
     sizes = list(ctx.arg(0, "size"))
-    name = ctx.target.split(".")[1]
-    if name == "empty":
-        raise ctx.unsupported("uninitialized tensors (empty) are not mapped; their contents are undefined")
-    value = {"zeros": 0, "ones": 1}.get(name, ctx.arg(1, "fill_value"))
-    fill = _fill_value(ctx, value, dtype)
+    fill = _fill_value(ctx, ctx.arg(1, "fill_value"), dtype)
     if all(isinstance(s, int) for s in sizes):
         return ctx.constant(np.full(sizes, fill, dtype=dtype.np))
     return ctx.emit1("constant_of_shape", [ctx.ints(sizes)], {"value": fill.reshape(1)})
 
 
-@mapping("aten.full_like.default", "aten.zeros_like.default", "aten.ones_like.default")
+@mapping("aten.full_like.default")
 def _full_like(ctx: TorchCtx) -> Value:
     x = ctx.value(ctx.arg(0))
     dtype = ctx.out_type().dtype
-    name = ctx.target.split(".")[1]
-    value = {"zeros_like": 0, "ones_like": 1}.get(name, ctx.arg(1, "fill_value"))
-    return ctx.emit1("full_like", [x], {"value": _fill_value(ctx, value, dtype)})
+    return ctx.emit1("full_like", [x], {"value": _fill_value(ctx, ctx.arg(1, "fill_value"), dtype)})
 
 
 @mapping("aten.scalar_tensor.default")
@@ -385,13 +313,10 @@ def _scalar_tensor(ctx: TorchCtx) -> Value:
     return scalar_value(ctx, ctx.arg(0, "s"), ctx.out_type().dtype)
 
 
-@mapping("aten.arange.default", "aten.arange.start", "aten.arange.start_step")
+@mapping("aten.arange.start_step")
 def _arange(ctx: TorchCtx) -> Value:
     dtype = ctx.out_type().dtype
-    if ctx.target == "aten.arange.default":
-        start, end, step = 0, ctx.arg(0, "end"), 1
-    else:
-        start, end, step = ctx.arg(0, "start"), ctx.arg(1, "end"), ctx.arg(2, "step", 1)
+    start, end, step = ctx.arg(0, "start"), ctx.arg(1, "end"), ctx.arg(2, "step", 1)
     if all(isinstance(v, (int, float)) for v in (start, end, step)):
         # computed here as PyTorch does: the length from the double-precision bounds
         n = max(0, int(np.ceil((float(end) - float(start)) / float(step))))
