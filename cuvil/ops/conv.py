@@ -182,21 +182,22 @@ def _check_conv_operands(ctx: InferCtx, transposed: bool) -> tuple[TensorType, T
         ks = [int(k) for k in ks]
         if len(ks) != n or any(k < 1 for k in ks):
             raise ctx.fail(f"kernel_shape {ks} must hold {n} positive values")
-        for a, b in zip(ks, kernel):
+        for i, (a, b) in enumerate(zip(ks, kernel)):
             if isinstance(b, int) and a != b:
                 raise ctx.fail(f"kernel_shape {ks} does not match the weight's spatial dims {list(wt.shape[2:])}")
+            ctx.assume_equal(b, a, f"weight spatial dim {i} and kernel_shape")
         kernel = list(ks)
     c_in, w0, w1 = x.shape[1], wt.shape[0], wt.shape[1]
     if transposed:
         if isinstance(c_in, int) and isinstance(w0, int) and c_in != w0:
             raise ctx.fail(f"X has {c_in} channels but W expects {w0} (W is [C, M/group, k...])")
-        ctx.assume_equal(c_in, w0, "X's channels and W's dim 0")
+        ctx.assume_equal(c_in, w0, "input channels and weight dim 0")
         if isinstance(w0, int) and w0 % group:
             raise ctx.fail(f"input channels {w0} are not divisible by group {group}")
     else:
         if isinstance(c_in, int) and isinstance(w1, int) and c_in != w1 * group:
             raise ctx.fail(f"X has {c_in} channels but W expects {w1} x group {group}")
-        ctx.assume_equal(c_in, w1 * group, "X's channels and W's channels x group")
+        ctx.assume_equal(c_in, w1 * group, "input channels and weight channels x group")
         if isinstance(w0, int) and w0 % group:
             raise ctx.fail(f"output channels {w0} are not divisible by group {group}")
     if ctx.has(2):
@@ -204,7 +205,7 @@ def _check_conv_operands(ctx: InferCtx, transposed: bool) -> tuple[TensorType, T
         m = w1 * group if transposed else w0
         if bt.rank != 1 or (isinstance(bt.shape[0], int) and isinstance(m, int) and bt.shape[0] != m):
             raise ctx.fail(f"B must be 1-D with {m} elements, got {bt}")
-        ctx.assume_equal(bt.shape[0], m, "B's length and the output channels")
+        ctx.assume_equal(bt.shape[0], m, "bias length and output channels")
     return x, wt, group, kernel
 
 

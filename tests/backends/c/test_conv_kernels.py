@@ -124,9 +124,9 @@ def test_conv_run_time_checks(tmp_path: Path) -> None:
     inputs = [vi("x", T.FLOAT, [1, "c", 5, 5]), vi("w", T.FLOAT, [4, "cw", "kh", 3]), vi("b", T.FLOAT, ["m"])]
     model = make_model(nodes, inputs, ["y"])
     c = compare(model, [[randn(1, 2, 5, 5), randn(4, 2, 3, 3), randn(4)]], tmp_path)
-    fails(c, [randn(1, 3, 5, 5), randn(4, 2, 3, 3), randn(4)], "input channels vs weight channels x group: 3 != 2")
-    fails(c, [randn(1, 2, 5, 5), randn(4, 2, 2, 3), randn(4)], "weight spatial dim 0 vs kernel_shape: 2 != 3")
-    fails(c, [randn(1, 2, 5, 5), randn(4, 2, 3, 3), randn(5)], "bias length vs output channels: 5 != 4")
+    fails(c, [randn(1, 3, 5, 5), randn(4, 2, 3, 3), randn(4)], "input channels and weight channels x group differ: 3 != 2")
+    fails(c, [randn(1, 2, 5, 5), randn(4, 2, 2, 3), randn(4)], "weight spatial dim 0 and kernel_shape differ: 2 != 3")
+    fails(c, [randn(1, 2, 5, 5), randn(4, 2, 3, 3), randn(5)], "bias length and output channels differ: 5 != 4")
 
 
 def test_resnet_like_block_native(tmp_path: Path) -> None:

@@ -294,7 +294,7 @@ def test_broadcast_mismatch_is_a_clear_error(tmp_path: Path) -> None:
     c = compile_c(model, tmp_path)
     s, r = c(np.ones((2, 3), np.float32), np.ones((1, 1), np.float32), np.full(3, 0.5, np.float32))
     assert s.shape == (2, 3) and r.shape == (2, 3)
-    with pytest.raises(cuvil.CuvilError, match="input shapes do not fit together"):
+    with pytest.raises(cuvil.CuvilError, match=r"output axis 0 do not broadcast: 2 vs 3 \(N = 2, M = 3\)"):
         c(np.ones((2, 3), np.float32), np.ones((3, 1), np.float32), np.ones(3, np.float32))
     with pytest.raises(cuvil.CuvilError, match="do not broadcast"):
         c(np.ones((2, 3), np.float32), np.ones((1, 1), np.float32), np.ones(4, np.float32))

@@ -174,7 +174,7 @@ def _op_cases() -> dict[str, tuple[Fn, tuple[Any, ...]]]:
             x.argmax(), x.argmax(1, keepdim=True), x.argmin(0), x.var(1), x.var((0, 2), unbiased=False, keepdim=True),
             torch.var_mean(x, 2, correction=0), x.std(1), x.prod(1), torch.cumsum(x, 1), (x > 0).any(1),
             (x > -2).all(), (x > 0).sum(1), torch.log_softmax(x, 0), torch.softmax(x, 1), x.max(), x.norm(dim=-1),
-            torch.logsumexp(x, 1))), (r(2, 5, 3),)),
+            torch.logsumexp(x, 1), x.norm(p=1, dim=1), x.norm(p=3), torch.linalg.vector_norm(x, float("inf"), 0))), (r(2, 5, 3),)),
         "shapes": (Fn(lambda m, x: (
             x.transpose(0, 2), x.flip(1), x.repeat(2, 1, 1, 2), x[:, 1:-1:2], x[..., -2], x.unsqueeze(-1).squeeze(),
             x[:, :1].squeeze(1), x.reshape(-1, 4), F.pad(x, (1, 2, 0, 1), value=0.5), F.pad(x, (-1, 0)),
@@ -200,8 +200,11 @@ def _op_cases() -> dict[str, tuple[Fn, tuple[Any, ...]]]:
             F.max_pool2d(x, 2, return_indices=True), F.conv1d(x.flatten(2), torch.ones(4, 1, 3) / 3, groups=4,
                                                              dilation=2),
             F.group_norm(x, 2, m.gw, m.gb), F.layer_norm(x, (7, 6)), F.max_pool1d(x.flatten(2), 4),
-            F.batch_norm(x, m.gb, m.gw.abs(), None, None), F.instance_norm(x), F.conv3d(x[:, None], m.w3),
-            F.max_pool3d(x[:, None], 2), F.avg_pool3d(x[:, None], 2), F.interpolate(x, scale_factor=2))),
+            F.batch_norm(x, m.gb, m.gw.abs(), None, None), F.instance_norm(x, weight=m.gw, bias=m.gb),
+            F.batch_norm(x, None, None, m.gw, m.gb, training=True), F.conv3d(x[:, None], m.w3),
+            F.max_pool3d(x[:, None], 2), F.avg_pool3d(x[:, None], 2), F.interpolate(x, scale_factor=2), F.interpolate(x, size=(10, 4)),
+            F.interpolate(x, scale_factor=1.5, mode="bilinear"),
+            F.interpolate(x, size=(5, 9), mode="bilinear", align_corners=True))),
             (r(2, 4, 7, 6),)),
         "attention_masks": (Fn(lambda m, q, k, v, mask: (
             F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
@@ -251,8 +254,8 @@ def test_boolean_mask_indexing_is_refused_with_its_location(cache_dir: str) -> N
     assert "test_models.py:" in msg
 
 
-def test_batch_norm_with_batch_statistics_is_refused(cache_dir: str) -> None:
-    model = nn.Sequential(nn.BatchNorm2d(3, track_running_stats=False)).eval()
+def test_batch_norm_in_training_mode_is_refused(cache_dir: str) -> None:
+    model = nn.Sequential(nn.BatchNorm2d(3)).train()
     with pytest.raises(cuvil.CuvilError, match=r"model\.eval\(\)"):
         compile_model(model, (torch.randn(2, 3, 4, 4),), "ref", cache_dir)
 

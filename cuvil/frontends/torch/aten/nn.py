@@ -1,9 +1,11 @@
 """ATen neural-network ops: convolution, normalization, matrix products, pooling.
 
 Normalizations in inference form only: ``_native_batch_norm_legit_no_training``
-uses the running statistics; any batch norm that would use batch statistics
-(training mode, or a module without running stats) is refused with the advice
-to call ``model.eval()``, never compiled with training semantics.
+uses the running statistics; a batch norm in training mode (which would update
+its running statistics) is refused with the advice to call ``model.eval()``,
+never compiled with training semantics.  Normalizing by the input's own
+statistics (instance norm, BatchNorm without running stats) is eager-mode
+inference behaviour and is mapped as such.
 """
 
 from __future__ import annotations
@@ -90,8 +92,8 @@ def _batch_norm_eval(ctx: TorchCtx, eps: float) -> list[Value | None]:
 
 
 def _batch_stats(ctx: TorchCtx) -> Exception:
-    return ctx.fail("batch norm here normalizes with the statistics of the batch (training mode, or a BatchNorm "
-                    "without running stats); call model.eval() before compiling, and keep track_running_stats=True")
+    return ctx.fail("batch norm in training mode normalizes with the statistics of the batch and updates its "
+                    "running stats; call model.eval() before compiling")
 
 
 @mapping("aten._native_batch_norm_legit_no_training.default")
@@ -109,7 +111,29 @@ def _batch_norm_legit(ctx: TorchCtx) -> list[Value | None]:
 
 @mapping("aten._native_batch_norm_legit.no_stats")
 def _batch_norm_no_stats(ctx: TorchCtx) -> list[Value | None]:
-    raise _batch_stats(ctx)
+    """Normalization with the statistics of the input itself: what instance norm decomposes to (input
+    reshaped to [1, N*C, ...]), and a BatchNorm built with track_running_stats=False, in eval mode too."""
+    # (input, weight, bias, training, momentum, eps)
+    x_node = ctx.arg(0)
+    x = ctx.value(x_node)
+    c = static_size(ctx, x_node, 1)
+    dt = x.type.dtype
+    if used_results(ctx) - {0}:
+        raise ctx.fail("the saved mean / inverse std of a batch norm are not mapped")
+    axes = ints_const(ctx, [0, *range(2, x.type.rank)])
+    mean = ctx.emit1("reduce_mean", [x, axes], {"keepdims": 1})
+    centered = ctx.emit1("sub", [x, mean])
+    var = ctx.emit1("reduce_mean", [ctx.emit1("mul", [centered, centered]), axes], {"keepdims": 1})
+    eps = ctx.constant(np.array(float(ctx.arg(5, "eps")), dt.np))
+    y = ctx.emit1("div", [centered, ctx.emit1("sqrt", [ctx.emit1("add", [var, eps])])])
+    per_channel = ints_const(ctx, [c] + [1] * (x.type.rank - 2))
+    w = optional_value(ctx, ctx.arg(1))
+    b = optional_value(ctx, ctx.arg(2))
+    if w is not None:
+        y = ctx.emit1("mul", [y, ctx.emit1("reshape", [cast(ctx, w, dt), per_channel])])
+    if b is not None:
+        y = ctx.emit1("add", [y, ctx.emit1("reshape", [cast(ctx, b, dt), per_channel])])
+    return [y, None, None]
 
 
 @mapping("aten.native_layer_norm.default")
@@ -255,3 +279,24 @@ def _dropout(ctx: TorchCtx) -> list[Value | None]:
     if ctx.arg(2, "train") is False:
         return [ctx.value(ctx.arg(0)), None]
     raise ctx.fail("dropout is active (training mode); call model.eval() before compiling")
+
+
+@mapping("aten.upsample_nearest2d.vec", "aten.upsample_bilinear2d.vec")
+def _upsample(ctx: TorchCtx) -> Value:
+    x = ctx.value(ctx.arg(0))
+    nearest = "nearest" in ctx.target
+    size = ctx.arg(1, "output_size")
+    align_corners = False if nearest else bool(ctx.arg(2, "align_corners"))
+    scales = ctx.arg(2 if nearest else 3, "scale_factors")
+    if nearest:
+        # PyTorch's nearest: source = floor(dst * in / out), or floor(dst / scale_factor) when given
+        attrs = {"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
+    else:
+        attrs = {"mode": "linear", "coordinate_transformation_mode": "align_corners" if align_corners
+                 else "half_pixel"}
+    if scales is not None:
+        s = ctx.constant(np.array([1.0, 1.0, *[float(v) for v in scales]], np.float32))
+        return ctx.emit1("resize", [x, None, s], attrs)
+    lead = ctx.emit1("shape", [x], {"start": 0, "end": 2})
+    sizes = ctx.emit1("concat", [lead, ctx.ints(list(size))], {"axis": 0})
+    return ctx.emit1("resize", [x, None, None, sizes], attrs)

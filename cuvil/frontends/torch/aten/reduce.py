@@ -159,3 +159,26 @@ def _cumsum(ctx: TorchCtx) -> Value:
     if x.type.rank == 0:
         return x
     return ctx.emit1("cumsum", [x, ctx.constant(np.array(dim, np.int64))])
+
+
+@mapping("aten.linalg_vector_norm.default")
+def _vector_norm(ctx: TorchCtx) -> Value:
+    x = ctx.value(ctx.arg(0))
+    order = float(ctx.arg(1, "ord", 2))
+    axes = _axes(ctx, ctx.arg(2, "dim"), x.type.rank)
+    keepdim = bool(ctx.arg(3, "keepdim", False))
+    x = cast(ctx, x, ctx.out_type().dtype)
+    if order == 2:
+        return reduce(ctx, "reduce_l2", x, axes, keepdim)
+    if order == 1:
+        return reduce(ctx, "reduce_l1", x, axes, keepdim)
+    mag = ctx.emit1("abs", [x])
+    if order in (float("inf"), float("-inf")):
+        return reduce(ctx, "reduce_max" if order > 0 else "reduce_min", mag, axes, keepdim)
+    if order == 0:
+        nonzero = cast(ctx, ctx.emit1("not", [cast(ctx, ctx.emit1("equal", [mag, ctx.constant(
+            np.array(0, x.type.dtype.np))]), DType.bool)]), x.type.dtype)
+        return reduce(ctx, "reduce_sum", nonzero, axes, keepdim)
+    p = ctx.constant(np.array(order, x.type.dtype.np))
+    total = reduce(ctx, "reduce_sum", ctx.emit1("pow", [mag, p]), axes, keepdim)
+    return ctx.emit1("pow", [total, ctx.constant(np.array(1.0 / order, x.type.dtype.np))])
