@@ -129,7 +129,7 @@ class FunctionEmitter:
         return render_dim(d, symbol, call)
 
     def alloc_value(self, c: CVal, node: Node | None) -> None:
-        size = f"(int64_t)sizeof({c.ctype}) * cuvil_numel({c.shape}, {c.rank})"
+        size = f"cuvil_nbytes((int64_t)sizeof({c.ctype}), {c.shape}, {c.rank})"
         self.w.line(f"{c.ptr} = ({c.ctype} *)cuvil_alloc(call, {size});")
         where = c_string(node.name if node else c.value.name)
         self.w.line(f'if (!{c.ptr}) {{ cuvil_fail(call, "node %s: out of memory", {where}); goto fail; }}')

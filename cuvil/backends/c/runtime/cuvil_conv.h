@@ -187,7 +187,7 @@ static CUVIL_UNUSED int cuvil_dgemm(int64_t M, int64_t N, int64_t K, double alph
         if (P == 0 || mg == 0) return 0;                                                                          \
         T *cols = NULL;                                                                                           \
         if (!direct && K > 0) {                                                                                   \
-            cols = (T *)malloc(sizeof(T) * (size_t)K * (size_t)P);                                                \
+            cols = (T *)malloc(cuvil_size3(sizeof(T), (size_t)K, (size_t)P));                                                \
             if (!cols) return -1;                                                                                 \
         }                                                                                                         \
         int rc = 0;                                                                                               \
@@ -215,7 +215,7 @@ static CUVIL_UNUSED int cuvil_dgemm(int64_t M, int64_t N, int64_t K, double alph
         const int64_t Pout = cuvil_conv_prod(g->out, nd), R = mg * taps;                                         \
         cuvil_conv_bias_##sfx(g->batch, g->cout, Pout, b, y);                                                     \
         if (Pin == 0 || Pout == 0 || R == 0) return 0;                                                            \
-        T *cols = (T *)malloc(sizeof(T) * (size_t)R * (size_t)Pin);                                               \
+        T *cols = (T *)malloc(cuvil_size3(sizeof(T), (size_t)R, (size_t)Pin));                                               \
         if (!cols) return -1;                                                                                     \
         int rc = 0;                                                                                               \
         for (int64_t n = 0; n < g->batch && rc == 0; n++) {                                                      \

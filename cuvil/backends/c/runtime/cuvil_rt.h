@@ -127,6 +127,25 @@ static inline int64_t cuvil_numel(const int64_t *shape, int rank) {
     return n;
 }
 
+/* Bytes of a tensor, or -1 when the count overflows (the allocation then fails cleanly). */
+static inline int64_t cuvil_nbytes(int64_t elsize, const int64_t *shape, int rank) {
+    int64_t n = elsize;
+    for (int i = 0; i < rank; i++) {
+        if (shape[i] < 0) return -1;
+        if (shape[i] != 0 && n > INT64_MAX / shape[i]) return -1;
+        n *= shape[i];
+    }
+    return n;
+}
+
+/* a * b * c in size_t, or SIZE_MAX when it overflows (so malloc fails instead of wrapping). */
+static inline size_t cuvil_size3(size_t a, size_t b, size_t c) {
+    if (b != 0 && a > SIZE_MAX / b) return SIZE_MAX;
+    size_t ab = a * b;
+    if (c != 0 && ab > SIZE_MAX / c) return SIZE_MAX;
+    return ab * c;
+}
+
 /* Strides (in elements) that read an input of shape `in` (rank `r`) broadcast to `out` (rank `R`). */
 static CUVIL_UNUSED void cuvil_bcast_strides(const int64_t *in, int r, const int64_t *out, int R, int64_t *strides) {
     int64_t s = 1;

@@ -39,7 +39,7 @@ CUVIL_EXPORT int cuvil_run(const cuvil_model *m, const cuvil_tensor *inputs, cuv
         v2_s[0] = (sym0);
         v2_s[1] = 4;
         if (v2_s[0] < 0) { cuvil_fail(call, "node %s (add): input shapes do not fit together", "add"); goto fail; }
-        v2 = (float *)cuvil_alloc(call, (int64_t)sizeof(float) * cuvil_numel(v2_s, 2));
+        v2 = (float *)cuvil_alloc(call, cuvil_nbytes((int64_t)sizeof(float), v2_s, 2));
         if (!v2) { cuvil_fail(call, "node %s: out of memory", "add"); goto fail; }
         {
             float *restrict po0 = v2;
@@ -69,7 +69,7 @@ CUVIL_EXPORT int cuvil_run(const cuvil_model *m, const cuvil_tensor *inputs, cuv
         v3_s[0] = (sym0);
         v3_s[1] = 4;
         if (v3_s[0] < 0) { cuvil_fail(call, "node %s (relu): input shapes do not fit together", "relu"); goto fail; }
-        v3 = (float *)cuvil_alloc(call, (int64_t)sizeof(float) * cuvil_numel(v3_s, 2));
+        v3 = (float *)cuvil_alloc(call, cuvil_nbytes((int64_t)sizeof(float), v3_s, 2));
         if (!v3) { cuvil_fail(call, "node %s: out of memory", "relu"); goto fail; }
         {
             float *restrict po1 = v3;

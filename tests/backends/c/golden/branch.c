@@ -40,7 +40,7 @@ CUVIL_EXPORT int cuvil_run(const cuvil_model *m, const cuvil_tensor *inputs, cuv
             /* node 'neg': %t = neg(%x) */
             {
                 v3_s[0] = 3;
-                v3 = (float *)cuvil_alloc(call, (int64_t)sizeof(float) * cuvil_numel(v3_s, 1));
+                v3 = (float *)cuvil_alloc(call, cuvil_nbytes((int64_t)sizeof(float), v3_s, 1));
                 if (!v3) { cuvil_fail(call, "node %s: out of memory", "neg"); goto fail; }
                 {
                     float *restrict po0 = v3;
@@ -53,7 +53,7 @@ CUVIL_EXPORT int cuvil_run(const cuvil_model *m, const cuvil_tensor *inputs, cuv
                 }
             }
             v2_s[0] = v3_s[0];
-            v2 = (float *)cuvil_alloc(call, (int64_t)sizeof(float) * cuvil_numel(v2_s, 1));
+            v2 = (float *)cuvil_alloc(call, cuvil_nbytes((int64_t)sizeof(float), v2_s, 1));
             if (!v2) { cuvil_fail(call, "node %s: out of memory", "if"); goto fail; }
             memcpy(v2, v3, sizeof(float) * (size_t)cuvil_numel(v2_s, 1));
             cuvil_release(call, v3); v3 = NULL;
@@ -62,7 +62,7 @@ CUVIL_EXPORT int cuvil_run(const cuvil_model *m, const cuvil_tensor *inputs, cuv
             /* node 'double': %e = add(%x, %x) */
             {
                 v4_s[0] = 3;
-                v4 = (float *)cuvil_alloc(call, (int64_t)sizeof(float) * cuvil_numel(v4_s, 1));
+                v4 = (float *)cuvil_alloc(call, cuvil_nbytes((int64_t)sizeof(float), v4_s, 1));
                 if (!v4) { cuvil_fail(call, "node %s: out of memory", "double"); goto fail; }
                 {
                     float *restrict po1 = v4;
@@ -77,7 +77,7 @@ CUVIL_EXPORT int cuvil_run(const cuvil_model *m, const cuvil_tensor *inputs, cuv
                 }
             }
             v2_s[0] = v4_s[0];
-            v2 = (float *)cuvil_alloc(call, (int64_t)sizeof(float) * cuvil_numel(v2_s, 1));
+            v2 = (float *)cuvil_alloc(call, cuvil_nbytes((int64_t)sizeof(float), v2_s, 1));
             if (!v2) { cuvil_fail(call, "node %s: out of memory", "if"); goto fail; }
             memcpy(v2, v4, sizeof(float) * (size_t)cuvil_numel(v2_s, 1));
             cuvil_release(call, v4); v4 = NULL;

@@ -38,7 +38,7 @@ CUVIL_EXPORT int cuvil_run(const cuvil_model *m, const cuvil_tensor *inputs, cuv
     {
         v2_s[0] = 2;
         v2_s[1] = 3;
-        v2 = (float *)cuvil_alloc(call, (int64_t)sizeof(float) * cuvil_numel(v2_s, 2));
+        v2 = (float *)cuvil_alloc(call, cuvil_nbytes((int64_t)sizeof(float), v2_s, 2));
         if (!v2) { cuvil_fail(call, "node %s: out of memory", "fc"); goto fail; }
         if (CUVIL_UNLIKELY(cuvil_sgemm(INT64_C(2), 3, 4, 1.0f, v0, 4, 1, v1, 3, 1, 0.0f, v2, 3) != 0)) { cuvil_fail(call, "node %s (matmul): out of memory", "fc"); goto fail; }
     }
@@ -46,7 +46,7 @@ CUVIL_EXPORT int cuvil_run(const cuvil_model *m, const cuvil_tensor *inputs, cuv
     {
         v3_s[0] = 2;
         v3_s[1] = 3;
-        v3 = (float *)cuvil_alloc(call, (int64_t)sizeof(float) * cuvil_numel(v3_s, 2));
+        v3 = (float *)cuvil_alloc(call, cuvil_nbytes((int64_t)sizeof(float), v3_s, 2));
         if (!v3) { cuvil_fail(call, "node %s: out of memory", "softmax"); goto fail; }
         const int64_t outer0 = INT64_C(2);
         const int64_t n0 = INT64_C(3);
