@@ -272,7 +272,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             stats = f" min {f.min():.6g} max {f.max():.6g} mean {f.mean():.6g}"
         print(f"  {name}: {a.dtype}{list(a.shape)}{stats}")
     if args.output:
-        np.savez(args.output, **outs)  # type: ignore[arg-type]
+        np.savez(args.output, **outs)
         print(f"wrote {args.output}")
     return 0
 

@@ -18,7 +18,16 @@ from cuvil.ir.symbolic import UNKNOWN, Dim, ceildiv, is_unknown, sym
 from cuvil.ir.types import TensorType
 from cuvil.ops.common import normalize_axes, normalize_axis, static_ints
 from cuvil.ops.registry import AttrSpec, InferCtx, OpDef, RefCtx, register
-from cuvil.ops.shape import INDEX_DTYPES, concrete, int_list, negative, operand_length, scalar_operand, shape_operand, static_operand
+from cuvil.ops.shape import (
+    INDEX_DTYPES,
+    concrete,
+    int_list,
+    negative,
+    operand_length,
+    scalar_operand,
+    shape_operand,
+    static_operand,
+)
 
 # concat --------------------------------------------------------------------
 

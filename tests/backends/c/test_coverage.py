@@ -16,7 +16,7 @@ HANDLED_BY_CODEGEN = {"constant", "if", "loop"}  # weights, and regions emitted 
 
 
 def test_every_op_has_a_c_kernel() -> None:
-    import cuvil.backends.c.kernels  # noqa: F401
+    import cuvil.backends.c.kernels
 
     missing = sorted(set(cuvil.ops.all_ops()) - kernel_ops() - HANDLED_BY_CODEGEN)
     assert not missing, f"ops without a C kernel: {missing}"
