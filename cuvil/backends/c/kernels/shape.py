@@ -95,7 +95,7 @@ def dims_of(c: CVal, lo: int = 0, hi: int | None = None) -> list[str]:
 
 def guarded_copy(k: KernelCtx, dst: str, src: str, count: str, ctype: str) -> None:
     """memcpy of ``count`` elements, skipped when empty (a zero-size buffer may be NULL)."""
-    k.w.line(f"if ({count} > 0) memcpy({dst}, {src}, sizeof({ctype}) * (size_t)({count}));")
+    k.w.line(f"cuvil_copy({dst}, {src}, (int64_t)sizeof({ctype}) * ({count}));")
 
 
 def copy_same_count(k: KernelCtx, src: CVal, dst: CVal) -> None:

@@ -20,10 +20,12 @@
 
 #if defined(__GNUC__) || defined(__clang__)
 #define CUVIL_UNUSED __attribute__((unused))
+#define CUVIL_MALLOC __attribute__((malloc))
 #define CUVIL_LIKELY(x) __builtin_expect(!!(x), 1)
 #define CUVIL_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #else
 #define CUVIL_UNUSED
+#define CUVIL_MALLOC
 #define CUVIL_LIKELY(x) (x)
 #define CUVIL_UNLIKELY(x) (x)
 #endif
@@ -54,7 +56,8 @@ static CUVIL_UNUSED int cuvil_fail(cuvil_call *c, const char *fmt, ...) {
 }
 
 /* Zeroed, aligned scratch memory owned by the call (freed at its end unless kept). */
-static CUVIL_UNUSED void *cuvil_alloc(cuvil_call *c, int64_t bytes) {
+/* malloc-like: the result aliases nothing else, which lets the compiler reason about copies */
+static CUVIL_UNUSED CUVIL_MALLOC void *cuvil_alloc(cuvil_call *c, int64_t bytes) {
     if (bytes < 0) return NULL;
     /* size_t is 32 bits on wasm32: a larger request must fail, not wrap to a small buffer. */
     if ((uint64_t)bytes > (uint64_t)(SIZE_MAX - CUVIL_ALIGN)) return NULL;
@@ -125,6 +128,16 @@ static inline int64_t cuvil_numel(const int64_t *shape, int rank) {
     int64_t n = 1;
     for (int i = 0; i < rank; i++) n *= shape[i];
     return n;
+}
+
+/* Copy `bytes` bytes between distinct buffers. Out of line on purpose: GCC's -Wrestrict
+ * otherwise reasons about copy sizes it cannot bound from run-time shapes and reports
+ * impossible overlaps of 2^63-byte copies. */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((noinline))
+#endif
+static CUVIL_UNUSED void cuvil_copy(void *dst, const void *src, int64_t bytes) {
+    if (bytes > 0) memcpy(dst, src, (size_t)bytes);
 }
 
 /* Bytes of a tensor, or -1 when the count overflows (the allocation then fails cleanly). */
