@@ -1,0 +1,96 @@
+"""What a pass is: a small named object with typed options that maps a graph to a graph.
+
+A pass never prints, times or verifies itself; the PassManager does that
+through instruments. Its docstring states its rules as a numbered list.
+
+    @register_pass
+    @dataclass(frozen=True)
+    class DeadCodeElimination(Pass):
+        '''Removes nodes whose outputs nothing reads.
+
+        1. A node is dead when no graph output and no live node reads any of its outputs.
+        2. Nodes with side effects (none in Cuvil's op set today) are kept.
+        '''
+
+        name: ClassVar[str] = "dce"
+
+        def run(self, graph: Graph) -> PassResult:
+            ...
+            return PassResult(graph, changed)
+
+Options are dataclass fields with defaults; in pipeline text they are
+written ``fuse{max-ops=16}`` (field ``max_ops``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar, TypeVar
+
+from cuvil.errors import CuvilError
+from cuvil.ir.graph import Graph
+
+
+class PassError(CuvilError):
+    """A pipeline that does not parse, an unknown pass, or a bad option."""
+
+
+@dataclass
+class PassResult:
+    graph: Graph
+    changed: bool
+
+
+@dataclass(frozen=True)
+class Pass:
+    """Base of all passes. Subclasses are frozen dataclasses whose fields are the options."""
+
+    name: ClassVar[str] = ""
+
+    def run(self, graph: Graph) -> PassResult:
+        raise NotImplementedError
+
+    def options(self) -> dict[str, object]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def __str__(self) -> str:
+        opts = [
+            f"{f.name.replace('_', '-')}={_format_option(getattr(self, f.name))}"
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) != f.default
+        ]
+        return f"{self.name}{{{','.join(opts)}}}" if opts else self.name
+
+
+def _format_option(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+P = TypeVar("P", bound=type[Pass])
+_PASSES: dict[str, type[Pass]] = {}
+
+
+def register_pass(cls: P) -> P:
+    if not cls.name:
+        raise ValueError(f"{cls.__name__} has no name")
+    if cls.name in _PASSES and _PASSES[cls.name] is not cls:
+        raise ValueError(f"a pass named {cls.name!r} is already registered")
+    _PASSES[cls.name] = cls
+    return cls
+
+
+def get_pass(name: str) -> type[Pass]:
+    try:
+        return _PASSES[name]
+    except KeyError:
+        known = ", ".join(sorted(_PASSES))
+        raise PassError(f"unknown pass {name!r} (known: {known})") from None
+
+
+def all_passes() -> dict[str, type[Pass]]:
+    return dict(_PASSES)
+
+
