@@ -4,6 +4,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"  # first: modules imported below read it
 
+from cuvil import verify  # a callable package: cuvil.verify(model, ...) (see its docstring)
 from cuvil.api import compile, multiple_of  # noqa: A004  (the library's main verb)
 from cuvil.custom import Arg, CustomOp, CustomOpError, OpSchema, register_op, unregister_op
 from cuvil.errors import CuvilError, InputError, IRError, ModelError, ShapeError, UnsupportedOpError
@@ -32,4 +33,5 @@ __all__ = [
     "register_op",
     "unregister_op",
     "set_log_level",
+    "verify",
 ]

@@ -8,15 +8,18 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from cuvil.errors import CuvilError
-from cuvil.ir.graph import Graph
+from cuvil.ir.graph import Graph, Node
 from cuvil.ir.types import SymbolInfo
 from cuvil.ir.verify import verify
 from cuvil.log import stage
 from cuvil.runtime.compiled import CompiledModel, CompileInfo, Signature
+
+if TYPE_CHECKING:
+    from cuvil.passes import Pass, PassManager
 
 _log = logging.getLogger(__name__)
 
@@ -84,6 +87,8 @@ def compile(  # noqa: A001  (the library's main verb)
     input_spec: Any = None,
     dynamic_shapes: Any = None,
     enable_fusion: bool = True,
+    num_threads: int | None = None,
+    passes: str | Sequence[Pass] | PassManager | None = None,
 ) -> CompiledModel:
     """Compile a model for ``target``: an ONNX path, bytes or ModelProto, a Cuvil Graph, or a PyTorch
     ``nn.Module`` (in eval mode) or ``ExportedProgram``.
@@ -92,13 +97,29 @@ def compile(  # noqa: A001  (the library's main verb)
     ``cuvil.TensorSpec`` objects, in a list for positional inputs or a dict for keyword inputs) and
     ``dynamic_shapes`` (torch.export's convention: ``{"x": {0: torch.export.Dim("batch", min=1, max=64)}}``).
     ``dims`` constrains symbolic dims by name for every kind of model.  ``enable_fusion`` asks for
-    operator fusion; no fusion pass exists yet, which ``m.info.notes`` records."""
+    operator fusion (the fusion passes of the default pipeline; ``ref`` runs no passes, which
+    ``m.info.notes`` records).  ``num_threads``: the
+    threads each call of a native C target splits its large kernels over (None: the physical cores this
+    process may use; 1: no worker threads); results are bitwise the same for any number.
+
+    ``passes`` is the pass pipeline run on the imported graph: pipeline text
+    (``"canonicalize,fold-constants,cse,dce"``), a list of ``cuvil.passes.Pass`` objects, or a
+    ``cuvil.passes.PassManager`` (with instruments and a limit; its ``report`` is filled in).
+    ``None`` runs the target's default pipeline (``cuvil.passes.default_pipeline``), ``""`` none.
+    A Cuvil Graph given as ``model`` is copied first, never changed."""
     if target not in TARGETS:
         raise CuvilError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
+    if num_threads is not None:
+        from cuvil.backends.c.library import check_num_threads
+
+        check_num_threads(num_threads)
+    if num_threads is not None and target in ("ref", "wasm32") and num_threads != 1:
+        raise CuvilError(f"num_threads applies to the native C targets; {target} runs one thread")
     t0 = time.perf_counter()
     at = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     times: dict[str, float] = {}
-    notes = ["enable_fusion: Cuvil has no fusion pass yet; each op runs as its own kernel"] if enable_fusion else []
+    notes = (["enable_fusion: the ref target runs the graph as imported (no passes), so nothing is fused"]
+             if enable_fusion and target == "ref" and passes is None else [])
     with stage(_log, "import", times):
         if _is_torch_model(model):
             from cuvil.frontends.torch import load_torch
@@ -116,6 +137,7 @@ def compile(  # noqa: A001  (the library's main verb)
         verify(graph)
     with stage(_log, "shape checks", times):
         signature = Signature.of(graph)
+    graph = _run_passes(graph, model, target, passes, enable_fusion, times)
     _log_plan(graph, target, signature)
 
     def info(cached: bool | None) -> CompileInfo:
@@ -154,8 +176,27 @@ def compile(  # noqa: A001  (the library's main verb)
     b = build(graph, BuildOptions(target=target, compiler=Compiler.from_string(cc),
                                   cache_dir=Path(cache_dir) if cache_dir else None, sanitize=sanitize))
     with stage(_log, "load", times):
-        executor = CExecutor(b)
+        executor = CExecutor(b, num_threads=num_threads)
     return done(CompiledModel(signature, executor, target, graph, info(b.cached)))
+
+
+def _run_passes(graph: Graph, model: Any, target: str, passes: str | Sequence[Pass] | PassManager | None,
+                enable_fusion: bool, times: dict[str, float]) -> Graph:
+    """The graph after the pass pipeline (verified again: the backends take only valid IR)."""
+    from cuvil.passes import PassManager, default_pipeline
+    from cuvil.passes.rewrite import copy_graph
+
+    if passes is None:
+        passes = default_pipeline(target, enable_fusion=enable_fusion)
+    manager = passes if isinstance(passes, PassManager) else PassManager(passes)
+    if not manager.passes:
+        return graph
+    _log.debug("pass pipeline: %s", manager.pipeline)
+    with stage(_log, "passes", times):
+        graph = manager.run(copy_graph(graph) if graph is model else graph)
+    with stage(_log, "verify after passes", times):
+        verify(graph)
+    return graph
 
 
 def _is_torch_model(model: Any) -> bool:
@@ -171,13 +212,24 @@ def _log_plan(graph: Graph, target: str, signature: Signature) -> None:
     """DEBUG: how the graph is split (partitions, fusion groups) and the shape relations left to run time."""
     if not _log.isEnabledFor(logging.DEBUG):
         return
-    nodes = [n for n in graph.walk() if n.op != "constant"]
+    from cuvil.ops.fused import FUSED_OPS
+    from cuvil.passes.fuse_elementwise import group_ops
+
+    def kernels(g: Graph) -> Iterator[Node]:  # a fused node's region is part of its one kernel
+        for n in g.nodes:
+            yield n
+            if n.op not in FUSED_OPS:
+                for _, r in n.regions():
+                    yield from kernels(r)
+
+    nodes = [n for n in kernels(graph) if n.op != "constant"]
     where = "the reference interpreter" if target == "ref" else f"the {target} code generator"
     _log.debug("partitions: 1 (the whole graph: %d nodes besides constants, on %s)", len(nodes), where)
-    # There is no fusion pass yet: say so, and list the groups as they truly are (one node each).
-    _log.debug("fusion groups: %d (no fusion pass yet: each node is its own group)", len(nodes))
+    fused = sum(1 for n in nodes if n.op in FUSED_OPS)
+    _log.debug("fusion groups: %d (%d fused nodes; every other node is a group of its own)", len(nodes), fused)
     for i, n in enumerate(nodes):
-        _log.debug("fusion group %d: node %r (%s)", i, n.name, n.op)
+        what = f"{n.op}: {', '.join(group_ops(n))}" if n.op in FUSED_OPS else n.op
+        _log.debug("fusion group %d: node %r (%s)", i, n.name, what)
     for chk in signature.checks:
         _log.debug("shape check at run time: %s needs %s (%s)", chk.where(), chk.describe(), chk.what)
     if target == "ref":

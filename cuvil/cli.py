@@ -277,6 +277,69 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_opt(args: argparse.Namespace) -> int:
+    """Run a pass pipeline on a model's IR; print the IR after it, and the pass report on stderr."""
+    from cuvil.api import apply_dims, import_model
+    from cuvil.ir.printer import print_graph
+    from cuvil.passes import DumpIR, Instrument, NumericEach, PassManager, Timing, VerifyEach, default_pipeline
+
+    dims = _dims(args.dim)
+    if args.model.endswith(".cir"):
+        from cuvil.ir.parser import parse_graph
+
+        with open(args.model, encoding="utf-8") as f:
+            graph = parse_graph(f.read())
+        apply_dims(graph, dims)
+    else:
+        graph = import_model(args.model, dims)
+    instruments: list[Instrument] = []
+    if args.verify_each:
+        instruments.append(VerifyEach())
+    if args.numeric_each:
+        instruments.append(NumericEach(seed=args.seed, tolerance=args.numeric_tolerance))
+    if args.dump_ir:
+        instruments.append(DumpIR(args.dump_ir, elide=not args.full))
+    if args.timing:
+        instruments.append(Timing())
+    pipeline = args.passes if args.passes is not None else default_pipeline(args.target)
+    pm = PassManager(pipeline, instruments, limit=args.passes_limit)
+    try:
+        graph = pm.run(graph)
+    finally:
+        if pm.report is not None:
+            print(pm.report.table(), file=sys.stderr)
+            if args.report_json:
+                with open(args.report_json, "w", encoding="utf-8") as f:
+                    json.dump(pm.report.to_json(), f, indent=1)
+    if args.emit == "ir":
+        text = print_graph(graph, elide=not args.full)
+        if args.output:
+            with open(args.output, "w", encoding="utf-8") as f:
+                f.write(text)
+        else:
+            print(text, end="")
+    return 0
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    """Run the verification suite; exit 0 when every check passed, 1 when one failed (2: usage errors)."""
+    from cuvil.verify import verify
+    from cuvil.verify.runner import Progress
+
+    def names(text: str | None) -> list[str] | None:
+        return [x.strip() for x in text.split(",") if x.strip()] if text is not None else None
+
+    report = verify(args.model, checks=names(args.checks), targets=names(args.targets), config=args.config,
+                    report_dir=args.report_dir, strict=True if args.strict else None, baseline=args.baseline,
+                    save_baseline=args.save_baseline, subject=args.subject,
+                    cache_dir=os.environ.get("CUVIL_CACHE_DIR") or None,
+                    progress=Progress() if not args.quiet else False)
+    if args.report_dir:
+        print(f"reports in {args.report_dir}: report.json, junit.xml, summary.md, report.html", file=sys.stderr)
+    print(report.verdict)
+    return report.exit_status
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cuvil", description="Cuvil: an ahead-of-time compiler for AI inference.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -309,6 +372,44 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--output", "-o", help="write outputs to this .npz file")
     r.set_defaults(fn=_cmd_run)
+
+    o = sub.add_parser("opt", help="run a pass pipeline on a model's IR and print the result",
+                       epilog="the pass report (per pass: changed, seconds, verify, relative L2 error) goes to stderr")
+    o.add_argument("model", help="an ONNX model file, or Cuvil IR text (.cir)")
+    o.add_argument("--passes", "-p", metavar="PIPELINE",
+                   help="pipeline text, e.g. canonicalize,fold-constants,cse,dce (default: the target's pipeline)")
+    o.add_argument("--target", "-t", default="native", choices=TARGETS, help="whose default pipeline (default native)")
+    o.add_argument("--dim", action="append", metavar="NAME=SPEC", help=dim_help)
+    o.add_argument("--emit", choices=("ir", "none"), default="ir", help="what to print: the IR after the passes, or nothing")
+    o.add_argument("--full", action="store_true", help="print (and dump) every constant, so the text parses back")
+    o.add_argument("--output", "-o", metavar="FILE", help="write the IR to this file instead of stdout")
+    o.add_argument("--verify-each", action="store_true", help="run the IR verifier after every pass")
+    o.add_argument("--numeric-each", action="store_true",
+                   help="run the reference interpreter on seeded inputs after every pass; report each pass's error")
+    o.add_argument("--seed", type=int, default=0, help="seed of the --numeric-each inputs")
+    o.add_argument("--numeric-tolerance", type=float, metavar="TOL",
+                   help="with --numeric-each: stop at the first pass whose relative L2 error exceeds TOL")
+    o.add_argument("--dump-ir", metavar="DIR", help="write the IR before and after every pass: DIR/003-cse.cir")
+    o.add_argument("--timing", action="store_true", help="time every pass")
+    o.add_argument("--passes-limit", type=int, metavar="N", help="run only the first N passes")
+    o.add_argument("--report-json", metavar="FILE", help="write the pass report as JSON")
+    o.set_defaults(fn=_cmd_opt)
+
+    v = sub.add_parser("verify", help="run the pre-deployment verification checks on a model",
+                       epilog="exit status: 0 every check passed, 1 a check failed (or warned, with --strict), "
+                              "2 a usage or input error; environment: CUVIL_CACHE_DIR is the build cache folder")
+    v.add_argument("model", help="an ONNX model file, or path/to/file.py:factory returning (module, input_spec[, dynamic_shapes])")
+    v.add_argument("--config", metavar="FILE",
+                   help="cuvil.toml or pyproject.toml ([tool.cuvil.verify]); default: the nearest one found from here")
+    v.add_argument("--checks", metavar="A,B", help="checks or groups to run, e.g. compat,layerwise (default: all)")
+    v.add_argument("--targets", metavar="A,B", help="targets, e.g. ref,native, or all (default: ref,native)")
+    v.add_argument("--report-dir", metavar="DIR", help="write report.json, junit.xml, summary.md and report.html here")
+    v.add_argument("--strict", action="store_true", help="warnings fail too")
+    v.add_argument("--save-baseline", metavar="FILE", help="store this run's figures as a baseline")
+    v.add_argument("--baseline", metavar="FILE", help="fail on figures that regressed against this baseline")
+    v.add_argument("--subject", default="cuvil", help="what to verify: cuvil (its compiled builds; the default)")
+    v.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
+    v.set_defaults(fn=_cmd_verify)
 
     c = sub.add_parser("conformance", help="run ONNX node conformance cases")
     c.add_argument("dir", help="folder of cases (or its parent holding node/)")

@@ -121,6 +121,7 @@ class CustomOp:
     backward: Callable[..., Any] | None
     tolerance: float
     opdef: OpDef
+    samples: tuple[Sample, ...] | None = None  # as given to register_op, so check_op re-runs on the same inputs
 
     def unregister(self) -> None:
         unregister_op(self.name)
@@ -193,7 +194,7 @@ def register_op(
         for arrays, attrs, outs in cases:
             _check_backward(name, schema, backward, arrays, attrs, outs)
     op = CustomOp(name, schema, reference, c_source, function if c_source is not None else None, backward, tolerance,
-                  _opdef(name, schema, reference, kinds, tolerance))
+                  _opdef(name, schema, reference, kinds, tolerance), tuple(samples) if samples is not None else None)
     if old is not None:
         _uninstall(name)
     _install(op)
@@ -208,6 +209,27 @@ def register_op(
     log.info("registered custom op %s (%d inputs, %d outputs, C kernel: %s, backward: %s)", name,
              len(schema.inputs), len(schema.outputs), op.c_function or "none", "yes" if backward else "no")
     return op
+
+
+def check_op(name: str, *, cc: str | None = None) -> None:
+    """Run registration checks 2 to 4 again on the registered op ``name`` as it is installed now.
+
+    Uses the samples it was registered with (or the same generated ones) and the C kernel the C
+    backend's kernel table holds for it now; raises :class:`CustomOpError` as ``register_op`` does.
+    The verification suite's ``custom-ops`` check calls it, so a kernel replaced or broken after
+    registration is caught before deployment."""
+    op = _CUSTOM.get(name)
+    if op is None:
+        raise _fail(name, "declaration", "not a registered custom op")
+    kinds = op.schema.attr_kinds()
+    cases = _cases(name, op.schema, kinds, op.reference, op.samples)
+    _check_symbolic(name, op.schema, kinds)
+    if op.backward is not None:
+        _check_backward_signature(name, op.schema, op.backward, kinds)
+        for arrays, attrs, outs in cases:
+            _check_backward(name, op.schema, op.backward, arrays, attrs, outs)
+    if op.c_source is not None:
+        _check_c_kernel(op, cases, cc)
 
 
 def _install(op: CustomOp) -> None:
@@ -608,4 +630,4 @@ def _sig(fn: Callable[..., Any], sig: inspect.Signature) -> str:
     return f"{getattr(fn, '__name__', 'function')}{sig}"
 
 
-__all__ = ["Arg", "CustomOp", "CustomOpError", "OpSchema", "custom_op", "custom_ops", "register_op", "unregister_op"]
+__all__ = ["Arg", "CustomOp", "CustomOpError", "OpSchema", "check_op", "custom_op", "custom_ops", "register_op", "unregister_op"]

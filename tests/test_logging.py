@@ -62,7 +62,7 @@ def test_debug_shows_mapping_partitions_kernels_and_stage_times(caplog: pytest.L
     assert "onnx ai.onnx::MatMul 'mm' (opset 17) -> matmul" in text
     # partitions and fusion groups, as they truly are
     assert "partitions: 1 (the whole graph: 5 nodes besides constants, on the generic code generator)" in text
-    assert "fusion groups: 5 (no fusion pass yet: each node is its own group)" in text
+    assert "fusion groups: 5 (0 fused nodes; every other node is a group of its own)" in text
     assert "fusion group 3: node 'mm' (matmul)" in text
     # the kernel of each node, and why that implementation
     assert "node 'pointwise' (conv): C kernel _conv from cuvil.backends.c.kernels.conv" in text
@@ -99,7 +99,7 @@ def test_info_shows_one_summary_per_compile(caplog: pytest.LogCaptureFixture, tm
     assert messages(caplog, logging.DEBUG) == []
     info = messages(caplog, logging.INFO)
     assert len(info) == 2
-    pattern = (r"compiled 'tiny_cnn' for generic: 10 nodes \(\+10 constants\), 1 inputs, 1 outputs, "
+    pattern = (r"compiled 'tiny_cnn' for generic: 9 nodes \(\+6 constants\), 1 inputs, 1 outputs, "
                r"0 run-time shape checks, \d+\.\d{3} s \((built|build cache hit)\)")
     assert re.fullmatch(pattern, info[0]) and re.fullmatch(pattern, info[1])
     assert info[1].endswith("(build cache hit)")

@@ -32,7 +32,12 @@ def run_source(source: ModelSource, compiled: CompiledModel, inputs: Sequence[np
         import onnxruntime as ort
 
         model: Any = source.model
-        data = model.SerializeToString() if hasattr(model, "SerializeToString") else str(model)
+        if hasattr(model, "SerializeToString"):
+            data: Any = model.SerializeToString()
+        elif isinstance(model, (bytes, bytearray)):
+            data = bytes(model)
+        else:
+            data = str(model)
         opts = ort.SessionOptions()
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         sess = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])

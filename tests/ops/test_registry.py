@@ -36,6 +36,10 @@ SAMPLES_PER_OP = 4
 COVERED_ELSEWHERE = {
     "constant": "every sample (weights are constants)",
     "full_like": "tests/ops/test_elementwise.py (Dropout's mask, next to an identity)",
+    "fused_conv": "tests/passes/test_fuse.py (built by fuse-epilogue; fused against unfused, ref and native)",
+    "fused_elementwise": "tests/passes/test_fuse.py (built by fuse-elementwise; fused against unfused)",
+    "fused_gemm": "tests/passes/test_fuse.py (built by fuse-epilogue; fused against unfused, ref and native)",
+    "fused_matmul": "tests/passes/test_fuse.py (built by fuse-epilogue; fused against unfused, ref and native)",
     "reduce_log_sum": "tests/ops/test_reduce.py (ReduceLogSum is outside the core op list)",
     "shape": "tests/ops/test_shape.py (single-op cases fold to constants at import)",
     "size": "tests/ops/test_shape.py (single-op cases fold to constants at import)",

@@ -106,9 +106,10 @@ def build(graph: Graph, options: BuildOptions) -> Build:
 class CExecutor:
     """Runs a built model library."""
 
-    def __init__(self, b: Build, facts: Mapping[str, Any] | None = None, *, library: Path | None = None) -> None:
+    def __init__(self, b: Build, facts: Mapping[str, Any] | None = None, *, library: Path | None = None,
+                 num_threads: int | None = None) -> None:
         self.build = b
-        self.native = NativeModel(library or b.library, b.weights)
+        self.native = NativeModel(library or b.library, b.weights, num_threads)
         if facts is None:
             if b.options is None:
                 raise CuvilError("a C build needs its build options or saved facts")

@@ -1,13 +1,19 @@
-"""Loading a compiled model library with ctypes and calling it.
+"""Loading a compiled model library with ctypes and calling it, and how many threads it runs.
 
 ctypes releases the GIL for the duration of each foreign call, so calls
 from several Python threads run in parallel; each call owns its memory.
+Inside a call, the model's kernels split their work over ``num_threads``
+threads (``cuvil_set_num_threads``; the default is the physical cores this
+process may use).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
+import logging
+import os
 import weakref
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +26,36 @@ from cuvil.ir.dtypes import DType
 
 MAX_RANK = 8
 _CODE_TO_DTYPE = {ct.code(d): d for d in DType}
+_log = logging.getLogger(__name__)
+
+
+@functools.cache
+def physical_cores() -> int:
+    """The physical cores among the CPUs this process may run on (hyperthread siblings count once).
+
+    Read from Linux's CPU topology; where that is not available, the logical CPUs are counted."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return max(os.cpu_count() or 1, 1)
+    cores: set[tuple[str, str]] = set()
+    for cpu in cpus:
+        topo = f"/sys/devices/system/cpu/cpu{cpu}/topology"
+        try:
+            with open(f"{topo}/physical_package_id") as pkg, open(f"{topo}/core_id") as core:
+                cores.add((pkg.read().strip(), core.read().strip()))
+        except OSError:
+            return max(len(cpus), 1)
+    return max(len(cores), 1)
+
+
+def check_num_threads(num_threads: int | None) -> int:
+    """``num_threads`` as given, or the default (:func:`physical_cores`) for None."""
+    if num_threads is None:
+        return physical_cores()
+    if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
+        raise CuvilError(f"num_threads must be a positive integer or None, not {num_threads!r}")
+    return num_threads
 
 
 class RunError(CuvilError):
@@ -36,9 +72,9 @@ class CTensor(ctypes.Structure):
 
 
 class NativeModel:
-    """A loaded model library and its weights."""
+    """A loaded model library and its weights, running ``num_threads`` threads per call (None: the default)."""
 
-    def __init__(self, library: Path, weights: Path | None) -> None:
+    def __init__(self, library: Path, weights: Path | None, num_threads: int | None = None) -> None:
         self.path = library
         self.lib = ctypes.CDLL(str(library))
         lib = self.lib
@@ -58,6 +94,26 @@ class NativeModel:
         if not handle:
             raise CuvilError(f"cannot load model weights: {err.value.decode(errors='replace')}")
         self._handle: ctypes.c_void_p | None = ctypes.c_void_p(handle)
+        self.num_threads = 1
+        self.set_num_threads(check_num_threads(num_threads))
+
+    def set_num_threads(self, n: int) -> None:
+        """Split each call's kernels over ``n`` threads (1: no worker threads); not while calls run."""
+        n = check_num_threads(n)
+        if self._handle is None:
+            raise CuvilError("the model was closed")
+        fn = getattr(self.lib, "cuvil_set_num_threads", None)
+        if fn is None:  # a library built before threading (a saved artifact): it can only run one thread
+            if n > 1:
+                _log.warning("%s has no cuvil_set_num_threads (built by an older Cuvil): it runs single-threaded",
+                             self.path)
+            return
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
+        err = ctypes.create_string_buffer(1024)
+        if fn(self._handle, n, err, len(err)) != 0:
+            raise CuvilError(f"cannot run {n} threads: {err.value.decode(errors='replace')}")
+        self.num_threads = n
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         arrays = [np.asarray(a, order="C") for a in inputs]  # (ascontiguousarray makes 0-D arrays 1-D)

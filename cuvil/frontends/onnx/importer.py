@@ -15,7 +15,6 @@ one error.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +29,7 @@ from cuvil.ir.dtypes import DType
 from cuvil.ir.graph import Graph, Node, Value
 from cuvil.ir.symbolic import Dim, sym
 from cuvil.ir.types import SymbolInfo, TensorType
+from cuvil.passes.fold_constants import fold_node
 
 ONNX_DOMAINS = ("", "ai.onnx")
 
@@ -199,7 +199,8 @@ class ImportCtx:
             outs = self.builder.add(op, inputs, attrs or {}, num_outputs=num_outputs, names=names, node_name=self.name)
         except ShapeError as exc:
             raise ModelError(f"node {self.name!r} ({self.op_type}): {exc}") from None
-        values = _fold(self.builder.graph.nodes[-1])
+        # One folding rule for import and the fold-constants pass: cuvil.passes.fold_constants.
+        values = fold_node(self.builder.graph.nodes[-1], max_elements=_FOLD_LIMIT)
         if values is not None:  # computable now: the node becomes constants of the same names
             self.builder.graph.nodes.pop()
             outs = [self.builder.add1("constant", [], {"value": a}, names=[o.name], node_name=self.name)
@@ -232,49 +233,10 @@ class ImportCtx:
 
 
 # The largest result (in elements) folded at import: enough for shape arithmetic and
-# small tables, without copying weights into the graph a second time.
+# small tables, without copying weights into the graph a second time.  Folding is what lets
+# shape computations written as ops (Shape -> Slice -> Concat -> Reshape, as in ONNX function
+# expansions) give later nodes constant shape operands, and so static output shapes.
 _FOLD_LIMIT = 1 << 16
-
-
-def _fold(node: Node) -> list[np.ndarray] | None:
-    """The outputs of ``node`` when they can be computed at import time, else None.
-
-    A node folds when every input is a constant (or, for a shape-only op, has a
-    static shape) and its outputs are static and small.  Folding is what lets
-    shape computations written as ops (Shape -> Slice -> Concat -> Reshape, as
-    in ONNX function expansions) give later nodes constant shape operands, and
-    so static output shapes.  A reference that fails, or disagrees with the
-    inferred type, leaves the node in place for the interpreter to report."""
-    from cuvil.ops.common import const_of
-    from cuvil.ops.registry import CONTROL_FLOW, NONDETERMINISTIC, SHAPE_ONLY, RefCtx, get
-
-    opdef = get(node.op)
-    if node.op == "constant" or opdef.reference is None or opdef.traits & {CONTROL_FLOW, NONDETERMINISTIC}:
-        return None
-
-    def static(t: TensorType) -> tuple[int, ...] | None:
-        dims = tuple(d for d in t.shape if isinstance(d, int))
-        return dims if len(dims) == t.rank else None
-
-    outs = [v.type for v in node.outputs]
-    if not all((s := static(t)) is not None and math.prod(s) <= _FOLD_LIMIT for t in outs):
-        return None
-    args: list[np.ndarray | None] = []
-    for v in node.inputs:
-        c = const_of(v)
-        if v is None or c is not None:
-            args.append(c)
-        elif SHAPE_ONLY in opdef.traits and (s := static(v.type)) is not None:
-            args.append(np.broadcast_to(np.zeros((), v.type.dtype.np), s))  # only the shape is read
-        else:
-            return None
-    try:
-        values = [np.asarray(a) for a in opdef.reference(RefCtx(node.op, args, node.attrs, outs))]
-    except Exception:  # the interpreter reports it, with the node, when the graph runs
-        return None
-    if len(values) < len(outs) or any(a.dtype != t.dtype.np or a.shape != t.shape for a, t in zip(values, outs)):
-        return None
-    return [np.array(a) for a in values[: len(outs)]]
 
 
 _log = logging.getLogger(__name__)

@@ -12,8 +12,16 @@
  * Inputs are checked (count is given by cuvil_num_inputs(); element type,
  * rank, static dims and symbol constraints) before anything runs; a failed
  * check returns non-zero with a message in err. Outputs are allocated by
- * cuvil_run and released with cuvil_free. A loaded model is read-only:
- * any number of threads may call cuvil_run on it at once.
+ * cuvil_run and released with cuvil_free. Any number of threads may call
+ * cuvil_run on one loaded model at once.
+ *
+ * A model runs single-threaded until cuvil_set_num_threads(m, n) gives it
+ * n threads: n - 1 worker threads, started there and joined by cuvil_unload,
+ * that split the large kernels (GEMM, convolution) of a call with the calling
+ * thread. Results are bitwise the same for any n. One call at a time uses
+ * the workers; a call made while another holds them runs single-threaded.
+ * Constant weights are packed for the kernels once, on first use, and kept
+ * until cuvil_unload: the weights must not change while the model is loaded.
  */
 #ifndef CUVIL_API_H
 #define CUVIL_API_H
@@ -63,6 +71,10 @@ CUVIL_EXPORT cuvil_model *cuvil_load(const char *weights_path, char *err, size_t
 /* Load from weights already in memory (the buffer must outlive the model). */
 CUVIL_EXPORT cuvil_model *cuvil_load_from_memory(const void *weights, size_t size, char *err, size_t errlen);
 CUVIL_EXPORT void cuvil_unload(cuvil_model *model);
+/* Use n >= 1 threads per call from now on (1: no worker threads). Returns 0, or -1 with a message
+ * in err (the model then runs single-threaded). Not to be called while cuvil_run runs on the model. */
+CUVIL_EXPORT int cuvil_set_num_threads(cuvil_model *model, int n, char *err, size_t errlen);
+CUVIL_EXPORT int cuvil_get_num_threads(const cuvil_model *model);
 CUVIL_EXPORT int cuvil_num_inputs(void);
 CUVIL_EXPORT int cuvil_num_outputs(void);
 CUVIL_EXPORT int cuvil_run(const cuvil_model *model, const cuvil_tensor *inputs, cuvil_tensor *outputs, char *err,

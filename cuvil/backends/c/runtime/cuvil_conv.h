@@ -19,6 +19,12 @@
 
 #include "cuvil_gemm.h"
 #include "cuvil_rt.h"
+#include "cuvil_threads.h"
+
+/* Below this many elements of work a conv step (im2col, depthwise) runs on one thread. */
+#define CUVIL_CONV_PAR_MIN ((int64_t)1 << 15)
+/* Thread counts up to this keep their per-thread failure flags on the stack. */
+#define CUVIL_CONV_MAXT 64
 
 #define CUVIL_CONV_MAXD 6
 
@@ -175,35 +181,97 @@ static CUVIL_UNUSED int cuvil_dgemm(int64_t M, int64_t N, int64_t K, double alph
             }                                                                                                     \
     }                                                                                                             \
                                                                                                                   \
-    static CUVIL_UNUSED int cuvil_conv_##sfx(const cuvil_conv_geom *g, const T *x, const T *w, const T *b, T *y) { \
+    /* The parallel decomposition (cuvil_threads.h): each task writes its own outputs in the serial               \
+     * order, so results are bitwise the same for any number of threads.  With at least as many                   \
+     * (image, group) pairs as threads, a task is one pair (its GEMM single-threaded, its own                     \
+     * im2col buffer); otherwise the pairs run in turn, each im2col split over channels and each                  \
+     * GEMM over output blocks (cuvil_gemm.h). */                                                                 \
+    typedef struct cuvil_conv_job_##sfx {                                                                         \
+        const cuvil_conv_geom *g;                                                                                 \
+        const T *x, *w;                                                                                           \
+        T *y, *cols;      /* cols: one K x P buffer per thread, or NULL (no im2col) */                            \
+        int *failed;      /* per thread */                                                                        \
+        int64_t cg, mg, K, P, plane, ctasks;                                                                      \
+    } cuvil_conv_job_##sfx;                                                                                       \
+                                                                                                                  \
+    static void cuvil_conv_pair_##sfx(void *ctx, int64_t task, int tid) {                                         \
+        const cuvil_conv_job_##sfx *j = (const cuvil_conv_job_##sfx *)ctx;                                        \
+        const cuvil_conv_geom *g = j->g;                                                                          \
+        const int64_t n = task / g->group, gi = task % g->group;                                                  \
+        const T *xg = j->x + (n * g->cin + gi * j->cg) * j->plane;                                                \
+        const T *bmat = xg;                                                                                       \
+        if (j->cols) {                                                                                            \
+            T *cols = j->cols + (size_t)tid * (size_t)j->K * (size_t)j->P;                                        \
+            cuvil_im2col_##sfx(g, xg, j->cg, cols);                                                               \
+            bmat = cols;                                                                                          \
+        }                                                                                                         \
+        if (gemm(j->mg, j->P, j->K, (T)1, j->w + gi * j->mg * j->K, j->K, 1, bmat, j->P, 1, (T)1,                 \
+                 j->y + (n * g->cout + gi * j->mg) * j->P, j->P) != 0)                                            \
+            j->failed[tid] = 1;                                                                                   \
+    }                                                                                                             \
+                                                                                                                  \
+    /* Part `task` of the channels of one image's im2col (j->x: the image's group, j->cols: its matrix). */       \
+    static void cuvil_im2col_part_##sfx(void *ctx, int64_t task, int tid) {                                       \
+        const cuvil_conv_job_##sfx *j = (const cuvil_conv_job_##sfx *)ctx;                                        \
+        int64_t lo, hi;                                                                                           \
+        (void)tid;                                                                                                \
+        cuvil_split(j->cg, j->ctasks, task, &lo, &hi);                                                            \
+        const int64_t taps = j->K / j->cg;                                                                        \
+        cuvil_im2col_##sfx(j->g, j->x + lo * j->plane, hi - lo, j->cols + lo * taps * j->P);                      \
+    }                                                                                                             \
+                                                                                                                  \
+    static CUVIL_UNUSED int cuvil_conv_##sfx(const cuvil_conv_geom *g, const T *x, const T *w, const T *b, T *y) {\
         const int nd = g->nsp;                                                                                    \
         const int64_t cg = g->cin / g->group, mg = g->cout / g->group;                                            \
         const int64_t taps = cuvil_conv_prod(g->k, nd), P = cuvil_conv_prod(g->out, nd);                          \
-        const int64_t plane = cuvil_conv_prod(g->in, nd), K = cg * taps;                                         \
+        const int64_t plane = cuvil_conv_prod(g->in, nd), K = cg * taps;                                          \
         int direct = 1; /* a 1x1 kernel, unit strides, no padding: the image is the GEMM operand */               \
         for (int d = 0; d < nd; d++)                                                                              \
             if (g->k[d] != 1 || g->stride[d] != 1 || g->pad[d] != 0 || g->out[d] != g->in[d]) direct = 0;         \
         cuvil_conv_bias_##sfx(g->batch, g->cout, P, b, y);                                                        \
         if (P == 0 || mg == 0) return 0;                                                                          \
-        T *cols = NULL;                                                                                           \
-        if (!direct && K > 0) {                                                                                   \
-            cols = (T *)malloc(cuvil_size3(sizeof(T), (size_t)K, (size_t)P));                                                \
-            if (!cols) return -1;                                                                                 \
+        const int threads = cuvil_num_threads_now();                                                              \
+        const int64_t pairs = g->batch * g->group;                                                                \
+        const int per_pair = threads > 1 && pairs >= threads && (pairs % threads == 0 || pairs >= 4 * threads);   \
+        const int64_t nbuf = per_pair ? threads : 1;                                                              \
+        cuvil_conv_job_##sfx j = {g, x, w, y, NULL, NULL, cg, mg, K, P, plane, 1};                                \
+        int failed[CUVIL_CONV_MAXT] = {0};                                                                        \
+        j.failed = failed;                                                                                        \
+        if (per_pair && threads > CUVIL_CONV_MAXT) {                                                              \
+            j.failed = (int *)calloc((size_t)threads, sizeof(int));                                               \
+            if (!j.failed) return -1;                                                                             \
         }                                                                                                         \
-        int rc = 0;                                                                                               \
-        for (int64_t n = 0; n < g->batch && rc == 0; n++) {                                                      \
-            for (int64_t gi = 0; gi < g->group && rc == 0; gi++) {                                               \
-                const T *xg = x + (n * g->cin + gi * cg) * plane;                                                 \
-                const T *bmat = xg;                                                                               \
-                if (cols) {                                                                                       \
-                    cuvil_im2col_##sfx(g, xg, cg, cols);                                                          \
-                    bmat = cols;                                                                                  \
-                }                                                                                                 \
-                rc = gemm(mg, P, K, (T)1, w + gi * mg * K, K, 1, bmat, P, 1, (T)1,                                \
-                          y + (n * g->cout + gi * mg) * P, P);                                                    \
+        if (!direct && K > 0) {                                                                                   \
+            j.cols = (T *)malloc(cuvil_size3(sizeof(T), (size_t)K * (size_t)nbuf, (size_t)P));                    \
+            if (!j.cols) {                                                                                        \
+                if (j.failed != failed) free(j.failed);                                                           \
+                return -1;                                                                                        \
             }                                                                                                     \
         }                                                                                                         \
-        free(cols);                                                                                               \
+        int rc = 0;                                                                                               \
+        if (per_pair) {                                                                                           \
+            cuvil_parallel_for(pairs, cuvil_conv_pair_##sfx, &j);                                                 \
+            for (int t = 0; t < threads; t++)                                                                     \
+                if (j.failed[t]) rc = -1;                                                                         \
+        } else {                                                                                                  \
+            /* im2col splits over channels when each thread gets enough to copy */                                \
+            j.ctasks = threads > 1 && K * P >= CUVIL_CONV_PAR_MIN ? (cg < threads ? cg : threads) : 1;            \
+            for (int64_t n = 0; n < g->batch && rc == 0; n++) {                                                   \
+                for (int64_t gi = 0; gi < g->group && rc == 0; gi++) {                                            \
+                    const T *xg = x + (n * g->cin + gi * cg) * plane;                                             \
+                    const T *bmat = xg;                                                                           \
+                    if (j.cols) {                                                                                 \
+                        j.x = xg;                                                                                 \
+                        cuvil_parallel_for(j.ctasks, cuvil_im2col_part_##sfx, &j);                                \
+                        bmat = j.cols;                                                                            \
+                    }                                                                                             \
+                    rc = gemm(mg, P, K, (T)1, w + gi * mg * K, K, 1, bmat, P, 1, (T)1,                            \
+                              y + (n * g->cout + gi * mg) * P, P);                                                \
+                }                                                                                                 \
+            }                                                                                                     \
+        }                                                                                                         \
+        free(j.cols);                                                                                             \
+        if (j.failed != failed) free(j.failed);                                                                   \
         return rc;                                                                                                \
     }                                                                                                             \
                                                                                                                   \
@@ -233,42 +301,65 @@ static CUVIL_UNUSED int cuvil_dgemm(int64_t M, int64_t N, int64_t K, double alph
 CUVIL_DEFINE_CONV(float, f32, cuvil_sgemm)
 CUVIL_DEFINE_CONV(double, f64, cuvil_dgemm)
 
-/* Depthwise 2-D convolution: group == C, one input channel per group, `mult` outputs per channel. */
-static CUVIL_UNUSED void cuvil_conv_depthwise2d_f32(const cuvil_conv_geom *g, const float *x, const float *w,
-                                                    const float *b, float *y) {
+/* Depthwise 2-D convolution: group == C, one input channel per group, `mult` outputs per channel.
+ * Output planes [lo, hi) of the batch x cout planes: a task of the parallel split over channels. */
+typedef struct cuvil_dw_job {
+    const cuvil_conv_geom *g;
+    const float *x, *w;
+    float *y;
+    int64_t tasks;
+} cuvil_dw_job;
+
+static void cuvil_conv_depthwise2d_part(void *ctx, int64_t task, int tid) {
+    const cuvil_dw_job *j = (const cuvil_dw_job *)ctx;
+    const cuvil_conv_geom *g = j->g;
     const int64_t H = g->in[0], W = g->in[1], OH = g->out[0], OW = g->out[1];
     const int64_t KH = g->k[0], KW = g->k[1], sh = g->stride[0], sw = g->stride[1];
     const int64_t dh = g->dil[0], dw = g->dil[1], ph = g->pad[0], pw = g->pad[1];
     const int64_t mult = g->cout / g->group;
-    cuvil_conv_bias_f32(g->batch, g->cout, OH * OW, b, y);
-    for (int64_t n = 0; n < g->batch; n++) {
-        for (int64_t m = 0; m < g->cout; m++) {
-            const float *restrict xc = x + (n * g->cin + m / mult) * H * W;
-            const float *restrict wm = w + m * KH * KW;
-            float *restrict yc = y + (n * g->cout + m) * OH * OW;
-            for (int64_t kw = 0; kw < KW; kw++) {
-                const int64_t base = kw * dw - pw;
-                int64_t lo, hi;
-                cuvil_conv_valid(base, sw, W, OW, &lo, &hi);
-                for (int64_t oh = 0; oh < OH; oh++) {
-                    float *restrict yr = yc + oh * OW;
-                    for (int64_t kh = 0; kh < KH; kh++) {
-                        const int64_t ih = oh * sh - ph + kh * dh;
-                        if (ih < 0 || ih >= H) continue;
-                        const float wv = wm[kh * KW + kw];
-                        const int64_t start = ih * W + base; /* + o * sw is in range for o in [lo, hi) */
-                        if (sw == 1) {
-                            const float *restrict xr = xc + start + lo;
-                            float *restrict yo = yr + lo;
-                            for (int64_t o = 0; o < hi - lo; o++) yo[o] += wv * xr[o];
-                        } else {
-                            for (int64_t o = lo; o < hi; o++) yr[o] += wv * xc[start + o * sw];
-                        }
+    int64_t lo, hi;
+    (void)tid;
+    cuvil_split(g->batch * g->cout, j->tasks, task, &lo, &hi);
+    for (int64_t plane = lo; plane < hi; plane++) {
+        const int64_t n = plane / g->cout, m = plane % g->cout;
+        const float *restrict xc = j->x + (n * g->cin + m / mult) * H * W;
+        const float *restrict wm = j->w + m * KH * KW;
+        float *restrict yc = j->y + plane * OH * OW;
+        for (int64_t kw = 0; kw < KW; kw++) {
+            const int64_t base = kw * dw - pw;
+            int64_t olo, ohi;
+            cuvil_conv_valid(base, sw, W, OW, &olo, &ohi);
+            for (int64_t oh = 0; oh < OH; oh++) {
+                float *restrict yr = yc + oh * OW;
+                for (int64_t kh = 0; kh < KH; kh++) {
+                    const int64_t ih = oh * sh - ph + kh * dh;
+                    if (ih < 0 || ih >= H) continue;
+                    const float wv = wm[kh * KW + kw];
+                    const int64_t start = ih * W + base; /* + o * sw is in range for o in [olo, ohi) */
+                    if (sw == 1) {
+                        const float *restrict xr = xc + start + olo;
+                        float *restrict yo = yr + olo;
+                        for (int64_t o = 0; o < ohi - olo; o++) yo[o] += wv * xr[o];
+                    } else {
+                        for (int64_t o = olo; o < ohi; o++) yr[o] += wv * xc[start + o * sw];
                     }
                 }
             }
         }
     }
+}
+
+static CUVIL_UNUSED void cuvil_conv_depthwise2d_f32(const cuvil_conv_geom *g, const float *x, const float *w,
+                                                    const float *b, float *y) {
+    const int64_t planes = g->batch * g->cout, per_plane = g->out[0] * g->out[1] * g->k[0] * g->k[1];
+    cuvil_conv_bias_f32(g->batch, g->cout, g->out[0] * g->out[1], b, y);
+    const int threads = cuvil_num_threads_now();
+    /* Each plane is one task's, computed in the serial order: the split does not change results. */
+    int64_t tasks = threads > 1 && planes * per_plane >= CUVIL_CONV_PAR_MIN ? (int64_t)threads * 4 : 1;
+    if (tasks > planes) tasks = planes;
+    if (tasks < 1) return;
+    cuvil_dw_job j = {g, x, w, y, tasks};
+    cuvil_parallel_for(tasks, cuvil_conv_depthwise2d_part, &j);
 }
 
 #endif /* CUVIL_CONV_H */

@@ -19,12 +19,14 @@
  * -ffp-contract=off, so it is spelled out with intrinsics behind __FMA__);
  * without the vector extensions a scalar path gives the same results.
  *
- * Scratch (the packed panels) is allocated per call: no global state.
+ * Scratch (the packed panels) is allocated per call; constant operands are packed once per
+ * model, and large products are split across the call's threads (see below).
  */
 #ifndef CUVIL_GEMM_H
 #define CUVIL_GEMM_H
 
 #include "cuvil_rt.h"
+#include "cuvil_threads.h"
 
 #if defined(__GNUC__) || defined(__clang__)
 #define CUVIL_GEMM_VECTOR 1
@@ -206,6 +208,135 @@ static CUVIL_UNUSED void cuvil_sgemm_pack_b(int64_t kc, int64_t nc, const float 
 }
 
 static inline int64_t cuvil_gemm_round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+static inline int64_t cuvil_gemm_min(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* ---- the parallel decomposition --------------------------------------------------------
+ * The product is split into a grid of output blocks on MR x NR tile boundaries, one task per
+ * block.  Every task runs the whole K loop of its block in the serial order (same KC blocks,
+ * same micro-kernel), so each C element is computed by one thread exactly as the serial code
+ * computes it: results are bitwise the same for any number of threads.  The grid is the one
+ * whose largest task costs least (multiply-adds, plus packing, which tasks that share a row or
+ * column of blocks repeat).
+ *
+ * A constant operand (inside the model's weights) is packed once, whole, into the model's
+ * constant cache (cuvil_threads.h), in the layout the blocks read:
+ *   A: for each KC block at pc, rows [0, Mpad) in MR panels at Ap + pc * Mpad;
+ *   B: for each NC block at jc and KC block at pc, its NR panels at Bp + jc * K + pc * ncpad. */
+
+/* Below this many multiply-adds a product runs on one thread: waking the others costs more. */
+#define CUVIL_GEMM_PAR_MIN ((int64_t)1 << 17)
+/* Packing one element costs about as much as this many multiply-adds in the micro-kernel. */
+#define CUVIL_GEMM_PACK_COST 8
+
+typedef struct cuvil_sgemm_job {
+    int64_t M, N, K, rsa, csa, rsb, csb, ldc;
+    float alpha;
+    const float *A, *B;
+    float *C;
+    int first_acc;
+    const float *Ap_all, *Bp_all; /* the whole packed operand, or NULL: packed per block */
+    int64_t mparts, nparts;       /* the task grid */
+    float *scratch;               /* per thread: abytes + bbytes */
+    size_t abytes, bbytes;
+} cuvil_sgemm_job;
+
+/* C[i0:i1, j0:j1] (i0 a multiple of MR, j0 of NR), the whole K loop; Ap/Bp: packing scratch. */
+static void cuvil_sgemm_block(const cuvil_sgemm_job *g, int64_t i0, int64_t i1, int64_t j0, int64_t j1, float *Ap,
+                              float *Bp) {
+    const int64_t K = g->K, mpad = cuvil_gemm_round_up(g->M, CUVIL_GEMM_MR);
+    for (int64_t jc = j0 / CUVIL_GEMM_NC * CUVIL_GEMM_NC; jc < j1; jc += CUVIL_GEMM_NC) {
+        const int64_t jlo = jc > j0 ? jc : j0, jhi = cuvil_gemm_min(jc + CUVIL_GEMM_NC, j1);
+        const int64_t ncpad = cuvil_gemm_round_up(cuvil_gemm_min(g->N - jc, CUVIL_GEMM_NC), CUVIL_GEMM_NR);
+        for (int64_t pc = 0; pc < K; pc += CUVIL_GEMM_KC) {
+            const int64_t kc = cuvil_gemm_min(K - pc, CUVIL_GEMM_KC);
+            const int acc = pc > 0 || g->first_acc;
+            const float *bblk = Bp; /* the panel of column jlo */
+            if (g->Bp_all)
+                bblk = g->Bp_all + jc * K + pc * ncpad + (jlo - jc) / CUVIL_GEMM_NR * kc * CUVIL_GEMM_NR;
+            else
+                cuvil_sgemm_pack_b(kc, jhi - jlo, g->B + pc * g->rsb + jlo * g->csb, g->rsb, g->csb, Bp);
+            for (int64_t ic = i0; ic < i1; ic += CUVIL_GEMM_MC) {
+                const int64_t mc = cuvil_gemm_min(i1 - ic, CUVIL_GEMM_MC);
+                const float *ablk = Ap; /* the panel of row ic */
+                if (g->Ap_all)
+                    ablk = g->Ap_all + pc * mpad + ic / CUVIL_GEMM_MR * kc * CUVIL_GEMM_MR;
+                else
+                    cuvil_sgemm_pack_a(mc, kc, g->alpha, g->A + ic * g->rsa + pc * g->csa, g->rsa, g->csa, Ap);
+                for (int64_t jr = jlo; jr < jhi; jr += CUVIL_GEMM_NR) {
+                    const int64_t nr = cuvil_gemm_min(jhi - jr, CUVIL_GEMM_NR);
+                    const float *bp = bblk + (jr - jlo) / CUVIL_GEMM_NR * kc * CUVIL_GEMM_NR;
+                    for (int64_t ir = 0; ir < mc; ir += CUVIL_GEMM_MR) {
+                        const int64_t mr = cuvil_gemm_min(mc - ir, CUVIL_GEMM_MR);
+                        cuvil_sgemm_micro(kc, ablk + ir / CUVIL_GEMM_MR * kc * CUVIL_GEMM_MR, bp,
+                                          g->C + (ic + ir) * g->ldc + jr, g->ldc, acc, mr, nr);
+                    }
+                }
+            }
+        }
+    }
+}
+
+static void cuvil_sgemm_task(void *ctx, int64_t task, int tid) {
+    const cuvil_sgemm_job *g = (const cuvil_sgemm_job *)ctx;
+    int64_t mlo, mhi, nlo, nhi;
+    cuvil_split(cuvil_gemm_round_up(g->M, CUVIL_GEMM_MR) / CUVIL_GEMM_MR, g->mparts, task / g->nparts, &mlo, &mhi);
+    cuvil_split(cuvil_gemm_round_up(g->N, CUVIL_GEMM_NR) / CUVIL_GEMM_NR, g->nparts, task % g->nparts, &nlo, &nhi);
+    if (mlo == mhi || nlo == nhi) return;
+    float *Ap = (float *)((char *)g->scratch + (size_t)tid * (g->abytes + g->bbytes));
+    float *Bp = (float *)((char *)Ap + g->abytes);
+    cuvil_sgemm_block(g, mlo * CUVIL_GEMM_MR, cuvil_gemm_min(mhi * CUVIL_GEMM_MR, g->M), nlo * CUVIL_GEMM_NR,
+                      cuvil_gemm_min(nhi * CUVIL_GEMM_NR, g->N), Ap, Bp);
+}
+
+typedef struct cuvil_sgemm_pack_args {
+    int64_t M, N, K, rs, cs;
+    float alpha;
+    const float *src;
+} cuvil_sgemm_pack_args;
+
+static void cuvil_sgemm_pack_all_a(void *dst, const void *arg) {
+    const cuvil_sgemm_pack_args *a = (const cuvil_sgemm_pack_args *)arg;
+    const int64_t mpad = cuvil_gemm_round_up(a->M, CUVIL_GEMM_MR);
+    for (int64_t pc = 0; pc < a->K; pc += CUVIL_GEMM_KC)
+        cuvil_sgemm_pack_a(a->M, cuvil_gemm_min(a->K - pc, CUVIL_GEMM_KC), a->alpha, a->src + pc * a->cs, a->rs, a->cs,
+                           (float *)dst + pc * mpad);
+}
+
+static void cuvil_sgemm_pack_all_b(void *dst, const void *arg) {
+    const cuvil_sgemm_pack_args *b = (const cuvil_sgemm_pack_args *)arg;
+    for (int64_t jc = 0; jc < b->N; jc += CUVIL_GEMM_NC) {
+        const int64_t nc = cuvil_gemm_min(b->N - jc, CUVIL_GEMM_NC), ncpad = cuvil_gemm_round_up(nc, CUVIL_GEMM_NR);
+        for (int64_t pc = 0; pc < b->K; pc += CUVIL_GEMM_KC)
+            cuvil_sgemm_pack_b(cuvil_gemm_min(b->K - pc, CUVIL_GEMM_KC), nc, b->src + pc * b->rs + jc * b->cs, b->rs,
+                               b->cs, (float *)dst + jc * b->K + pc * ncpad);
+    }
+}
+
+/* The whole packed form of a constant operand (rows x cols, strides rs/cs), from the model's
+ * cache; NULL when it is not a constant or cannot be cached. */
+static const float *cuvil_sgemm_packed_const(int is_a, int64_t rows, int64_t cols, const float *src, int64_t rs,
+                                             int64_t cs, float alpha) {
+    if (rs < 0 || cs < 0) return NULL;
+    const size_t extent = ((size_t)((rows - 1) * rs + (cols - 1) * cs) + 1) * sizeof(float);
+    if (!cuvil_is_constant(src, extent)) return NULL;
+    uint32_t abits;
+    memcpy(&abits, &alpha, sizeof abits);
+    /* A: rows = M, cols = K; B: rows = K, cols = N.  The blocking is part of the layout. */
+    const int64_t key[CUVIL_CACHE_KEY] = {is_a, rows, cols, rs, cs, is_a ? (int64_t)abits : 0,
+                                          is_a ? CUVIL_GEMM_MR : CUVIL_GEMM_NR, CUVIL_GEMM_KC * 65536 + CUVIL_GEMM_NC};
+    cuvil_sgemm_pack_args args;
+    size_t bytes;
+    if (is_a) {
+        args = (cuvil_sgemm_pack_args){rows, 0, cols, rs, cs, alpha, src};
+        bytes = cuvil_size3(sizeof(float), (size_t)cuvil_gemm_round_up(rows, CUVIL_GEMM_MR), (size_t)cols);
+    } else {
+        args = (cuvil_sgemm_pack_args){0, cols, rows, rs, cs, 1.0f, src};
+        bytes = cuvil_size3(sizeof(float), (size_t)rows, (size_t)cuvil_gemm_round_up(cols, CUVIL_GEMM_NR));
+    }
+    if (bytes == SIZE_MAX) return NULL;
+    return (const float *)cuvil_cache_get(src, key, bytes, is_a ? cuvil_sgemm_pack_all_a : cuvil_sgemm_pack_all_b,
+                                          &args);
+}
 
 /* Returns 0, or -1 when scratch memory cannot be had. */
 static CUVIL_UNUSED int cuvil_sgemm(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t rsa,
@@ -226,41 +357,48 @@ static CUVIL_UNUSED int cuvil_sgemm(int64_t M, int64_t N, int64_t K, float alpha
             for (int64_t j = 0; j < N; j++) C[i * ldc + j] *= beta;
     }
     if (K <= 0 || alpha == 0.0f) return 0;
-    const int64_t ncap = cuvil_gemm_round_up(N < CUVIL_GEMM_NC ? N : CUVIL_GEMM_NC, CUVIL_GEMM_NR);
-    const int64_t kcap = K < CUVIL_GEMM_KC ? K : CUVIL_GEMM_KC;
-    const int64_t mcap = cuvil_gemm_round_up(M < CUVIL_GEMM_MC ? M : CUVIL_GEMM_MC, CUVIL_GEMM_MR);
-    const size_t bbytes = (size_t)cuvil_gemm_round_up(ncap * kcap * 4, CUVIL_ALIGN);
-    const size_t abytes = (size_t)cuvil_gemm_round_up(mcap * kcap * 4, CUVIL_ALIGN);
-    float *Bp = (float *)aligned_alloc(CUVIL_ALIGN, bbytes);
-    float *Ap = (float *)aligned_alloc(CUVIL_ALIGN, abytes);
-    if (!Bp || !Ap) {
-        free(Bp);
-        free(Ap);
-        return -1;
-    }
-    for (int64_t jc = 0; jc < N; jc += CUVIL_GEMM_NC) {
-        const int64_t nc = N - jc < CUVIL_GEMM_NC ? N - jc : CUVIL_GEMM_NC;
-        for (int64_t pc = 0; pc < K; pc += CUVIL_GEMM_KC) {
-            const int64_t kc = K - pc < CUVIL_GEMM_KC ? K - pc : CUVIL_GEMM_KC;
-            const int acc = pc > 0 || first_acc;
-            cuvil_sgemm_pack_b(kc, nc, B + pc * rsb + jc * csb, rsb, csb, Bp);
-            for (int64_t ic = 0; ic < M; ic += CUVIL_GEMM_MC) {
-                const int64_t mc = M - ic < CUVIL_GEMM_MC ? M - ic : CUVIL_GEMM_MC;
-                cuvil_sgemm_pack_a(mc, kc, alpha, A + ic * rsa + pc * csa, rsa, csa, Ap);
-                for (int64_t jr = 0; jr < nc; jr += CUVIL_GEMM_NR) {
-                    const int64_t nr = nc - jr < CUVIL_GEMM_NR ? nc - jr : CUVIL_GEMM_NR;
-                    const float *bp = Bp + (jr / CUVIL_GEMM_NR) * kc * CUVIL_GEMM_NR;
-                    for (int64_t ir = 0; ir < mc; ir += CUVIL_GEMM_MR) {
-                        const int64_t mr = mc - ir < CUVIL_GEMM_MR ? mc - ir : CUVIL_GEMM_MR;
-                        cuvil_sgemm_micro(kc, Ap + (ir / CUVIL_GEMM_MR) * kc * CUVIL_GEMM_MR, bp,
-                                          C + (ic + ir) * ldc + jc + jr, ldc, acc, mr, nr);
-                    }
+    cuvil_sgemm_job g = {M, N, K, rsa, csa, rsb, csb, ldc, alpha, A, B, C, first_acc, NULL, NULL, 1, 1, NULL, 0, 0};
+    g.Ap_all = cuvil_sgemm_packed_const(1, M, K, A, rsa, csa, alpha);
+    g.Bp_all = cuvil_sgemm_packed_const(0, K, N, B, rsb, csb, 1.0f);
+    const int64_t mtiles = cuvil_gemm_round_up(M, CUVIL_GEMM_MR) / CUVIL_GEMM_MR;
+    const int64_t ntiles = cuvil_gemm_round_up(N, CUVIL_GEMM_NR) / CUVIL_GEMM_NR;
+    const int threads = cuvil_num_threads_now();
+    if (threads > 1 && M * N * K >= CUVIL_GEMM_PAR_MIN) {
+        double best = -1.0;
+        for (int64_t mp = 1; mp <= threads && mp <= mtiles; mp++) {
+            for (int64_t np = 1; mp * np <= threads && np <= ntiles; np++) {
+                const double rows = (double)((mtiles + mp - 1) / mp * CUVIL_GEMM_MR);
+                const double cols = (double)((ntiles + np - 1) / np * CUVIL_GEMM_NR);
+                const double pack = (g.Ap_all ? 0.0 : rows) + (g.Bp_all ? 0.0 : cols);
+                const double cost = (rows * cols + CUVIL_GEMM_PACK_COST * pack) * (double)K;
+                if (best < 0.0 || cost < best) {
+                    best = cost;
+                    g.mparts = mp;
+                    g.nparts = np;
                 }
             }
         }
     }
-    free(Bp);
-    free(Ap);
+    const int64_t ntasks = g.mparts * g.nparts;
+    const int64_t kcap = cuvil_gemm_min(K, CUVIL_GEMM_KC);
+    const int64_t mcap = cuvil_gemm_round_up(cuvil_gemm_min((mtiles + g.mparts - 1) / g.mparts * CUVIL_GEMM_MR,
+                                                            CUVIL_GEMM_MC), CUVIL_GEMM_MR);
+    const int64_t ncap = cuvil_gemm_round_up(cuvil_gemm_min((ntiles + g.nparts - 1) / g.nparts * CUVIL_GEMM_NR,
+                                                            CUVIL_GEMM_NC), CUVIL_GEMM_NR);
+    g.abytes = g.Ap_all ? 0 : (size_t)cuvil_gemm_round_up(mcap * kcap * 4, CUVIL_ALIGN);
+    g.bbytes = g.Bp_all ? 0 : (size_t)cuvil_gemm_round_up(ncap * kcap * 4, CUVIL_ALIGN);
+    const int64_t nscratch = ntasks == 1 ? 1 : threads; /* one per thread that may run a task */
+    if (g.abytes + g.bbytes > 0) {
+        const size_t sbytes = cuvil_size3(g.abytes + g.bbytes, (size_t)nscratch, 1);
+        if (sbytes == SIZE_MAX) return -1;
+        g.scratch = (float *)aligned_alloc(CUVIL_ALIGN, sbytes);
+        if (!g.scratch) return -1;
+    }
+    if (ntasks == 1)
+        cuvil_sgemm_task(&g, 0, 0);
+    else
+        cuvil_parallel_for(ntasks, cuvil_sgemm_task, &g);
+    free(g.scratch);
     return 0;
 }
 

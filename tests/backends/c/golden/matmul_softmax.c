@@ -2,14 +2,15 @@
 /* Model: tiny */
 #include "cuvil_rt.h"
 #include "cuvil_gemm.h"
+#include "cuvil_threads.h"
 
-struct cuvil_model { const unsigned char *weights; size_t size; unsigned char *owned; };
+struct cuvil_model { const unsigned char *weights; size_t size; unsigned char *owned; cuvil_shared *shared; };
 #define CUVIL_WEIGHTS_SIZE ((size_t)48)
 static const int cuvil_n_inputs = 1;
 static const int cuvil_n_outputs = 1;
 #include "cuvil_model_api.inc"
 
-CUVIL_EXPORT int cuvil_run(const cuvil_model *m, const cuvil_tensor *inputs, cuvil_tensor *outputs, char *err, size_t errlen) {
+static int cuvil_run_graph(const cuvil_model *m, const cuvil_tensor *inputs, cuvil_tensor *outputs, char *err, size_t errlen) {
     cuvil_call call_ = {0}; cuvil_call *call = &call_;
     call->err = err; call->errlen = errlen;
     if (err && errlen) err[0] = 0;

@@ -1,0 +1,65 @@
+"""Cuvil's passes and the machinery that runs them.
+
+A pass is a small named object with typed options (``cuvil.passes.base``);
+a pipeline is a list of them that prints and parses as text
+(``canonicalize,fold-constants,fuse{max-ops=16}``); the :class:`PassManager`
+runs one with instruments around every pass (``verify-each``,
+``numeric-each``, ``dump-ir``, ``timing``) and a limit on how many run.
+
+Importing this package registers every pass: a new pass module is imported
+here.
+"""
+
+from __future__ import annotations
+
+from cuvil.passes.base import Pass, PassError, PassResult, all_passes, get_pass, register_pass
+from cuvil.passes.canonicalize import Canonicalize
+from cuvil.passes.cse import CommonSubexpressionElimination
+from cuvil.passes.dce import DeadCodeElimination
+from cuvil.passes.fold_batchnorm import FoldBatchNorm
+from cuvil.passes.fold_constants import FoldConstants, fold_node
+from cuvil.passes.fuse_elementwise import FuseElementwise, RecognizeGelu
+from cuvil.passes.fuse_epilogue import FuseEpilogue
+from cuvil.passes.instruments import (
+    DumpIR,
+    Instrument,
+    NumericEach,
+    PassRecord,
+    PassReport,
+    PipelineError,
+    Timing,
+    VerifyEach,
+    relative_l2,
+)
+from cuvil.passes.manager import PassManager, default_pipeline, format_pipeline, parse_pipeline
+
+__all__ = [
+    "Canonicalize",
+    "CommonSubexpressionElimination",
+    "DeadCodeElimination",
+    "DumpIR",
+    "FoldBatchNorm",
+    "FoldConstants",
+    "FuseElementwise",
+    "FuseEpilogue",
+    "Instrument",
+    "NumericEach",
+    "Pass",
+    "PassError",
+    "PassManager",
+    "PassRecord",
+    "PassReport",
+    "PassResult",
+    "PipelineError",
+    "RecognizeGelu",
+    "Timing",
+    "VerifyEach",
+    "all_passes",
+    "default_pipeline",
+    "fold_node",
+    "format_pipeline",
+    "get_pass",
+    "parse_pipeline",
+    "register_pass",
+    "relative_l2",
+]

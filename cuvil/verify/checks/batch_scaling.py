@@ -1,0 +1,218 @@
+"""The ``batch-scaling`` check: throughput, latency and memory as the batch grows.
+
+The batch is a symbolic dim (option ``symbol``; by default the symbol that is
+dim 0 of the first input).  Sizes double from the smallest valid batch (a
+multiple of the symbol's ``multiple_of``) while they stay within the symbol's
+maximum, ``max_batch`` (default 64) and the memory limit (``memory_limit``,
+bytes or ``"512M"``, default 1G); then the largest size under the limit is
+found by bisection between the last size that fits and the first that does not.
+
+At each size: median latency over a short measurement, throughput
+(samples per second), and memory figures computed from the graph's shapes at
+that size.  Cuvil has no arena yet: every value is its own allocation, freed
+after its last use, so the figures are what is true of that scheme:
+
+- ``allocated_bytes``: bytes allocated per call (every non-constant value);
+- ``peak_live_bytes``: the most bytes of values alive at once, from the
+  liveness of the values in the order the code runs them;
+- ``input_bytes`` and ``weights_bytes``.
+
+Fragmentation (1 - largest free block / total free) describes an arena and is
+reported as not applicable.  The knee is the first size after which
+throughput improves by less than ``knee_gain`` (default 5%).
+
+The check fails when a batched run disagrees with an unbatched one: the
+first samples of each batch are also run on their own, at the smallest batch,
+and each output whose dim 0 is the batch must agree within ``tolerance``
+(relative L2, default 1e-5).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from cuvil.ir.graph import Graph, Value
+from cuvil.ir.symbolic import DimExpr, evaluate, sym
+from cuvil.verify.base import Check, CheckResult, Status, register_check
+from cuvil.verify.checks.latency import measure
+from cuvil.verify.checks.layerwise import relative_l2
+
+DEFAULTS: dict[str, Any] = {"max_batch": 64, "memory_limit": "1G", "knee_gain": 0.05, "tolerance": 1e-5,
+                            "min_runs": 5, "min_seconds": 0.1, "warmup": 1}
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_bytes(x: int | float | str) -> int:
+    """Bytes from a number or a string such as ``"512M"`` / ``"2G"`` / ``"64KiB"``."""
+    if isinstance(x, int | float):
+        return int(x)
+    text = x.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = text[-1] if text and text[-1] in _UNITS else ""
+    return int(float(text[: len(text) - len(unit)]) * _UNITS[unit])
+
+
+def batch_symbol(graph: Graph) -> str | None:
+    """The symbol that is dim 0 of the first input with a symbolic dim 0, if any."""
+    for v in graph.inputs:
+        if v.type.rank and isinstance(v.type.shape[0], DimExpr):
+            names = v.type.shape[0].symbols()
+            if len(names) == 1 and v.type.shape[0] == sym(next(iter(names))):
+                return next(iter(names))
+    return None
+
+
+def _nbytes(v: Value, env: Mapping[str, int]) -> int:
+    n = 1
+    for d in v.type.shape:
+        n *= d if isinstance(d, int) else evaluate(d, env)
+    return n * v.type.dtype.np.itemsize
+
+
+def memory_figures(graph: Graph, env: Mapping[str, int]) -> dict[str, float]:
+    """Bytes per call with one allocation per value, freed after its last use (top-level values)."""
+    from cuvil.ir.graph import _reads
+
+    last: dict[Value, int] = {}
+    for i, n in enumerate(graph.nodes):
+        for v in _reads(n):
+            last[v] = i
+    end = len(graph.nodes)
+    for v in graph.outputs:
+        last[v] = end
+    sizes: dict[Value, tuple[int, int, int]] = {}
+    weights = 0
+    for i, n in enumerate(graph.nodes):
+        for o in n.outputs:
+            if n.op == "constant":
+                weights += _nbytes(o, env)
+            else:
+                sizes[o] = (i, last.get(o, i), _nbytes(o, env))
+    peak = 0
+    for i in range(end):
+        peak = max(peak, sum(b for first, lst, b in sizes.values() if first <= i <= lst))
+    return {"allocated_bytes": float(sum(b for _, _, b in sizes.values())), "peak_live_bytes": float(peak),
+            "input_bytes": float(sum(_nbytes(v, env) for v in graph.inputs)), "weights_bytes": float(weights)}
+
+
+@register_check
+class BatchScaling(Check):
+    """Throughput, latency and memory per batch size, the knee, and batched vs unbatched agreement."""
+
+    name = "batch-scaling"
+    group = "runtime"
+    description = "throughput and memory per batch size up to a memory limit, and where scaling stops"
+
+    def run(self, ctx: Any) -> list[CheckResult]:
+        cfg = {**DEFAULTS, **ctx.check_config(self.name), **self.options}
+        return [self._one(ctx, t, cfg) for t in ctx.targets]
+
+    def _one(self, ctx: Any, target: str, cfg: dict[str, Any]) -> CheckResult:
+        t_start = time.perf_counter()
+        m = ctx.compiled(target)
+        graph = m.graph if m.graph is not None else ctx.graph
+        name = cfg.get("symbol") or batch_symbol(ctx.graph)
+        if name is None or name not in m.symbols:
+            return CheckResult(self.name, Status.SKIP, "the model has no symbolic batch dim", target=target)
+        info = m.symbols[name]
+        if info.min is not None and info.min == info.max:
+            return CheckResult(self.name, Status.SKIP, f"the batch dim {name!r} is fixed at {info.min}", target=target,
+                               where={"symbol": name})
+        step = info.multiple_of or 1
+        lo = max(info.min or 1, step)
+        lo = -(-lo // step) * step
+        hi = max(min(info.max if info.max is not None else 1 << 62, int(cfg["max_batch"])), lo)
+        limit = parse_bytes(cfg["memory_limit"])
+
+        def footprint(b: int) -> dict[str, float]:
+            env = {s: b if s == name else self._default(m, s) for s in m.symbols}
+            return memory_figures(graph, env)
+
+        def fits(b: int) -> bool:
+            f = footprint(b)
+            return f["peak_live_bytes"] + f["input_bytes"] + f["weights_bytes"] <= limit
+
+        sizes: list[int] = []
+        b = lo
+        while b <= hi and fits(b):
+            sizes.append(b)
+            b *= 2
+        stop = "memory limit" if b <= hi else ("the symbol's maximum" if info.max is not None and b > info.max
+                                               else "max_batch")
+        if sizes and b <= hi:  # bisect for the largest size under the memory limit
+            good, bad = sizes[-1], b
+            while bad - good > step:
+                mid = (good + bad) // 2 // step * step
+                if mid <= good:
+                    break
+                good, bad = (mid, bad) if fits(mid) else (good, mid)
+            if good != sizes[-1]:
+                sizes.append(good)
+        elif sizes and sizes[-1] < hi and hi // step * step > sizes[-1]:
+            sizes.append(hi // step * step)
+        if not sizes:
+            return CheckResult(self.name, Status.FAIL, f"even the smallest batch ({lo}) needs more than the memory "
+                               f"limit of {limit} bytes", target=target, where={"symbol": name},
+                               details={"footprint": footprint(lo)})
+        rows: list[dict[str, Any]] = []
+        worst: dict[str, Any] | None = None
+        tol = float(cfg["tolerance"])
+        for b in sizes:
+            inputs = ctx.inputs(symbols={name: b})
+            times = measure(functools.partial(m, *inputs), min_runs=int(cfg["min_runs"]),
+                            min_seconds=float(cfg["min_seconds"]), max_runs=10_000, warmup=int(cfg["warmup"]))
+            med = float(np.median(times))
+            err, output = self._batch_agreement(m, graph, name, lo, inputs)
+            row = {"batch": b, "median_ms": med * 1e3, "throughput": b / med if med > 0 else float("inf"),
+                   "batch_vs_single_rel_l2": err, **footprint(b), "fragmentation": None}
+            rows.append(row)
+            if err > tol and worst is None:
+                worst = {"batch": b, "output": output, "rel_l2": err}
+        knee = rows[-1]["batch"]
+        gain = float(cfg["knee_gain"])
+        for a, c in itertools.pairwise(rows):
+            if c["throughput"] < a["throughput"] * (1 + gain):
+                knee = a["batch"]
+                break
+        figures = {"knee_batch": float(knee), "max_batch": float(rows[-1]["batch"]),
+                   "best_throughput": max(r["throughput"] for r in rows),
+                   "peak_live_bytes_at_max": rows[-1]["peak_live_bytes"]}
+        details = {"symbol": name, "series": rows, "stopped_by": stop, "memory_limit": limit,
+                   "fragmentation_note": "not applicable: Cuvil allocates each value separately (no arena yet)"}
+        if worst is not None:
+            return CheckResult(self.name, Status.FAIL,
+                               f"at batch {worst['batch']}, output {worst['output']!r} differs from the same samples "
+                               f"run at batch {lo} (relative L2 {worst['rel_l2']:.3g} > {tol:.3g})",
+                               target=target, figures=figures, details=details,
+                               where={"symbol": name, "batch": str(worst["batch"]), "output": str(worst["output"])},
+                               seconds=time.perf_counter() - t_start)
+        summary = (f"batches {', '.join(str(r['batch']) for r in rows)} (stopped by {stop}); knee at {knee}; "
+                   f"best {figures['best_throughput']:.1f} samples/s")
+        return CheckResult(self.name, Status.PASS, summary, target=target, figures=figures, details=details,
+                           seconds=time.perf_counter() - t_start)
+
+    @staticmethod
+    def _default(m: Any, s: str) -> int:
+        from cuvil.runtime.samples import default_symbol_value
+
+        return default_symbol_value(m.symbols.get(s))
+
+    @staticmethod
+    def _batch_agreement(m: Any, graph: Graph, name: str, lo: int, inputs: list[np.ndarray]) -> tuple[float, str | None]:
+        """Largest relative L2 between the first ``lo`` samples of a batched run and the same samples run alone."""
+        batch_dim = sym(name)
+        small = [a[:lo] if v.type.rank and v.type.shape[0] == batch_dim else a for v, a in zip(graph.inputs, inputs)]
+        full = m(*inputs)
+        alone = m(*small)
+        worst, where = 0.0, None
+        for v, big, one in zip(graph.outputs, full, alone):
+            if v.type.rank and v.type.shape[0] == batch_dim:
+                err = relative_l2(np.asarray(big)[:lo], np.asarray(one))
+                if not err <= worst:
+                    worst, where = err, v.name
+        return worst, where

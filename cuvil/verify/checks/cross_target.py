@@ -1,0 +1,104 @@
+"""The ``cross-target`` check: every available target on the same inputs, and the drift matrix between them.
+
+Targets: ``ref``, ``generic``, ``native`` and ``wasm32`` (when its toolchain,
+ziglang and wasmtime, imports), plus any target the run was given.  Every
+pair is compared output by output; an entry of the matrix is the largest
+over the outputs of ``||a - b|| / ||float64 reference||``, so the matrix is
+symmetric and every entry is on the same scale.  The last row and column
+are the float64 reference itself.  A target fails when its drift from the
+float64 reference exceeds ``max_rel_l2``, or when it does not build or run:
+nothing is left out silently.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from cuvil.errors import CuvilError
+from cuvil.verify.base import Check, CheckResult, Status, register_check
+from cuvil.verify.checks.precision import output_node, wide_reference
+
+DEFAULT_TARGETS = ("ref", "generic", "native", "wasm32")
+REFERENCE_LABEL = "float64 reference"
+
+
+def wasm_available() -> str | None:
+    """None when the wasm32 toolchain imports, else why not."""
+    missing = [m for m in ("ziglang", "wasmtime") if importlib.util.find_spec(m) is None]
+    return f"{' and '.join(missing)} not installed" if missing else None
+
+
+def drift(a: np.ndarray, b: np.ndarray, ref: np.ndarray) -> float:
+    """``||a - b|| / ||ref||`` in float64 (0 for two empty or identical tensors, inf for a shape or NaN mismatch)."""
+    a64, b64, r64 = (np.asarray(x, np.float64) for x in (a, b, ref))
+    if a64.shape != b64.shape:
+        return math.inf
+    if np.array_equal(a64, b64, equal_nan=True):
+        return 0.0
+    if not (np.all(np.isfinite(a64)) and np.all(np.isfinite(b64))):
+        return math.inf
+    norm = float(np.linalg.norm(r64[np.isfinite(r64)])) if r64.shape == a64.shape else 0.0
+    err = float(np.linalg.norm(a64 - b64))
+    return err / norm if norm > 0 else math.inf
+
+
+@register_check
+class CrossTarget(Check):
+    """Runs every available target on the same inputs and reports the drift matrix against the reference."""
+
+    name = "cross-target"
+    group = "compatibility"
+    description = "drift matrix between every available target and a float64 reference"
+
+    def run(self, ctx: Any) -> list[CheckResult]:
+        cfg = {**self.options, **ctx.check_config(self.name)}
+        max_rel = float(cfg.get("max_rel_l2", 1e-5))
+        wanted = [str(t) for t in cfg.get("targets", DEFAULT_TARGETS)]
+        targets = list(dict.fromkeys([*wanted, *ctx.targets]))
+        skipped: dict[str, str] = {}
+        if "wasm32" in targets and (why := wasm_available()) is not None:
+            targets.remove("wasm32")
+            skipped["wasm32"] = why
+        inputs = ctx.inputs(seed=int(cfg.get("seed", ctx.seed)))
+        wide, reference = wide_reference(ctx, inputs)
+        names = ctx.compiled("ref").output_names
+        outputs: dict[str, Sequence[np.ndarray]] = {}
+        errors: dict[str, str] = {}
+        for t in targets:
+            try:
+                outputs[t] = [np.asarray(o) for o in ctx.compiled(t)(*inputs)]
+            except CuvilError as exc:
+                errors[t] = f"{type(exc).__name__}: {exc}"
+        labels = [t for t in targets if t in outputs] + [REFERENCE_LABEL]
+        runs = {**outputs, REFERENCE_LABEL: wide}
+        per_output = {n: [[drift(runs[a][i], runs[b][i], wide[i]) for b in labels] for a in labels]
+                      for i, n in enumerate(names)}
+        matrix = [[max((per_output[n][r][c] for n in names), default=0.0) for c in range(len(labels))]
+                  for r in range(len(labels))]
+        ref_col = len(labels) - 1
+        figures = {f"drift[{t}]": matrix[r][ref_col] for r, t in enumerate(labels[:-1])}
+        figures["max_drift"] = max(figures.values(), default=0.0)
+        details: dict[str, Any] = {"labels": labels, "matrix": matrix, "per_output": per_output,
+                                   "metric": "||a - b|| / ||float64 reference||, largest over the outputs",
+                                   "threshold": {"max_rel_l2": max_rel}, "errors": errors, "skipped": skipped,
+                                   "reference": reference}
+        over = [(matrix[r][ref_col], t) for r, t in enumerate(labels[:-1]) if not matrix[r][ref_col] <= max_rel]
+        if errors:
+            t = next(iter(errors))
+            return [CheckResult(self.name, Status.FAIL, f"target {t} does not build or run: {errors[t]}",
+                                figures=figures, details=details, where={"target": t})]
+        if over:
+            value, t = max(over)
+            r = labels.index(t)
+            worst = max(names, key=lambda n: per_output[n][r][ref_col])
+            return [CheckResult(self.name, Status.FAIL, f"{t} drifts {value:.3g} from the float64 reference on output "
+                                f"{worst!r} (at most {max_rel:g})", figures=figures, details=details,
+                                where={"target": t, "output": worst, "node": output_node(ctx.graph, names.index(worst))})]
+        note = f"; skipped: {', '.join(f'{k} ({v})' for k, v in skipped.items())}" if skipped else ""
+        return [CheckResult(self.name, Status.PASS, f"{len(labels) - 1} targets agree: largest drift from the float64 "
+                            f"reference {figures['max_drift']:.3g}{note}", figures=figures, details=details)]

@@ -1,0 +1,229 @@
+"""The ``layerwise`` check: per-layer error of a compiled model against the source framework.
+
+A *layer* is a value computed by a top-level node of the graph the target
+actually compiles (after its passes), so the taps sit at fusion-group
+boundaries: a fused conv+batch-norm+relu is one layer, its output the value
+the group hands on.  The taps are built at the IR level: a copy of that graph
+whose outputs include every tapped value, compiled with no passes, so the
+schedule and the kernels are the ones of the untapped build.  The tapped
+build's final outputs are compared bitwise with the untapped build's, so
+that instrumentation is shown not to change what is measured.
+
+Oracles, by the model's origin: onnxruntime for ONNX models (a copy of the
+model with the intermediate tensors added as graph outputs; Cuvil keeps ONNX
+tensor names), and otherwise the reference interpreter computing in float64
+on the imported graph (values by name).  Layers without an oracle value
+(values Cuvil introduced) are not compared.
+
+Configuration (``[checks.layerwise]``): ``threshold`` (relative L2, default
+1e-4) and ``thresholds`` (per layer value name).  The result names the first
+layer, in graph order, whose error exceeds its threshold: its value, source
+node, Cuvil node, op and generated-code location; ``details["series"]`` is
+the per-layer error curve.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cuvil.ir.dtypes import DType
+from cuvil.ir.graph import Graph, Node, Value
+from cuvil.verify.base import Check, CheckResult, Status, register_check
+
+DEFAULT_THRESHOLD = 1e-4
+_FLOAT = (DType.f32, DType.f64)
+
+
+def relative_l2(got: np.ndarray, want: np.ndarray) -> float:
+    """||got - want|| / ||want|| in float64 (0 when both are zero; inf on a shape mismatch)."""
+    if got.shape != want.shape:
+        return float("inf")
+    a, b = got.astype(np.float64), want.astype(np.float64)
+    diff, norm = float(np.linalg.norm(a - b)), float(np.linalg.norm(b))
+    if not np.isfinite(diff):
+        return float("inf") if not np.array_equal(np.isnan(a), np.isnan(b)) else 0.0
+    return diff / norm if norm > 0 else (0.0 if diff == 0 else float("inf"))
+
+
+def tap_points(graph: Graph) -> list[tuple[Node, Value]]:
+    """The values a layerwise run taps, in graph order: float outputs of top-level, non-constant nodes."""
+    return [(n, o) for n in graph.nodes if n.op != "constant" for o in n.outputs if o.type.dtype in _FLOAT]
+
+
+def tapped_graph(graph: Graph) -> tuple[Graph, list[str]]:
+    """A copy of ``graph`` whose outputs are its own followed by every tap point not already an output."""
+    g = copy.deepcopy(graph)
+    outputs = set(g.outputs)
+    extra = [o for _, o in tap_points(g) if o not in outputs]
+    g.outputs = [*g.outputs, *extra]
+    return g, [v.name for v in extra]
+
+
+def code_location(compiled: Any, node_name: str) -> str | None:
+    """``model.c:LINE`` of the first generated line of ``node_name`` in a C or wasm32 build."""
+    build = getattr(getattr(compiled, "_executor", None), "build", None)
+    source: Path | None = getattr(build, "source", None)
+    if source is None or not source.is_file():
+        return None
+    module = getattr(build, "module", None)
+    origins = getattr(module, "line_origins", None)
+    if origins:
+        for i, origin in enumerate(origins):
+            if origin == node_name:
+                return f"{source}:{i + 1}"
+    from cuvil.backends.c.writer import c_comment
+
+    mark = f"/* node '{c_comment(node_name)}'"
+    for i, line in enumerate(source.read_text(encoding="utf-8").splitlines()):
+        if mark in line:
+            return f"{source}:{i + 1}"
+    return None
+
+
+def onnx_intermediates(model: Any, names: Sequence[str], feed: Mapping[str, np.ndarray]
+                       ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """onnxruntime's values of the tensors ``names`` the ONNX graph computes, and each one's node name."""
+    import onnx
+    import onnxruntime as ort
+
+    from cuvil.frontends.onnx.loader import read_model
+
+    proto = copy.deepcopy(read_model(model)[0])
+    producers = {o: (n.name or f"{n.op_type}_{i}") for i, n in enumerate(proto.graph.node) for o in n.output if o}
+    present = {o.name for o in proto.graph.output}
+    wanted = [n for n in names if n in producers and n not in present]
+    for name in wanted:
+        proto.graph.output.append(onnx.ValueInfoProto(name=name))
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    out_names = [o.name for o in sess.get_outputs()]
+    values = sess.run(None, {i.name: feed[i.name] for i in sess.get_inputs()})
+    return {n: np.asarray(v) for n, v in zip(out_names, values)}, producers
+
+
+def reference_intermediates(graph: Graph, inputs: Sequence[np.ndarray]) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Every top-level value of ``graph`` by name, computed by the reference interpreter in float64."""
+    from cuvil.backends.ref.interpreter import run_graph
+    from cuvil.verify.widen import widen_graph
+
+    wide = widen_graph(graph)
+    values: dict[str, np.ndarray] = {}
+    producers: dict[str, str] = {}
+
+    top = set(id(n) for n in wide.nodes)
+
+    def hook(node: Node, outs: list[np.ndarray]) -> None:
+        if id(node) in top:
+            for v, a in zip(node.outputs, outs):
+                values[v.name] = a
+                producers[v.name] = node.name
+
+    args = [a.astype(np.float64) if a.dtype == np.float32 else a for a in inputs]
+    finals = run_graph(wide, args, on_node=hook)
+    values.update({v.name: a for v, a in zip(wide.outputs, finals)})
+    return values, producers
+
+
+@register_check
+class Layerwise(Check):
+    """Per-layer relative L2 error between each compiled target and the source framework."""
+
+    name = "layerwise"
+    group = "runtime"
+    description = "per-layer error against the source framework, at fusion-group boundaries"
+
+    def run(self, ctx: Any) -> list[CheckResult]:
+        cfg = {**ctx.check_config(self.name), **self.options}
+        threshold = float(cfg.get("threshold", DEFAULT_THRESHOLD))
+        per_layer = {str(k): float(v) for k, v in dict(cfg.get("thresholds", {})).items()}
+        inputs = ctx.inputs()
+        return [self._one(ctx, target, inputs, threshold, per_layer) for target in ctx.targets]
+
+    def _oracle(self, ctx: Any, names: Sequence[str], inputs: Sequence[np.ndarray]
+                ) -> tuple[dict[str, np.ndarray], dict[str, str], str]:
+        ref = ctx.compiled("ref")
+        if ctx.source.kind == "onnx":
+            values, producers = onnx_intermediates(ctx.source.model, names, dict(zip(ref.input_names, inputs)))
+            return values, producers, "onnxruntime"
+        values, producers = reference_intermediates(ctx.graph, inputs)
+        return values, producers, "reference interpreter (float64)"
+
+    def _one(self, ctx: Any, target: str, inputs: list[np.ndarray], threshold: float,
+             per_layer: Mapping[str, float]) -> CheckResult:
+        import cuvil
+
+        t0 = time.perf_counter()
+        base = ctx.compiled(target)
+        graph = base.graph
+        if graph is None:
+            return CheckResult(self.name, Status.SKIP, "the build keeps no graph to tap", target=target)
+        tapped_g, extra = tapped_graph(graph)
+        kw: dict[str, Any] = {"passes": ""}
+        if target != "ref" and ctx.cache_dir:
+            kw["cache_dir"] = ctx.cache_dir
+        tapped = cuvil.compile(tapped_g, target=target, **kw)
+        plain_out = [np.asarray(a) for a in base(*inputs)]
+        tapped_out = [np.asarray(a) for a in tapped(*inputs)]
+        n_out = len(graph.outputs)
+        changed = [graph.outputs[i].name for i in range(n_out)
+                   if plain_out[i].shape != tapped_out[i].shape or plain_out[i].tobytes() != tapped_out[i].tobytes()]
+        got = {v.name: a for v, a in zip(graph.outputs, plain_out)}
+        got.update(zip(extra, tapped_out[n_out:]))
+
+        points = tap_points(graph)
+        oracle, producers, oracle_name = self._oracle(ctx, [v.name for _, v in points], inputs)
+        series: list[dict[str, Any]] = []
+        first: dict[str, Any] | None = None
+        for node, v in points:
+            if v.name not in oracle or v.name not in got:
+                continue
+            want = oracle[v.name]
+            mine = got[v.name]
+            err = relative_l2(mine, want)
+            limit = per_layer.get(v.name, threshold)
+            entry = {
+                "layer": len(series), "value": v.name, "source_node": producers.get(v.name), "cuvil_node": node.name,
+                "op": node.op, "rel_l2": err,
+                "max_abs": float(np.max(np.abs(mine.astype(np.float64) - want.astype(np.float64))))
+                if mine.shape == want.shape and mine.size else 0.0,
+                "threshold": limit, "shape": list(mine.shape),
+            }
+            series.append(entry)
+            if first is None and not err <= limit:
+                first = entry
+        figures = {"layers": float(len(series)),
+                   "max_rel_l2": max((e["rel_l2"] for e in series), default=0.0),
+                   "tap_mismatches": float(len(changed))}
+        details: dict[str, Any] = {"series": series, "oracle": oracle_name, "tapped_values": len(extra),
+                                   "tap_changed_outputs": changed}
+        where: dict[str, str] = {}
+        tensors: dict[str, np.ndarray] = {}
+        if first is not None:
+            loc = code_location(base, first["cuvil_node"])
+            where = {"layer": first["value"], "node": first["cuvil_node"], "op": first["op"],
+                     "source_node": str(first["source_node"])}
+            if loc:
+                where["code"] = loc
+            tensors = {f"{first['value']}.compiled": got[first["value"]], f"{first['value']}.oracle": oracle[first["value"]]}
+            status, summary = Status.FAIL, (
+                f"layer {first['layer']} ({first['value']!r}, source node {first['source_node']!r}, Cuvil node "
+                f"{first['cuvil_node']!r} {first['op']}) has relative L2 error {first['rel_l2']:.3g} > {first['threshold']:.3g} against {oracle_name}")
+        elif changed:
+            status = Status.FAIL
+            summary = f"adding taps changed the outputs {changed}: the tapped build does not match the untapped one"
+            where = {"output": changed[0]}
+        elif not series:
+            status, summary = Status.SKIP, f"no layer has a value to compare in {oracle_name}"
+        else:
+            status = Status.PASS
+            summary = (f"{len(series)} layers within their thresholds against {oracle_name} "
+                       f"(largest relative L2 {figures['max_rel_l2']:.3g}); taps leave the outputs bitwise unchanged")
+        return CheckResult(self.name, status, summary, target=target, figures=figures, details=details, where=where,
+                           tensors=tensors, seconds=time.perf_counter() - t0)

@@ -1,0 +1,312 @@
+"""The ``precision`` and ``reproducibility`` checks, and the error figures the compatibility checks share.
+
+``precision``: on seeded inputs, each target's outputs against a float64
+reference (the reference interpreter run on a float64 copy of the graph),
+next to the float32 source framework's own error against that reference
+(onnxruntime for ONNX models, eager PyTorch for PyTorch modules, the
+float32 reference interpreter for Cuvil graphs).  A target fails when its
+relative L2 error exceeds ``max_rel_l2``, or exceeds ``max_ratio`` times the
+source framework's (errors below ``ratio_floor`` count as that floor, so two
+near-exact results are not compared by their rounding noise).  Only float32
+exists today; the other precisions are reported as not available, never as
+passes.
+
+``reproducibility``: the same inputs give bitwise-identical outputs across
+repeated calls, across processes (the artifact saved, loaded and run in a
+second Python process) and across thread counts (``num_threads`` of the C
+targets), for each target that promises it.  The result says, per target,
+what it promises.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cuvil.errors import CuvilError
+from cuvil.verify.base import Check, CheckResult, Status, register_check
+
+FLOAT32_EPS = float(np.finfo(np.float32).eps)
+PRECISIONS = ("fp32", "fp16", "bf16", "int8")
+C_TARGETS = ("generic", "x86_avx2", "x86_avx512", "native")
+
+
+# ---- error figures -------------------------------------------------------------------------------------------
+def error_figures(got: np.ndarray, want: np.ndarray) -> dict[str, float]:
+    """Relative L2 error, max abs error and SNR (dB) of ``got`` against the reference ``want``.
+
+    Computed in float64.  A shape mismatch, or a NaN or infinity that the reference does not have at
+    the same place, is an infinite error."""
+    g = np.asarray(got)
+    w = np.asarray(want)
+    if g.shape != w.shape:
+        return {"rel_l2": math.inf, "max_abs": math.inf, "snr_db": -math.inf}
+    g64 = g.astype(np.float64)
+    w64 = w.astype(np.float64)
+    fin_g, fin_w = np.isfinite(g64), np.isfinite(w64)
+    same_nonfinite = (~fin_g & ~fin_w) & ((np.isnan(g64) & np.isnan(w64)) | (g64 == w64))
+    if np.any((fin_g != fin_w) | (~fin_g & ~same_nonfinite)):
+        return {"rel_l2": math.inf, "max_abs": math.inf, "snr_db": -math.inf}
+    both = fin_g & fin_w
+    diff = np.where(both, g64 - w64, 0.0)
+    ref = np.where(both, w64, 0.0)
+    err2 = float(np.sum(diff * diff))
+    ref2 = float(np.sum(ref * ref))
+    rel = math.sqrt(err2 / ref2) if ref2 > 0 else (0.0 if err2 == 0 else math.inf)
+    max_abs = float(np.max(np.abs(diff))) if diff.size else 0.0
+    snr = math.inf if err2 == 0 else (10.0 * math.log10(ref2 / err2) if ref2 > 0 else -math.inf)
+    return {"rel_l2": rel, "max_abs": max_abs, "snr_db": snr}
+
+
+def first_bit_difference(a: np.ndarray, b: np.ndarray) -> str | None:
+    """None when ``a`` and ``b`` are bitwise identical, else where and how they first differ."""
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return f"{a.dtype}{list(a.shape)} against {b.dtype}{list(b.shape)}"
+    if a.tobytes() == b.tobytes():
+        return None
+    av = a.reshape(-1).view(np.uint8).reshape(a.size, a.dtype.itemsize)
+    bv = b.reshape(-1).view(np.uint8).reshape(b.size, b.dtype.itemsize)
+    flat = int(np.argmax(np.any(av != bv, axis=1)))
+    idx = [int(i) for i in np.unravel_index(flat, a.shape)] if a.ndim else []
+    count = int(np.sum(np.any(av != bv, axis=1)))
+    return (f"{count} of {a.size} elements differ; first at index {idx}: "
+            f"{a.reshape(-1)[flat].item()!r} against {b.reshape(-1)[flat].item()!r}")
+
+
+def output_node(graph: Any, index: int) -> str:
+    """The name of the node that produces graph output ``index`` (empty when it is an input)."""
+    try:
+        producer = graph.outputs[index].producer
+    except (AttributeError, IndexError):
+        return ""
+    return str(getattr(producer, "name", "") or "")
+
+
+def wide_reference(ctx: Any, inputs: Sequence[np.ndarray]) -> tuple[list[np.ndarray], str]:
+    """The float64 reference outputs, or, when the graph cannot be widened (an op that takes float32 only,
+    such as a custom op declared so), the float32 reference interpreter's; and which one it is."""
+    try:
+        return ctx.reference(inputs, float64=True), "reference interpreter in float64"
+    except CuvilError as exc:
+        return ctx.reference(inputs), f"reference interpreter in float32 (no float64 copy of the graph: {exc})"
+
+
+def baseline_name(kind: str) -> str:
+    return {"onnx": "onnxruntime (fp32)", "torch": "PyTorch eager (fp32)"}.get(kind, "reference interpreter (fp32)")
+
+
+def _build_failure(check: str, target: str, exc: Exception) -> CheckResult:
+    return CheckResult(check, Status.FAIL, f"{target}: the model does not compile: {exc}", target=target,
+                       details={"error": f"{type(exc).__name__}: {exc}"}, where={"target": target})
+
+
+# ---- precision -----------------------------------------------------------------------------------------------
+@register_check
+class Precision(Check):
+    """Each target's error against a float64 reference, next to the float32 source framework's error."""
+
+    name = "precision"
+    group = "compatibility"
+    description = "error against a float64 reference, compared with the source framework's own"
+
+    def run(self, ctx: Any) -> list[CheckResult]:
+        cfg = {**self.options, **ctx.check_config(self.name)}
+        max_rel = float(cfg.get("max_rel_l2", 1e-5))
+        max_ratio = float(cfg.get("max_ratio", 10.0))
+        floor = float(cfg.get("ratio_floor", FLOAT32_EPS))
+        seeds = [int(s) for s in cfg.get("seeds", [ctx.seed])]
+        names = ctx.compiled("ref").output_names
+        cases = []
+        source_error = ""
+        for seed in seeds:
+            inputs = ctx.inputs(seed=seed)
+            wide, reference = wide_reference(ctx, inputs)
+            try:
+                base = ctx.source_outputs(inputs)
+            except Exception as exc:
+                base = None
+                source_error = f"{type(exc).__name__}: {str(exc)[:300]}"
+            if base is None:
+                base = ctx.reference(inputs)
+            cases.append((seed, inputs, wide, base))
+        precisions = {p: ("checked" if p == "fp32" else "not supported by the compiler yet: not checked")
+                      for p in PRECISIONS}
+        results = []
+        for target in ctx.targets:
+            try:
+                model = ctx.compiled(target)
+            except CuvilError as exc:
+                results.append(_build_failure(self.name, target, exc))
+                continue
+            rows: dict[str, dict[str, Any]] = {}
+            for seed, inputs, wide, base in cases:
+                outs = model(*inputs)
+                for i, (name, got, ref64, src) in enumerate(zip(names, outs, wide, base)):
+                    mine = error_figures(got, ref64)
+                    theirs = error_figures(src, ref64)
+                    ratio = mine["rel_l2"] / max(theirs["rel_l2"], floor)
+                    row = rows.get(name)
+                    if row is None or mine["rel_l2"] > row["rel_l2"]:
+                        rows[name] = {"output": name, "node": output_node(ctx.graph, i), "seed": seed,
+                                      **mine, "source_rel_l2": theirs["rel_l2"], "source_max_abs": theirs["max_abs"],
+                                      "source_snr_db": theirs["snr_db"], "ratio": ratio}
+            baseline = (baseline_name(ctx.source.kind) if not source_error else
+                        f"{baseline_name('graph')}, as {baseline_name(ctx.source.kind)} cannot run the model")
+            result = self._verdict(target, list(rows.values()), max_rel, max_ratio, floor, precisions, baseline,
+                                   reference)
+            if source_error:
+                result.details["source_error"] = source_error
+            results.append(result)
+        return results
+
+    def _verdict(self, target: str, rows: list[dict[str, Any]], max_rel: float, max_ratio: float, floor: float,
+                 precisions: dict[str, str], baseline: str, reference: str) -> CheckResult:
+        bad = [r for r in rows if not (r["rel_l2"] <= max_rel and r["ratio"] <= max_ratio)]
+        worst = max(rows, key=lambda r: (r["rel_l2"], r["ratio"]))
+        figures = {"rel_l2": worst["rel_l2"], "max_abs": max(r["max_abs"] for r in rows),
+                   "snr_db": min(r["snr_db"] for r in rows), "source_rel_l2": max(r["source_rel_l2"] for r in rows),
+                   "ratio": max(r["ratio"] for r in rows)}
+        details = {"precisions": precisions, "baseline": baseline, "reference": reference,
+                   "thresholds": {"max_rel_l2": max_rel, "max_ratio": max_ratio, "ratio_floor": floor},
+                   "outputs": rows}
+        if bad:
+            r = max(bad, key=lambda r: (r["rel_l2"], r["ratio"]))
+            why = (f"relative L2 error {r['rel_l2']:.3g} above {max_rel:g}" if r["rel_l2"] > max_rel else
+                   f"relative L2 error {r['rel_l2']:.3g} is {r['ratio']:.3g}x {baseline}'s {r['source_rel_l2']:.3g} "
+                   f"(at most {max_ratio:g}x)")
+            return CheckResult(self.name, Status.FAIL, f"fp32 output {r['output']!r}: {why}", target=target,
+                               figures=figures, details=details, where={"output": r["output"], "node": r["node"]})
+        return CheckResult(self.name, Status.PASS,
+                           f"fp32: relative L2 error {worst['rel_l2']:.3g} against the {reference.split(' (')[0]} ({baseline}: "
+                           f"{figures['source_rel_l2']:.3g}); other precisions not available yet",
+                           target=target, figures=figures, details=details)
+
+
+# ---- reproducibility -----------------------------------------------------------------------------------------
+_CHILD = """
+import sys
+import numpy as np
+import cuvil
+m = cuvil.load(sys.argv[1])
+with np.load(sys.argv[2]) as d:
+    ins = [d[f"in{i}"] for i in range(len(d.files))]
+np.savez(sys.argv[3], **{f"out{i}": np.asarray(o) for i, o in enumerate(m(*ins))})
+"""
+
+
+def promises(target: str, threads_supported: bool) -> dict[str, str]:
+    """What a target promises about bitwise reproducibility (and why it does not, where it does not)."""
+    out = {"repeated runs": "promised"}
+    if target == "ref":
+        out["processes"] = "not applicable: the reference interpreter has no saved artifact"
+        out["thread counts"] = "not applicable: the reference interpreter runs one thread"
+    elif target == "wasm32":
+        out["processes"] = "promised (saved artifact, loaded in another process)"
+        out["thread counts"] = "not applicable: wasm32 runs one thread"
+    else:
+        out["processes"] = "promised (saved artifact, loaded in another process)"
+        out["thread counts"] = ("promised: results are bitwise the same for any num_threads" if threads_supported
+                                else "not checked: this cuvil.compile has no num_threads option")
+    return out
+
+
+@register_check
+class Reproducibility(Check):
+    """Bitwise-identical outputs across repeated runs, processes and thread counts, where promised."""
+
+    name = "reproducibility"
+    group = "compatibility"
+    description = "bitwise-identical outputs across runs, processes and thread counts"
+
+    def run(self, ctx: Any) -> list[CheckResult]:
+        import cuvil
+
+        cfg = {**self.options, **ctx.check_config(self.name)}
+        repeats = max(2, int(cfg.get("repeats", 3)))
+        thread_counts = [int(n) for n in cfg.get("threads", [1, 2, 3])]
+        check_processes = bool(cfg.get("processes", True))
+        threads_supported = "num_threads" in inspect.signature(cuvil.compile).parameters
+        inputs = ctx.inputs()
+        names = ctx.compiled("ref").output_names
+        results = []
+        for target in ctx.targets:
+            try:
+                model = ctx.compiled(target)
+            except CuvilError as exc:
+                results.append(_build_failure(self.name, target, exc))
+                continue
+            promised = promises(target, threads_supported)
+            first = [np.array(o, copy=True) for o in model(*inputs)]
+            parts: dict[str, str] = {}
+            problems: list[tuple[str, str, str]] = []  # (part, output, difference)
+
+            def compare(part: str, outs: Sequence[np.ndarray], first: list[np.ndarray] = first,
+                        problems: list[tuple[str, str, str]] = problems) -> None:
+                for name, a, b in zip(names, first, outs):
+                    diff = first_bit_difference(a, np.asarray(b))
+                    if diff is not None:
+                        problems.append((part, name, diff))
+
+            for _ in range(repeats - 1):
+                compare("repeated runs", model(*inputs))
+            parts["repeated runs"] = f"{repeats} runs"
+            if promised["processes"].startswith("promised"):
+                if check_processes:
+                    try:
+                        compare("processes", self._in_other_process(ctx, model, target, inputs))
+                        parts["processes"] = "a second Python process ran the saved artifact"
+                    except CuvilError as exc:
+                        problems.append(("processes", "", str(exc)))
+                else:
+                    parts["processes"] = "skipped: processes = false in the configuration"
+            if target in C_TARGETS and threads_supported:
+                for n in thread_counts:
+                    try:
+                        compare(f"num_threads={n}", ctx.compiled(target, num_threads=n)(*inputs))
+                    except CuvilError as exc:
+                        problems.append((f"num_threads={n}", "", str(exc)))
+                parts["thread counts"] = ", ".join(map(str, thread_counts))
+            details = {"promises": promised, "checked": parts,
+                       "problems": [{"part": p, "output": o, "difference": d} for p, o, d in problems]}
+            figures = {"differences": float(len(problems))}
+            if problems:
+                part, out, diff = problems[0]
+                return_where = {"output": out, "run": part}
+                if out:
+                    return_where["node"] = output_node(ctx.graph, names.index(out))
+                results.append(CheckResult(self.name, Status.FAIL, f"{part}: output {out!r} is not bitwise identical: "
+                                           f"{diff}", target=target, figures=figures, details=details,
+                                           where=return_where))
+            else:
+                results.append(CheckResult(self.name, Status.PASS, "bitwise identical across "
+                                           + "; ".join(f"{k} ({v})" for k, v in parts.items()), target=target,
+                                           figures=figures, details=details))
+        return results
+
+    def _in_other_process(self, ctx: Any, model: Any, target: str, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """The outputs of the model saved as an artifact and run by a fresh Python process."""
+        import cuvil
+
+        work = Path(ctx.work_dir) / "reproducibility" / target
+        work.mkdir(parents=True, exist_ok=True)
+        art = model.save(work / "artifact")
+        arrays: dict[str, Any] = {f"in{i}": a for i, a in enumerate(inputs)}
+        np.savez(work / "inputs.npz", **arrays)
+        root = str(Path(cuvil.__file__).resolve().parents[1])
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+        proc = subprocess.run([sys.executable, "-c", _CHILD, str(art), str(work / "inputs.npz"),
+                               str(work / "outputs.npz")], capture_output=True, text=True, env=env, timeout=600)
+        if proc.returncode != 0:
+            raise CuvilError(f"the second process failed (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")
+        with np.load(work / "outputs.npz") as d:
+            return [d[f"out{i}"] for i in range(len(d.files))]

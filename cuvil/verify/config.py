@@ -1,0 +1,206 @@
+"""The verification suite's configuration: ``cuvil.toml``, or ``[tool.cuvil.verify]`` in ``pyproject.toml``.
+
+Both hold the same keys (in ``cuvil.toml`` at the top level)::
+
+    select = ["compatibility", "layerwise"]   # checks or groups to run (default: all registered)
+    targets = ["ref", "native"]               # or ["all"]: every target available here
+    strict = false                            # warnings fail the run too
+    seed = 0                                  # seed of the generated inputs
+
+    [checks.layerwise]                        # options and thresholds of one check, passed to it as is
+    rel_l2 = 1e-5
+
+    [baseline]                                # how far a figure may move against a baseline
+    relative = 0.10                           # default margin: 10 % worse than the baseline
+    absolute = 0.0                            # ... or this much, whichever is larger
+    higher_is_better = ["*throughput*"]       # extra figure-name globs where larger is better
+
+    [baseline.figures]                        # per-figure margins, matched by glob on "check.figure"
+    "latency.*" = 0.25                        # a number: a relative margin
+    "layerwise.*" = { relative = 1.0, absolute = 1e-7 }
+
+Selection is named ``select`` because ``checks`` is the table of per-check options. Unknown
+top-level keys are errors, so a misspelt key does not silently do nothing. Explicit arguments
+(``cuvil verify --checks ...``, ``cuvil.verify(model, checks=...)``) override the file.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cuvil.verify.base import VerifyError
+
+CONFIG_FILE = "cuvil.toml"
+KEYS = frozenset({"select", "targets", "strict", "seed", "checks", "baseline"})
+BASELINE_KEYS = frozenset({"relative", "absolute", "higher_is_better", "figures"})
+
+
+@dataclass(frozen=True)
+class Margin:
+    """How much worse than its baseline a figure may get: ``max(relative * |baseline|, absolute)``."""
+
+    relative: float = 0.10
+    absolute: float = 0.0
+
+    def allowed(self, base: float) -> float:
+        return max(self.relative * abs(base), self.absolute)
+
+
+@dataclass(frozen=True)
+class BaselineConfig:
+    """Margins for baseline comparisons: a default, and per-figure overrides by glob."""
+
+    default: Margin = Margin()
+    figures: tuple[tuple[str, Margin], ...] = ()
+    higher_is_better: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class VerifyConfig:
+    """The parsed configuration; ``path`` is the file it came from (None: defaults or a mapping)."""
+
+    select: tuple[str, ...] | None = None
+    targets: tuple[str, ...] | None = None
+    strict: bool = False
+    seed: int = 0
+    checks: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    baseline: BaselineConfig = BaselineConfig()
+    path: Path | None = None
+
+    def as_context_config(self) -> dict[str, Any]:
+        """The mapping VerifyContext reads (``ctx.check_config(name)`` looks in its "checks")."""
+        return {"checks": {k: dict(v) for k, v in self.checks.items()}, "seed": self.seed, "strict": self.strict}
+
+
+def _where(path: Path | None) -> str:
+    return f"{path}: " if path is not None else "verify config: "
+
+
+def _str_list(value: Any, key: str, path: Path | None) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [x.strip() for x in value.split(",") if x.strip()]
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        raise VerifyError(f"{_where(path)}{key} must be a list of strings, got {value!r}")
+    return tuple(value)
+
+
+def _number(value: Any, key: str, path: Path | None) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise VerifyError(f"{_where(path)}{key} must be a non-negative number, got {value!r}")
+    return float(value)
+
+
+def _margin(value: Any, key: str, default: Margin, path: Path | None) -> Margin:
+    if isinstance(value, Mapping):
+        unknown = set(value) - {"relative", "absolute"}
+        if unknown:
+            raise VerifyError(f"{_where(path)}{key}: unknown keys {sorted(unknown)} (known: relative, absolute)")
+        return Margin(_number(value.get("relative", default.relative), f"{key}.relative", path),
+                      _number(value.get("absolute", default.absolute), f"{key}.absolute", path))
+    return Margin(_number(value, key, path), default.absolute)
+
+
+def _baseline(table: Any, path: Path | None) -> BaselineConfig:
+    if not isinstance(table, Mapping):
+        raise VerifyError(f"{_where(path)}baseline must be a table")
+    unknown = set(table) - BASELINE_KEYS
+    if unknown:
+        raise VerifyError(f"{_where(path)}baseline: unknown keys {sorted(unknown)} (known: {', '.join(sorted(BASELINE_KEYS))})")
+    default = _margin({k: table[k] for k in ("relative", "absolute") if k in table}, "baseline", Margin(), path)
+    figures = table.get("figures", {})
+    if not isinstance(figures, Mapping):
+        raise VerifyError(f"{_where(path)}baseline.figures must be a table of glob = margin")
+    per = tuple((str(k), _margin(v, f"baseline.figures.{k!r}", default, path)) for k, v in figures.items())
+    hib = _str_list(table.get("higher_is_better", []), "baseline.higher_is_better", path)
+    return BaselineConfig(default, per, hib)
+
+
+def parse_config(data: Mapping[str, Any], path: Path | None = None) -> VerifyConfig:
+    """A VerifyConfig from the keys of one config table; raises VerifyError on unknown or mistyped keys."""
+    unknown = set(data) - KEYS
+    if unknown:
+        raise VerifyError(f"{_where(path)}unknown keys {sorted(unknown)} (known: {', '.join(sorted(KEYS))})")
+    checks = data.get("checks", {})
+    if not isinstance(checks, Mapping) or not all(isinstance(v, Mapping) for v in checks.values()):
+        raise VerifyError(f"{_where(path)}checks must hold one table per check: [checks.NAME]")
+    strict = data.get("strict", False)
+    if not isinstance(strict, bool):
+        raise VerifyError(f"{_where(path)}strict must be true or false, got {strict!r}")
+    seed = data.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise VerifyError(f"{_where(path)}seed must be an integer, got {seed!r}")
+    return VerifyConfig(
+        select=_str_list(data["select"], "select", path) if "select" in data else None,
+        targets=_str_list(data["targets"], "targets", path) if "targets" in data else None,
+        strict=strict,
+        seed=seed,
+        checks={str(k): dict(v) for k, v in checks.items()},
+        baseline=_baseline(data.get("baseline", {}), path),
+        path=path,
+    )
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as exc:
+        raise VerifyError(f"{path}: not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise VerifyError(f"{path}: cannot read the config file: {exc.strerror or exc}") from None
+
+
+def _pyproject_table(doc: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    table: Any = doc
+    for key in ("tool", "cuvil", "verify"):
+        if not isinstance(table, Mapping) or key not in table:
+            return None
+        table = table[key]
+    return table if isinstance(table, Mapping) else None
+
+
+def load_config(path: str | Path) -> VerifyConfig:
+    """The configuration in one file: a ``pyproject.toml`` (its ``[tool.cuvil.verify]``) or a ``cuvil.toml``."""
+    p = Path(path)
+    doc = _read_toml(p)
+    if p.name == "pyproject.toml":
+        table = _pyproject_table(doc)
+        if table is None:
+            raise VerifyError(f"{p}: no [tool.cuvil.verify] table")
+        return parse_config(table, p)
+    return parse_config(doc, p)
+
+
+def find_config(start: str | Path = ".") -> VerifyConfig:
+    """The configuration that applies in ``start``: the nearest ``cuvil.toml``, or ``pyproject.toml`` with a
+    ``[tool.cuvil.verify]`` table, in ``start`` or a folder above it; defaults when there is none.
+
+    The search stops at the first folder holding either file (a ``pyproject.toml`` without the table
+    still ends it: it marks the project root)."""
+    here = Path(start).resolve()
+    for folder in (here, *here.parents):
+        own = folder / CONFIG_FILE
+        if own.is_file():
+            return load_config(own)
+        py = folder / "pyproject.toml"
+        if py.is_file():
+            table = _pyproject_table(_read_toml(py))
+            return parse_config(table, py) if table is not None else VerifyConfig()
+    return VerifyConfig()
+
+
+def resolve_config(config: VerifyConfig | Mapping[str, Any] | str | Path | None, start: str | Path = ".") -> VerifyConfig:
+    """Whatever ``cuvil.verify(config=...)`` accepts, as a VerifyConfig (None: search from ``start``)."""
+    if config is None:
+        return find_config(start)
+    if isinstance(config, VerifyConfig):
+        return config
+    if isinstance(config, (str, Path)):
+        return load_config(config)
+    if isinstance(config, Mapping):
+        return parse_config(config)
+    raise VerifyError(f"config must be a path, a mapping or a VerifyConfig, not {type(config).__name__}")

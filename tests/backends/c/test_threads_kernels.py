@@ -1,0 +1,194 @@
+"""Threads inside kernels: bitwise the same results for any num_threads, the option's plumbing,
+the pool itself (cuvil_threads.h) driven from a small C program, and no threads left behind."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import cuvil
+from cuvil.backends.c.library import NativeModel, physical_cores
+from cuvil.backends.c.toolchain import RUNTIME_DIR
+from cuvil.errors import CuvilError
+
+THREADS = (1, 2, 3)
+# The reference interpreter is the oracle; float32 GEMMs of depth <= 600 stay well within this.
+RTOL = 1e-4
+
+
+def _native(m: cuvil.CompiledModel) -> NativeModel:
+    native = m._executor.native  # type: ignore[attr-defined]
+    assert isinstance(native, NativeModel)
+    return native
+
+
+def _model(nodes: list[onnx.NodeProto], x_shape: list[int | str], y_shape: list[int | str],
+           inits: dict[str, np.ndarray], extra_inputs: list[onnx.ValueInfoProto] | None = None) -> onnx.ModelProto:
+    g = helper.make_graph(
+        nodes, "threads",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape), *(extra_inputs or [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def conv_stack() -> onnx.ModelProto:
+    """3x3 (stride 1 and 2), 1x1, grouped and depthwise convolutions with biases, over a symbolic batch."""
+    rng = np.random.default_rng(0)
+
+    def w(*shape: int) -> np.ndarray:
+        return np.asarray(rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:])), dtype=np.float32)
+
+    inits: dict[str, np.ndarray] = {"w1": w(40, 16, 3, 3), "b1": w(40), "w2": w(48, 40, 3, 3), "w3": w(48, 1, 3, 3),
+             "w4": w(64, 12, 1, 1), "b4": w(64), "w5": w(24, 64, 1, 1)}
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Conv", ["c2", "w3"], ["c3"], pads=[1, 1, 1, 1], group=48),  # depthwise
+        helper.make_node("Conv", ["c3", "w4", "b4"], ["c4"], group=4),  # grouped 1x1
+        helper.make_node("Conv", ["c4", "w5"], ["y"]),  # 1x1: the image is the GEMM operand
+    ]
+    return _model(nodes, ["n", 16, 30, 30], ["n", 24, 15, 15], inits)
+
+
+def matmul_stack() -> onnx.ModelProto:
+    """MatMul and Gemm (transposed, alpha, broadcast C) on odd sizes, plus a product of two inputs."""
+    rng = np.random.default_rng(1)
+    inits: dict[str, np.ndarray] = {"m1": rng.standard_normal((300, 520)).astype(np.float32) / 17,
+             "m2": rng.standard_normal((77, 520)).astype(np.float32) / 23,
+             "c": rng.standard_normal(77).astype(np.float32)}
+    nodes = [
+        helper.make_node("MatMul", ["x", "m1"], ["h"]),
+        helper.make_node("Gemm", ["h", "m2", "c"], ["g"], transB=1, alpha=0.5),
+        helper.make_node("MatMul", ["g", "z"], ["y"]),  # neither operand a constant
+    ]
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, [77, 90])
+    return _model(nodes, ["n", 300], ["n", 90], inits, [z])
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_conv_results_are_bitwise_the_same_for_any_thread_count(tmp_path: Path, batch: int) -> None:
+    model = conv_stack()
+    x = np.random.default_rng(2).standard_normal((batch, 16, 30, 30)).astype(np.float32)
+    want = cuvil.compile(model, "ref")(x)[0]
+    got = [cuvil.compile(model, "native", cache_dir=str(tmp_path), num_threads=n)(x)[0] for n in THREADS]
+    np.testing.assert_allclose(got[0], want, rtol=RTOL, atol=RTOL * float(np.abs(want).max()))
+    for n, y in zip(THREADS[1:], got[1:]):
+        assert np.array_equal(y, got[0]), f"num_threads={n} differs from num_threads=1"
+
+
+@pytest.mark.parametrize("batch", [1, 37])
+def test_matmul_results_are_bitwise_the_same_for_any_thread_count(tmp_path: Path, batch: int) -> None:
+    model = matmul_stack()
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((batch, 300)).astype(np.float32)
+    z = rng.standard_normal((77, 90)).astype(np.float32)
+    want = cuvil.compile(model, "ref")(x, z)[0]
+    runs = []
+    for n in THREADS:
+        m = cuvil.compile(model, "native", cache_dir=str(tmp_path), num_threads=n)
+        first, again = m(x, z)[0], m(x, z)[0]  # the second call reads the weights packed by the first
+        assert np.array_equal(first, again)
+        runs.append(first)
+    np.testing.assert_allclose(runs[0], want, rtol=RTOL, atol=RTOL * float(np.abs(want).max()))
+    for n, y in zip(THREADS[1:], runs[1:]):
+        assert np.array_equal(y, runs[0]), f"num_threads={n} differs from num_threads=1"
+
+
+def test_num_threads_option(tmp_path: Path) -> None:
+    model = matmul_stack()
+    m = cuvil.compile(model, "native", cache_dir=str(tmp_path))
+    assert _native(m).num_threads == physical_cores()
+    lib = _native(m).lib
+    assert lib.cuvil_get_num_threads(_native(m)._handle) == physical_cores()
+    _native(m).set_num_threads(3)
+    assert lib.cuvil_get_num_threads(_native(m)._handle) == 3
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(CuvilError, match="num_threads"):
+            cuvil.compile(model, "native", cache_dir=str(tmp_path), num_threads=bad)  # type: ignore[arg-type]
+    with pytest.raises(CuvilError, match="num_threads applies to the native C targets"):
+        cuvil.compile(model, "ref", num_threads=2)
+    assert cuvil.compile(model, "ref", num_threads=1) is not None
+
+
+def _threads_of_this_process() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux's /proc")
+def test_workers_start_with_the_model_and_end_with_it(tmp_path: Path) -> None:
+    before = _threads_of_this_process()
+    m = cuvil.compile(conv_stack(), "native", cache_dir=str(tmp_path), num_threads=4)
+    assert _threads_of_this_process() == before + 3
+    _native(m).set_num_threads(1)
+    assert _threads_of_this_process() == before
+    _native(m).set_num_threads(2)
+    assert _threads_of_this_process() == before + 1
+    _native(m).close()
+    assert _threads_of_this_process() == before
+
+
+POOL_TEST = r"""
+#include <stdio.h>
+#include "cuvil_threads.h"
+
+typedef struct { int *hits; int *nested; int64_t ntasks; int threads; int bad_tid; } job;
+
+static void inner(void *ctx, int64_t i, int tid) { (void)tid; ((int *)ctx)[i] += 1; }
+
+static void task(void *ctx, int64_t i, int tid) {
+    job *j = (job *)ctx;
+    if (tid < 0 || tid >= j->threads) j->bad_tid = 1;
+    j->hits[i] += 1;
+    /* a region inside a task of a parallel region runs on the task's thread */
+    if (j->ntasks > 1 && cuvil_num_threads_now() != 1) j->bad_tid = 1;
+    int local[3] = {0, 0, 0};
+    cuvil_parallel_for(3, inner, local);
+    j->nested[i] = local[0] + local[1] + local[2];
+}
+
+int main(void) {
+    static unsigned char weights[64];
+    cuvil_shared s;
+    if (cuvil_shared_init(&s, weights, sizeof weights) != 0 || cuvil_shared_set_threads(&s, 3) != 0) return 2;
+    cuvil_exec e;
+    cuvil_exec_enter(&e, &s);
+    if (cuvil_num_threads_now() != 3) return 3;
+    for (int64_t n = 0; n < 2000; n++) {
+        const int64_t ntasks = (n * 7919) % 23;
+        int hits[23] = {0}, nested[23] = {0};
+        job j = {hits, nested, ntasks, 3, 0};
+        cuvil_parallel_for(ntasks, task, &j);
+        for (int64_t i = 0; i < 23; i++)
+            if (hits[i] != (i < ntasks) || nested[i] != 3 * (i < ntasks)) return 4;
+        if (j.bad_tid) return 5;
+    }
+    /* a second context on the same model, while the first holds the pool, runs on its own thread */
+    cuvil_exec other;
+    cuvil_exec_enter(&other, &s);
+    if (cuvil_num_threads_now() != 1) return 6;
+    cuvil_exec_leave(&other);
+    cuvil_exec_leave(&e);
+    cuvil_shared_destroy(&s);
+    puts("ok");
+    return 0;
+}
+"""
+
+
+def test_pool_runs_every_task_once_and_does_not_nest(tmp_path: Path) -> None:
+    src, exe = tmp_path / "pool.c", tmp_path / "pool"
+    src.write_text(POOL_TEST)
+    cc = subprocess.run(["cc", "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{RUNTIME_DIR}", str(src),
+                         "-o", str(exe), "-lm", "-pthread"], capture_output=True, text=True)
+    assert cc.returncode == 0, cc.stderr
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert (run.returncode, run.stdout.strip()) == (0, "ok")

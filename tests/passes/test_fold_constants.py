@@ -1,0 +1,99 @@
+"""Constant folding's limits: result size, traits it never folds, one rule shared with the importer."""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from cuvil.frontends.onnx import load_onnx
+from cuvil.ir.builder import Builder
+from cuvil.ir.dtypes import DType
+from cuvil.ir.graph import Graph
+from cuvil.ir.parser import parse_graph
+from cuvil.ir.types import TensorType
+from cuvil.ops.registry import NONDETERMINISTIC, OpDef, register, unregister
+from cuvil.passes import FoldConstants, PassManager, VerifyEach
+from cuvil.passes.fold_constants import fold_node
+
+
+def test_results_above_the_cap_are_not_folded() -> None:
+    text = """graph main(%x: f32[4, 8]) {
+  %w = constant() {value = dense<f32[8]> [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]} : f32[8]
+  %e = exp(%w) : f32[8]
+  %y = add(%x, %e) : f32[4, 8]
+  return %y
+}
+"""
+    small = FoldConstants(max_elements=7).run(parse_graph(text))
+    assert not small.changed and "exp" in [n.op for n in small.graph.nodes]
+    big = FoldConstants(max_elements=8).run(parse_graph(text))
+    assert big.changed and "exp" not in [n.op for n in big.graph.nodes]
+
+
+def test_control_flow_and_nondeterministic_ops_are_never_folded() -> None:
+    text = """graph main(%x: f32[3]) {
+  %c = constant() {value = dense<bool[]> [true]} : bool[]
+  %a = constant() {value = dense<f32[3]> [1.0, 2.0, 3.0]} : f32[3]
+  %y = if(%c) {then_branch = graph then_branch() {
+      %t = neg(%a) : f32[3]
+      return %t
+    }, else_branch = graph else_branch() {
+      %e = exp(%a) : f32[3]
+      return %e
+    }} : f32[3]
+  return %y
+}
+"""
+    g = FoldConstants().run(parse_graph(text)).graph
+    assert [n.op for n in g.nodes] == ["constant", "constant", "if"]  # the branches' insides fold, the if stays
+    register(OpDef(name="test.noise", inputs=("X",), infer=lambda ctx: [ctx.type(0)],
+                   reference=lambda ctx: [ctx.input(0) + np.float32(np.random.rand())],
+                   traits=frozenset({NONDETERMINISTIC})))
+    try:
+        b = Builder(Graph())
+        x = b.input("x", TensorType(DType.f32, (3,)))
+        noise = b.add1("test.noise", [b.constant(np.zeros(3, np.float32))])
+        b.output(b.add1("add", [x, noise]))
+        assert fold_node(b.graph.nodes[1]) is None
+        assert not FoldConstants().run(b.graph).changed
+    finally:
+        unregister("test.noise")
+
+
+def test_the_importer_folds_with_the_same_rule() -> None:
+    assert importlib.import_module("cuvil.frontends.onnx.importer").fold_node is fold_node
+    g = helper.make_graph(
+        [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Reshape", ["x", "s"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    graph = load_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    assert [n.op for n in graph.nodes] == ["constant", "reshape"]
+
+
+def test_exported_shape_chains_collapse_around_a_symbolic_batch() -> None:
+    """``x.reshape(-1, x.shape[1] * x.shape[2])`` as exporters write it (Shape -> Gather -> Mul ->
+    Unsqueeze -> Concat -> Reshape): the importer cannot fold it (``x`` has a symbolic batch), the
+    pass does, since the sizes it reads are static."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "one"], ["d1"], axis=0),
+        helper.make_node("Gather", ["s", "two"], ["d2"], axis=0),
+        helper.make_node("Mul", ["d1", "d2"], ["inner"]),
+        helper.make_node("Unsqueeze", ["inner", "axes"], ["inner1"]),
+        helper.make_node("Concat", ["minus1", "inner1"], ["shape"], axis=0),
+        helper.make_node("Reshape", ["x", "shape"], ["y"]),
+    ]
+    inits = [helper.make_tensor("one", TensorProto.INT64, [], [1]), helper.make_tensor("two", TensorProto.INT64, [], [2]),
+             helper.make_tensor("axes", TensorProto.INT64, [1], [0]),
+             helper.make_tensor("minus1", TensorProto.INT64, [1], [-1])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 12])], inits)
+    model: onnx.ModelProto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    imported = load_onnx(model)
+    assert "shape" in [n.op for n in imported.nodes]
+    folded = PassManager("fold-constants,dce", instruments=[VerifyEach()]).run(imported)
+    assert [n.op for n in folded.nodes] == ["constant", "reshape"]
+    np.testing.assert_array_equal(folded.nodes[0].attrs["value"], [-1, 12])

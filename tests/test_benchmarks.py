@@ -1,0 +1,61 @@
+"""Smoke runs of the benchmark scripts (``benchmarks/``), so that they cannot rot.
+
+Each script runs in a subprocess with ``--quick`` (one small model or two small GEMMs, a few
+rounds) and writes its figures as JSON; the test checks that every runtime produced a timing,
+that the outputs agreed with their oracle, and that the derived figures are consistent.  The
+speeds themselves are not asserted: this machine is shared and the numbers are the benchmark's
+business, not a test's.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytest.importorskip("torch")
+pytest.importorskip("onnxruntime")
+
+
+def run_script(name: str, *args: str) -> None:
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / name), *args], capture_output=True, text=True,
+                          timeout=240, cwd=ROOT)
+    assert proc.returncode == 0, f"{name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+
+
+def test_zoo_quick(tmp_path: Path) -> None:
+    report = tmp_path / "zoo.json"
+    run_script("zoo.py", "--quick", "--workdir", str(tmp_path / "work"), "--json", str(report))
+    data = json.loads(report.read_text())
+    (row,) = data["rows"]
+    assert (row["model"], row["batch"], row["threads"]) == ("mlp", 1, 1)
+    assert row["rounds"] >= 3
+    for rt in ("cuvil", "onnxruntime", "eager", "torch.compile"):
+        t = row["timings"][rt]
+        assert t["error"] is None, f"{rt}: {t['error']}"
+        assert 0 < t["median_ms"] <= t["p90_ms"]
+        # fp32 MLP against onnxruntime: summation order is the only difference
+        assert t["rel_l2"] <= 1e-5, f"{rt}: relative L2 {t['rel_l2']} against onnxruntime"
+    (c,) = data["compile"]
+    assert c["cuvil_cold_s"] > 0 and c["cuvil_cached_s"] > 0 and c["torch_compile_s"] > 0
+    per = data["memory_kb"]["mlp b1"]
+    for rt in ("cuvil", "onnxruntime", "eager", "torch.compile"):
+        assert "error" not in per[rt], f"{rt}: {per[rt]}"
+        # loading the MLP's 7.4 MB of weights must show in the high-water mark
+        assert per[rt]["hwm_kb"] - per[rt]["base_kb"] > 7_000, per[rt]
+
+
+def test_gemm_peak_quick(tmp_path: Path) -> None:
+    report = tmp_path / "gemm.json"
+    run_script("gemm_peak.py", "--quick", "--threads", "1", "--json", str(report))
+    rows = json.loads(report.read_text())["rows"]
+    assert [(r["m"], r["n"], r["k"]) for r in rows] == [(256, 256, 256), (128, 768, 768)]
+    for r in rows:
+        assert r["rel_l2"] <= 1e-5
+        assert r["peak_gflops"] == max(r["peaks"].values()) > 0
+        assert r["cuvil"] > 0 and r["torch.mm"] > 0
