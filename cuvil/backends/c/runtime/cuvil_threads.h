@@ -65,9 +65,10 @@
 #define CUVIL_PAUSE() ((void)0)
 #endif
 
-/* A worker spins this many pauses (tens of microseconds) for the next region before it sleeps:
- * a model's kernels follow each other closely, and waking a sleeping thread costs more. */
-#define CUVIL_SPIN 20000
+/* A worker spins this many pauses (about 0.1 ms on x86-64) for the next region before it sleeps:
+ * a model's kernels follow each other closely, and waking a sleeping thread costs tens of
+ * microseconds; spinning longer would take a core from other work between calls. */
+#define CUVIL_SPIN 5000
 
 /* A task of a parallel region; `tid` in [0, threads of the region) names the thread running it
  * (for per-thread scratch), never what it computes. */
