@@ -17,7 +17,14 @@ import numpy as np
 from cuvil.errors import CuvilError
 from cuvil.ir.graph import Graph, Node, Value
 from cuvil.passes.base import Pass, PassResult, register_pass
-from cuvil.passes.rewrite import Substitution, can_replace, defined_by_nodes, replace_value, resolve_inputs
+from cuvil.passes.rewrite import (
+    Substitution,
+    can_replace,
+    defined_by_nodes,
+    replace_value,
+    resolve_inputs,
+    resolve_outputs,
+)
 
 # Ops that only reinterpret the shape of their first input (row-major order kept).
 _RESHAPES = frozenset({"reshape", "flatten", "squeeze", "unsqueeze"})
@@ -75,6 +82,7 @@ def _sweep(graph: Graph, subst: Substitution) -> bool:
         changed |= resolve_inputs(node, subst)
         for _, region in node.regions():
             changed |= _sweep(region, subst)
+            changed |= resolve_outputs(region, subst)
         forward = _forwarded(node)
         if forward is not None and can_replace(graph, node.outputs[0], forward, local):
             replace_value(graph, node.outputs[0], forward, subst)

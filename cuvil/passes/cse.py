@@ -12,7 +12,14 @@ import numpy as np
 from cuvil.ir.dtypes import DType
 from cuvil.ir.graph import Graph, Node, Value
 from cuvil.passes.base import Pass, PassResult, register_pass
-from cuvil.passes.rewrite import Substitution, can_replace, defined_by_nodes, replace_value, resolve_inputs
+from cuvil.passes.rewrite import (
+    Substitution,
+    can_replace,
+    defined_by_nodes,
+    replace_value,
+    resolve_inputs,
+    resolve_outputs,
+)
 
 _SAMPLE = 64  # elements of a tensor attribute that go into a node's key
 
@@ -55,6 +62,7 @@ def _visit(graph: Graph, table: ChainMap[Hashable, list[Node]], subst: Substitut
         regions = list(node.regions())
         for _, region in regions:
             removed += _visit(region, table.new_child(), subst)
+            resolve_outputs(region, subst)
         opdef = lookup(node.op)
         if regions or opdef is None or NONDETERMINISTIC in opdef.traits or not node.outputs:
             kept.append(node)

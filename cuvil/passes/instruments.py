@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from cuvil.errors import CuvilError
 from cuvil.ir.graph import Graph
 from cuvil.passes.base import PassError
 
@@ -232,8 +231,8 @@ class NumericEach(Instrument):
         self._why_not = ""
         try:
             self._original = self._current = self._run(graph)
-        except CuvilError as exc:
-            self._why_not = f"numeric-each: the reference interpreter cannot run the input graph: {exc}"
+        except Exception as exc:  # whatever stops the interpreter is reported, not raised
+            self._why_not = f"numeric-each: the reference interpreter cannot run the input graph: {type(exc).__name__}: {exc}"
             report.notes.append(self._why_not)
 
     def _run(self, graph: Graph) -> list[np.ndarray]:
@@ -248,9 +247,9 @@ class NumericEach(Instrument):
         names = [v.name for v in graph.outputs]
         try:
             outs = self._run(graph)
-        except CuvilError as exc:
+        except Exception as exc:  # invalid IR fails with a KeyError: verify-each says why
             record.errors = {n: float("inf") for n in names}
-            record.notes.append(f"reference interpreter failed after this pass: {exc}")
+            record.notes.append(f"reference interpreter failed after this pass: {type(exc).__name__}: {exc}")
             self._current = None  # later passes have nothing sound to be compared with
             self._check(record)
             return

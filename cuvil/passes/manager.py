@@ -295,11 +295,19 @@ class PassManager:
             raise PipelineError(f"pass #{record.index} {record.text!r} failed: {type(exc).__name__}: {exc}") from exc
         took = time.perf_counter() - t0
         graph, record.changed = result.graph, result.changed
-        problem = _signature_change(signature, _signature(graph))
-        if problem is not None:
-            raise PipelineError(f"pass #{record.index} {record.text!r} changed the graph's signature: {problem}")
+        # Every after-hook runs even when something is wrong (a dump of broken IR is what one
+        # wants to read); the first problem found is raised once they have.
+        problems: list[PipelineError] = []
+        change = _signature_change(signature, _signature(graph))
+        if change is not None:
+            problems.append(PipelineError(f"pass #{record.index} {record.text!r} changed the graph's signature: {change}"))
         for inst in reversed(self.instruments):
-            inst.after_pass(p, graph, record)
+            try:
+                inst.after_pass(p, graph, record)
+            except PipelineError as exc:
+                problems.append(exc)
+        if problems:
+            raise problems[0]
         _log.debug("pass #%d %s: %s in %.4f s", record.index, record.text,
                    "changed" if record.changed else "unchanged", took)
         return graph

@@ -35,16 +35,17 @@ def resolve_inputs(node: Node, subst: Mapping[Value, Value]) -> bool:
     return changed
 
 
-def apply_substitution(graph: Graph, subst: Mapping[Value, Value]) -> bool:
-    """Point every input of every node (regions included) at its replacement; whether any changed.
+def resolve_outputs(region: Graph, subst: Mapping[Value, Value]) -> bool:
+    """Point a region's outputs at their replacements; whether any changed.
 
-    Graph outputs are not touched here: :func:`replace_value` updates them when the
-    replacement is recorded, so the signature rule is applied where the rewrite is decided."""
-    if not subst:
-        return False
+    Only for regions, whose outputs may be values of the enclosing graphs (the verifier allows
+    it): the outputs of the top graph change only through :func:`replace_value`, which keeps
+    their names."""
     changed = False
-    for n in graph.walk():
-        changed |= resolve_inputs(n, subst)
+    for i, v in enumerate(region.outputs):
+        if v in subst:
+            region.outputs[i] = resolve(v, subst)
+            changed = True
     return changed
 
 

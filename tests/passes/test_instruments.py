@@ -212,3 +212,12 @@ def test_bisecting_with_the_limit_pins_the_pass() -> None:
     reference = output(0)
     first_bad = next(n for n in range(1, 6) if relative_l2(reference, output(n)) > 1e-6)
     assert first_bad == 4
+
+
+@pytest.mark.parametrize("order", ["verify-first", "dump-first"])
+def test_broken_ir_is_dumped_whatever_the_instrument_order(tmp_path: Path, order: str) -> None:
+    verify, dump = VerifyEach(), DumpIR(tmp_path)
+    instruments: list[Instrument] = [verify, dump] if order == "verify-first" else [dump, verify]
+    with pytest.raises(PipelineError, match="produced invalid IR"):
+        PassManager("test-drop-node", instruments=[*instruments, NumericEach()]).run(parse_graph(MODEL))
+    assert (tmp_path / "001-test-drop-node.cir").is_file()

@@ -321,3 +321,25 @@ def test_readme_pass_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     command = [a.replace("cuvil/examples/", f"{REPO}/cuvil/examples/") for a in command]
     assert main(["opt", *command]) == 0
     assert (tmp_path / "dumps" / "003-cse.cir").is_file() and not (tmp_path / "dumps" / "004-dce.cir").exists()
+
+
+def test_region_outputs_that_read_a_replaced_outer_value_follow_it() -> None:
+    text = """graph main(%c: bool[], %x: f32[3]) {
+  %r = relu(%x) : f32[3]
+  %n = identity(%r) : f32[3]
+  %m = relu(%x) : f32[3]
+  %y = if(%c) {then_branch = graph then_branch() {
+      return %n
+    }, else_branch = graph else_branch() {
+      return %m
+    }} : f32[3]
+  return %y
+}
+"""
+    from cuvil.ir.verify import verify
+
+    for pipeline, branch in (("canonicalize", "then_branch"), ("cse", "else_branch")):  # %n -> %r, %m -> %r
+        g = PassManager(pipeline).run(parse_graph(text))
+        verify(g)
+        (if_node,) = [n for n in g.nodes if n.op == "if"]
+        assert dict(if_node.regions())[branch].outputs[0] is g.nodes[0].outputs[0], pipeline
