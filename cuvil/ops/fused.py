@@ -34,7 +34,7 @@ from dataclasses import replace
 import numpy as np
 
 from cuvil.ir.dtypes import DType
-from cuvil.ir.graph import Graph
+from cuvil.ir.graph import Graph, Value
 from cuvil.ir.symbolic import Dim, is_unknown
 from cuvil.ir.types import TensorType
 from cuvil.ops import conv as _conv  # noqa: F401  (the bases are registered before their fused forms)
@@ -66,12 +66,21 @@ def extra_kind(out: Sequence[Dim], operand: Sequence[Dim]) -> str | None:
     return None
 
 
+def _fits(region_type: TensorType, operand: TensorType) -> bool:
+    """Whether an operand of type ``operand`` may feed a region input declared ``region_type``.
+
+    Equal types, except that a dim the region only knows at run time may be any dim (the C
+    generator re-infers a node with such dims as run-time symbols)."""
+    return region_type.dtype == operand.dtype and region_type.rank == operand.rank and all(
+        a == b or is_unknown(a) for a, b in zip(region_type.shape, operand.shape))
+
+
 def region_problem(body: Graph, input_types: Sequence[TensorType | None], what: str) -> str | None:
     """Why ``body`` is not a valid fused region for inputs of ``input_types`` (None when it is)."""
     if len(body.inputs) != len(input_types):
         return f"{what} has {len(body.inputs)} inputs for {len(input_types)} operands"
     for i, (v, t) in enumerate(zip(body.inputs, input_types)):
-        if t is None or v.type != t:
+        if t is None or not _fits(v.type, t):
             return f"{what} input {i} has type {v.type}, its operand {t}"
     if len(body.outputs) != 1:
         return f"{what} must have one output, has {len(body.outputs)}"
@@ -92,6 +101,23 @@ def region_problem(body: Graph, input_types: Sequence[TensorType | None], what: 
     return None
 
 
+def region_result(ctx: InferCtx, body: Graph, input_types: Sequence[TensorType]) -> TensorType:
+    """The type of ``body``'s output for inputs of ``input_types``, by each region node's own inference.
+
+    For the types the region was built with this is its output's type; for operands whose dims
+    are run-time symbols it says what the output's dims are in those symbols."""
+    from cuvil.ops.common import infer_all  # the registry's helpers; common does not import this module
+
+    env: dict[Value, Value] = {rv: Value(rv.name, t) for rv, t in zip(body.inputs, input_types)}
+    for n in body.nodes:
+        ins = [env[v] if v is not None else None for v in n.inputs]
+        types, _, syms = infer_all(n.op, ins, n.attrs, len(n.outputs), ctx.symbols)
+        for o, t, sv in zip(n.outputs, types, syms):
+            env[o] = Value(o.name, t)
+            env[o].sym_value = sv
+    return env[body.outputs[0]].type
+
+
 def _run(ctx: RefCtx, body: Graph, inputs: Sequence[np.ndarray | None]) -> np.ndarray:
     if ctx.run_region is None:
         raise ValueError(f"{ctx.op}: the interpreter gave no way to run its region")
@@ -108,7 +134,7 @@ def _fused_elementwise_infer(ctx: InferCtx) -> list[TensorType]:
     problem = region_problem(body, ctx.types, "body")
     if problem:
         raise ctx.fail(problem)
-    return [body.outputs[0].type]
+    return [region_result(ctx, body, [ctx.type(i) for i in range(len(ctx.types))])]
 
 
 def _fused_elementwise_ref(ctx: RefCtx) -> list[np.ndarray]:
@@ -146,8 +172,9 @@ def _epilogue_op(name: str, base_name: str) -> None:
         problem = region_problem(epilogue, [out, *extras], "epilogue")
         if problem:
             raise ctx.fail(problem)
-        if epilogue.outputs[0].type != out:
-            raise ctx.fail(f"epilogue gives {epilogue.outputs[0].type}, the {base_name} result is {out}")
+        result = region_result(ctx, epilogue, [out, *(t for t in extras if t is not None)])
+        if result != out:
+            raise ctx.fail(f"epilogue gives {result}, the {base_name} result is {out}")
         for i, t in enumerate(extras):
             if t is None or extra_kind(out.shape, t.shape) is None:
                 raise ctx.fail(f"extra input {i} ({t}) is neither one element, the result's shape, nor a "
