@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import re
@@ -39,12 +38,9 @@ class BuildOptions:
 
 
 @dataclass
-class Build:
-    """A built model: its folder (source, library, weights) and how long the build took."""
+class Build(cache.BuildFolder):
+    """A built model library: its folder (source, library, weights) and how long the build took."""
 
-    folder: Path
-    cached: bool
-    seconds: float
     module: GeneratedModule | None = None
     options: BuildOptions | None = None
 
@@ -52,28 +48,9 @@ class Build:
     def library(self) -> Path:
         return self.folder / "model.so"
 
-    @property
-    def weights(self) -> Path:
-        return self.folder / "weights.bin"
-
-    @property
-    def source(self) -> Path:
-        return self.folder / "model.c"
-
-    @property
-    def warnings(self) -> str:
-        """What the C compiler printed (empty when the code compiled cleanly)."""
-        log = self.folder / "build.log"
-        return log.read_text(encoding="utf-8") if log.is_file() else ""
-
 
 def _runtime_digest() -> str:
-    h = hashlib.sha256()
-    for path in sorted(RUNTIME_DIR.iterdir()):
-        if path.is_file():
-            h.update(path.name.encode())
-            h.update(path.read_bytes())
-    return h.hexdigest()
+    return cache.runtime_digest(RUNTIME_DIR)
 
 
 def build(graph: Graph, options: BuildOptions) -> Build:
@@ -81,24 +58,15 @@ def build(graph: Graph, options: BuildOptions) -> Build:
     t0 = time.perf_counter()
     with stage(_log, "codegen"):
         module = generate(graph, CodegenOptions(target=options.target, model_name=graph.name))
-    h = hashlib.sha256()
-    for part in (module.source, __version__, options.target, options.compiler.version, " ".join(options.compiler.argv),
-                 " ".join(compile_flags(options.target, sanitize=options.sanitize)), _runtime_digest()):
-        h.update(part.encode())
-        h.update(b"\0")
-    h.update(hashlib.sha256(module.weights).digest())
-    key = h.hexdigest()
+    key_parts = (__version__, options.target, options.compiler.version, " ".join(options.compiler.argv),
+                 " ".join(compile_flags(options.target, sanitize=options.sanitize)), _runtime_digest())
 
-    def make(folder: Path) -> None:
-        src = folder / "model.c"
-        src.write_text(module.source, encoding="utf-8")
-        (folder / "weights.bin").write_bytes(module.weights)
-        log = build_library(options.compiler, src, folder / "model.so", options.target, sanitize=options.sanitize)
-        (folder / "build.log").write_text(log, encoding="utf-8")
+    def compile_source(src: Path, folder: Path) -> str:
+        return build_library(options.compiler, src, folder / "model.so", options.target, sanitize=options.sanitize)
 
     root = options.cache_dir or cache.default_cache_dir()
     t1 = time.perf_counter()
-    folder, hit = cache.get_or_build(root, key, make)
+    folder, hit = cache.build_model_folder(root, module.source, module.weights, key_parts, compile_source)
     _log.debug("stage %s: %.1f ms (%s)", "cache hit" if hit else "c build", (time.perf_counter() - t1) * 1e3, folder)
     return Build(folder, hit, time.perf_counter() - t0, module, options)
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 DONE = "complete"
@@ -60,3 +62,63 @@ def get_or_build(root: Path, key: str, build: Callable[[Path], None]) -> tuple[P
             shutil.rmtree(tmp, ignore_errors=True)
             raise
     return entry, False
+
+
+def runtime_digest(runtime_dir: Path) -> str:
+    """A digest of the runtime headers every generated file includes (part of each build's key)."""
+    h = hashlib.sha256()
+    for path in sorted(runtime_dir.iterdir()):
+        if path.is_file():
+            h.update(path.name.encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def build_model_folder(
+    root: Path,
+    source: str,
+    weights: bytes,
+    key_parts: Sequence[str],
+    compile_source: Callable[[Path, Path], str],
+) -> tuple[Path, bool]:
+    """The cache folder holding ``model.c``, ``weights.bin``, the compiled output and ``build.log``.
+
+    The key hashes the source, the weights and ``key_parts`` (Cuvil version, target,
+    compiler and flags, runtime digest). ``compile_source(model_c, folder)`` compiles and
+    returns the compiler's messages. Returns the folder and whether it was cached."""
+    h = hashlib.sha256()
+    for part in (source, *key_parts):
+        h.update(part.encode())
+        h.update(b"\0")
+    h.update(hashlib.sha256(weights).digest())
+
+    def make(folder: Path) -> None:
+        src = folder / "model.c"
+        src.write_text(source, encoding="utf-8")
+        (folder / "weights.bin").write_bytes(weights)
+        (folder / "build.log").write_text(compile_source(src, folder), encoding="utf-8")
+
+    return get_or_build(root, h.hexdigest(), make)
+
+
+@dataclass
+class BuildFolder:
+    """A built model: its cache folder (source, compiled output, weights) and how long the build took."""
+
+    folder: Path
+    cached: bool
+    seconds: float
+
+    @property
+    def weights(self) -> Path:
+        return self.folder / "weights.bin"
+
+    @property
+    def source(self) -> Path:
+        return self.folder / "model.c"
+
+    @property
+    def warnings(self) -> str:
+        """What the compiler printed (empty when the code compiled cleanly)."""
+        log = self.folder / "build.log"
+        return log.read_text(encoding="utf-8") if log.is_file() else ""

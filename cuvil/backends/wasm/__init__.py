@@ -13,7 +13,6 @@ zig command that rebuilds the module from them.
 
 from __future__ import annotations
 
-import hashlib
 import shlex
 import time
 from collections.abc import Mapping
@@ -41,12 +40,9 @@ class WasmBuildOptions:
 
 
 @dataclass
-class WasmBuild:
-    """A built model: its folder (source, module, weights) and how long the build took."""
+class WasmBuild(cache.BuildFolder):
+    """A built WebAssembly module: its folder (source, module, weights) and how long the build took."""
 
-    folder: Path
-    cached: bool
-    seconds: float
     module: GeneratedModule | None = None
     options: WasmBuildOptions | None = None
 
@@ -54,42 +50,18 @@ class WasmBuild:
     def wasm(self) -> Path:
         return self.folder / "model.wasm"
 
-    @property
-    def weights(self) -> Path:
-        return self.folder / "weights.bin"
-
-    @property
-    def source(self) -> Path:
-        return self.folder / "model.c"
-
-    @property
-    def warnings(self) -> str:
-        """What the compiler printed (empty when the code compiled cleanly)."""
-        log = self.folder / "build.log"
-        return log.read_text(encoding="utf-8") if log.is_file() else ""
-
 
 def build(graph: Graph, options: WasmBuildOptions) -> WasmBuild:
     """Generate, compile to WebAssembly (or fetch from the cache) and return the model's build folder."""
     t0 = time.perf_counter()
     module = generate(graph, CodegenOptions(target=WASM_TARGET, model_name=graph.name))
-    h = hashlib.sha256()
-    for part in (module.source, __version__, WASM_TARGET, options.zig.version, " ".join(compile_flags()),
-                 _runtime_digest()):
-        h.update(part.encode())
-        h.update(b"\0")
-    h.update(hashlib.sha256(module.weights).digest())
-    key = h.hexdigest()
+    key_parts = (__version__, WASM_TARGET, options.zig.version, " ".join(compile_flags()), _runtime_digest())
     root = options.cache_dir or cache.default_cache_dir()
 
-    def make(folder: Path) -> None:
-        src = folder / "model.c"
-        src.write_text(module.source, encoding="utf-8")
-        (folder / "weights.bin").write_bytes(module.weights)
-        log = build_wasm(options.zig, src, folder / "model.wasm", zig_cache=root / "zig")
-        (folder / "build.log").write_text(log, encoding="utf-8")
+    def compile_source(src: Path, folder: Path) -> str:
+        return build_wasm(options.zig, src, folder / "model.wasm", zig_cache=root / "zig")
 
-    folder, hit = cache.get_or_build(root, key, make)
+    folder, hit = cache.build_model_folder(root, module.source, module.weights, key_parts, compile_source)
     return WasmBuild(folder, hit, time.perf_counter() - t0, module, options)
 
 
