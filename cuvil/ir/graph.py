@@ -109,7 +109,7 @@ class Graph:
         """The nodes (of this graph, counting uses inside their regions) reading each value."""
         out: dict[Value, list[Node]] = {}
         for n in self.nodes:
-            for v in _reads(n):
+            for v in reads(n):
                 out.setdefault(v, []).append(n)
         return out
 
@@ -117,18 +117,19 @@ class Graph:
         return f"Graph({self.name!r}, {len(self.nodes)} nodes)"
 
 
-def _reads(node: Node) -> Iterator[Value]:
-    for v in node.inputs:
-        if v is not None:
-            yield v
-    for _, g in node.regions():
-        defined = {id(v) for v in g.inputs}
-        for n in g.walk():
-            defined.update(id(o) for o in n.outputs)
-        for n in g.walk():
-            for v in n.inputs:
-                if v is not None and id(v) not in defined:
-                    yield v
-        for v in g.outputs:
-            if id(v) not in defined:
-                yield v
+def captures(node: Node) -> set[Value]:
+    """The values of enclosing graphs that ``node``'s regions read (at any depth)."""
+    out: set[Value] = set()
+    for _, region in node.regions():
+        defined = set(region.inputs)
+        inner: set[Value] = set(region.outputs)
+        for n in region.nodes:
+            defined.update(n.outputs)
+            inner |= reads(n)
+        out |= inner - defined
+    return out
+
+
+def reads(node: Node) -> set[Value]:
+    """The values ``node`` reads: its inputs, and what its regions read from outside themselves."""
+    return {v for v in node.inputs if v is not None} | captures(node)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from cuvil.ir.graph import Graph, Node, Value
+from cuvil.ir.graph import Graph, Node, Value, reads
 from cuvil.passes.base import Pass, PassResult, register_pass
 
 
@@ -32,7 +32,7 @@ class DeadCodeElimination(Pass):
 
 def _clean(graph: Graph) -> int:
     """Remove the dead nodes of ``graph`` and its regions; the number removed.  Values read from
-    enclosing graphs are not this graph's business: :func:`free_reads` reports them to the caller."""
+    enclosing graphs are not this graph's business: :func:`cuvil.ir.graph.reads` reports them to the caller."""
     live: set[Value] = set(graph.outputs)
     kept: list[Node] = []
     removed = 0
@@ -42,21 +42,10 @@ def _clean(graph: Graph) -> int:
             continue
         for _, region in node.regions():
             removed += _clean(region)
-        live.update(free_reads(node))
+        live.update(reads(node))
         kept.append(node)
     kept.reverse()
     graph.nodes = kept
     return removed
 
 
-def free_reads(node: Node) -> set[Value]:
-    """The values ``node`` reads: its inputs, and what its regions read from outside themselves."""
-    reads = {v for v in node.inputs if v is not None}
-    for _, region in node.regions():
-        defined = set(region.inputs)
-        inner: set[Value] = set(region.outputs)
-        for n in region.nodes:
-            defined.update(n.outputs)
-            inner |= free_reads(n)
-        reads |= inner - defined
-    return reads

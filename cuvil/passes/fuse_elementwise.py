@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from cuvil.ir.graph import Graph, Node, Value
+from cuvil.ir.graph import Graph, Node, Value, captures
 from cuvil.ops.common import const_of
 from cuvil.ops.fused import FUSABLE_DTYPES, FUSED_OPS
 from cuvil.ops.registry import ELEMENTWISE, lookup
@@ -39,24 +39,11 @@ def use_counts(graph: Graph) -> dict[Value, int]:
         for v in n.inputs:
             if v is not None:
                 counts[v] = counts.get(v, 0) + 1
-        for v in _region_reads(n):
+        for v in captures(n):
             counts[v] = counts.get(v, 0) + 1
     for v in graph.outputs:
         counts[v] = counts.get(v, 0) + 1
     return counts
-
-
-def _region_reads(node: Node) -> set[Value]:
-    """The values of enclosing graphs that ``node``'s regions read."""
-    out: set[Value] = set()
-    for _, g in node.regions():
-        defined = set(g.inputs)
-        for n in g.walk():
-            defined.update(n.outputs)
-        for n in g.walk():
-            out.update(v for v in n.inputs if v is not None and v not in defined)
-        out.update(v for v in g.outputs if v not in defined)
-    return out
 
 
 def build_region(name: str, graph: Graph, nodes: Sequence[Node], result: Value,

@@ -25,7 +25,7 @@ from cuvil.backends.c import ctypes_map as ct
 from cuvil.backends.c.kernel import CVal, KernelCtx, find_kernel
 from cuvil.backends.c.writer import CWriter, Names, c_comment, c_string
 from cuvil.errors import CuvilError, UnsupportedOpError, UnsupportedUse
-from cuvil.ir.graph import Graph, Node, Value
+from cuvil.ir.graph import Graph, Node, Value, captures
 from cuvil.ir.symbolic import Dim, DimExpr, format_dim, is_unknown, linear_form, render_dim, sym
 from cuvil.ir.types import TensorType
 
@@ -311,7 +311,8 @@ class FunctionEmitter:
         """Emit ``g``'s nodes, releasing each value it defines after its last use (except ``keep``)."""
         last: dict[Value, int] = {}
         for i, n in enumerate(g.nodes):
-            for v in _reads(n):
+            # operands in order, then region captures: the release order in the C follows it
+            for v in [*(x for x in n.inputs if x is not None), *sorted(captures(n), key=lambda x: x.uid)]:
                 last[v] = i
         defined_here = {o for n in g.nodes for o in n.outputs}
         for i, n in enumerate(g.nodes):
@@ -347,12 +348,6 @@ class FunctionEmitter:
             w.line(f"outputs[{i}].rank = {c.rank}; outputs[{i}].dtype = {ct.code(v.type.dtype)};")
             for j in range(c.rank):
                 w.line(f"outputs[{i}].shape[{j}] = {c.shape}[{j}];")
-
-
-def _reads(n: Node) -> list[Value]:
-    from cuvil.ir.graph import _reads as reads
-
-    return list(reads(n))
 
 
 def _profile_definitions(n: int) -> str:

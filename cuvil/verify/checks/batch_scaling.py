@@ -76,11 +76,11 @@ def _nbytes(v: Value, env: Mapping[str, int]) -> int:
 
 def memory_figures(graph: Graph, env: Mapping[str, int]) -> dict[str, float]:
     """Bytes per call with one allocation per value, freed after its last use (top-level values)."""
-    from cuvil.ir.graph import _reads
+    from cuvil.ir.graph import reads
 
     last: dict[Value, int] = {}
     for i, n in enumerate(graph.nodes):
-        for v in _reads(n):
+        for v in reads(n):
             last[v] = i
     end = len(graph.nodes)
     for v in graph.outputs:

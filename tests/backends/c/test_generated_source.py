@@ -74,5 +74,5 @@ def test_each_kernel_is_labelled_with_its_node() -> None:
     src = generate(g, CodegenOptions()).source
     for n in g.nodes:
         if n.op != "constant":
-            assert f"/* {c_comment(f'node {n.name!r}'.replace(repr(n.name), chr(39) + n.name + chr(39)))}" in src
+            assert f"/* {c_comment(f'node {chr(39)}{n.name}{chr(39)}')}" in src
     assert src.count("/* node '") == sum(1 for n in g.nodes if n.op != "constant")
