@@ -89,6 +89,17 @@ def compile(  # noqa: A001  (the library's main verb)
     enable_fusion: bool = True,
     num_threads: int | None = None,
     passes: str | Sequence[Pass] | PassManager | None = None,
+    precision: str = "fp32",
+    precision_overrides: Mapping[str, str] | None = None,
+    allow_overflow: bool = False,
+    calibration_dataset: Any = None,
+    precision_samples: int = 2,
+    conv_algorithm: str | Mapping[str, str] | None = None,
+    quant_dtype: str | None = None,
+    symmetric: bool = True,
+    per_channel: bool = True,
+    calibration: str = "minmax",
+    min_calibration_samples: int | None = None,
 ) -> CompiledModel:
     """Compile a model for ``target``: an ONNX path, bytes or ModelProto, a Cuvil Graph, or a PyTorch
     ``nn.Module`` (in eval mode) or ``ExportedProgram``.
@@ -106,13 +117,48 @@ def compile(  # noqa: A001  (the library's main verb)
     (``"canonicalize,fold-constants,cse,dce"``), a list of ``cuvil.passes.Pass`` objects, or a
     ``cuvil.passes.PassManager`` (with instruments and a limit; its ``report`` is filled in).
     ``None`` runs the target's default pipeline (``cuvil.passes.default_pipeline``), ``""`` none.
-    A Cuvil Graph given as ``model`` is copied first, never changed."""
+    A Cuvil Graph given as ``model`` is copied first, never changed.
+
+    ``conv_algorithm`` (C and wasm32 targets) picks how convolutions run: "auto" (default: a cost
+    model per node), "im2col" (the GEMM-based kernels), "winograd" (Winograd, tile size by the cost
+    model), "winograd-f2" / "winograd-f4" / "winograd-f6" (F(2x2,3x3), F(4x4,3x3), F(6x6,3x3)), for
+    every convolution it applies to, or per node: ``{"layer1.0.conv1": "winograd-f4", ...}`` (a
+    node not named keeps "auto").  Winograd applies to f32 2-D 3x3 convolutions with unit strides
+    and dilations and one group; naming a node that is not such a convolution of the compiled graph,
+    or an unknown algorithm, is a ``ConvAlgorithmError`` (docs/conv-algorithms.md).
+
+    ``precision`` ("fp32", "fp16" or "bf16") stores weights and computes in that type, accumulating
+    GEMM, matmul and convolution in float32 and keeping numerically sensitive ops (softmax,
+    normalisations, summing reductions, exp/log ...) in float32: the ``convert-precision`` pass,
+    run before fusion.  ``precision_overrides`` maps an op name or ``node:NAME`` to "fp32" or the
+    reduced type (``{"softmax": "fp16", "node:encoder.0.attn": "fp32"}``; a node's entry wins).
+    The float32 graph and the converted one then run in the reference interpreter on
+    ``precision_samples`` inputs (the first samples of ``calibration_dataset`` when given, else
+    seeded random ones): a value that overflows the reduced type is refused with a
+    ``PrecisionOverflowError`` naming the node, op and value, unless ``allow_overflow``; the
+    per-layer errors are kept in ``m.info.precision`` (saved with the model; ``cuvil inspect
+    --precision`` prints the worst layers).
+
+    ``quant_dtype="int8"`` quantizes after calibration on ``calibration_dataset`` (a DataLoader, an
+    iterable of input tuples or dicts, or a folder of .npz files; at least 64 examples unless
+    ``min_calibration_samples`` says otherwise): conv, gemm and matmul get int8 weights per output
+    channel (``per_channel``) and activations per tensor, int8 with zero point 0 (``symmetric``) or
+    uint8 with a zero point, their ranges from ``calibration`` ("minmax", "percentile", "entropy").
+    The quantize/dequantize nodes are explicit in the IR, inserted after ``fold-batchnorm`` and
+    before fusion (``cuvil/quant/ptq.py``); ``m.info.precision`` records the per-layer errors
+    against the float32 graph on ``precision_samples`` calibration inputs, every tensor's scale and
+    zero point, and the warnings (also logged on ``cuvil.quant``)."""
     if target not in TARGETS:
         raise CuvilError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
     if num_threads is not None:
         from cuvil.backends.c.library import check_num_threads
 
         check_num_threads(num_threads)
+    from cuvil.backends.c.kernels.conv_algorithm import normalize as _conv_algorithm
+
+    conv_choice = _conv_algorithm(conv_algorithm)
+    if conv_choice != "auto" and target == "ref":
+        raise CuvilError("conv_algorithm applies to the C and wasm32 targets; ref runs the reference interpreter")
     if num_threads is not None and target in ("ref", "wasm32") and num_threads != 1:
         raise CuvilError(f"num_threads applies to the native C targets; {target} runs one thread")
     t0 = time.perf_counter()
@@ -137,11 +183,45 @@ def compile(  # noqa: A001  (the library's main verb)
         verify(graph)
     with stage(_log, "shape checks", times):
         signature = Signature.of(graph)
-    graph = _run_passes(graph, model, target, passes, enable_fusion, times)
+    int8 = None
+    if quant_dtype is not None:
+        graph, int8 = _quantize(graph, model, target, passes, enable_fusion, precision, calibration_dataset,
+                                precision_samples, times, quant_dtype, symmetric, per_channel, calibration,
+                                min_calibration_samples)
+        passes = ""  # the whole pipeline ran, around calibration
+        notes = [n for n in notes if not n.startswith("enable_fusion")]  # passes did run, on ref too
+    convert = _precision_pass(precision, precision_overrides)
+    fp32_graph = None
+    if convert is not None:
+        from cuvil.passes.rewrite import copy_graph
+
+        fp32_graph = copy_graph(graph)
+    try:
+        graph = _run_passes(graph, model, target, passes, enable_fusion, times, convert)
+    except CuvilError as exc:
+        from cuvil.passes.convert_precision import PrecisionOverflowError
+
+        if isinstance(exc.__cause__, PrecisionOverflowError):  # the user's error, not the pipeline's
+            raise exc.__cause__ from None
+        raise
+    report = None
+    if convert is not None and fp32_graph is not None:
+        from cuvil.quant.accuracy import check_reduced_precision, sample_inputs
+
+        with stage(_log, "precision report", times):
+            samples = sample_inputs(fp32_graph, calibration_dataset, precision_samples)
+            report = check_reduced_precision(fp32_graph, graph, samples, precision,
+                                             dict(precision_overrides or {}), allow_overflow)
+        for o in report.overflows:
+            _log.warning("precision=%s: %s (allowed by allow_overflow=True)", precision, o.describe())
+            notes.append(f"allow_overflow: {o.describe()}")
+    if int8 is not None:
+        report = int8
     _log_plan(graph, target, signature)
 
     def info(cached: bool | None) -> CompileInfo:
-        return CompileInfo(graph.name, kind, digest, time.perf_counter() - t0, cached, at, tuple(notes))
+        return CompileInfo(graph.name, kind, digest, time.perf_counter() - t0, cached, at, tuple(notes),
+                           None if report is None else report.to_json())
 
     def done(m: CompiledModel) -> CompiledModel:
         cache = {None: "no build", True: "build cache hit", False: "built"}[m.info.cached]
@@ -166,7 +246,8 @@ def compile(  # noqa: A001  (the library's main verb)
         if cc or sanitize:
             raise CuvilError("cc= and sanitize= apply to the native C targets; wasm32 builds with zig cc")
         with stage(_log, "wasm build", times):
-            wb = build_wasm(graph, WasmBuildOptions(cache_dir=Path(cache_dir) if cache_dir else None))
+            wb = build_wasm(graph, WasmBuildOptions(cache_dir=Path(cache_dir) if cache_dir else None,
+                                                       conv_algorithm=conv_choice))
         with stage(_log, "load", times):
             executor = WasmExecutor(wb)
         return done(CompiledModel(signature, executor, target, graph, info(wb.cached)))
@@ -174,20 +255,68 @@ def compile(  # noqa: A001  (the library's main verb)
     from cuvil.backends.c.toolchain import Compiler
 
     b = build(graph, BuildOptions(target=target, compiler=Compiler.from_string(cc),
-                                  cache_dir=Path(cache_dir) if cache_dir else None, sanitize=sanitize))
+                                  cache_dir=Path(cache_dir) if cache_dir else None, sanitize=sanitize,
+                                  conv_algorithm=conv_choice))
     with stage(_log, "load", times):
         executor = CExecutor(b, num_threads=num_threads)
     return done(CompiledModel(signature, executor, target, graph, info(b.cached)))
 
 
+def _quantize(graph: Graph, model: Any, target: str, passes: Any, enable_fusion: bool, precision: str, dataset: Any,
+              report_samples: int, times: dict[str, float], quant_dtype: str, symmetric: bool, per_channel: bool,
+              calibration: str, min_samples: int | None) -> tuple[Graph, Any]:
+    """Post-training quantization with its own pipeline around calibration (cuvil/quant/ptq.py)."""
+    from cuvil.quant.ptq import QuantizationError, QuantOptions, compile_int8
+
+    options = QuantOptions(quant_dtype, symmetric, per_channel, calibration, min_samples=min_samples)
+    if passes is not None:
+        raise QuantizationError("quant_dtype= runs its own pipeline (the passes up to fold-batchnorm, calibration, "
+                                "then fold-qdq and fusion); it cannot be combined with passes=")
+    if precision != "fp32":
+        raise QuantizationError(f"quant_dtype={quant_dtype!r} and precision={precision!r} cannot be combined: "
+                                "int8 layers compute in float32 where they are not quantized")
+    return compile_int8(graph, graph is model, target, enable_fusion, dataset, options, report_samples, times)
+
+
+def _precision_pass(precision: str, overrides: Mapping[str, str] | None) -> Pass | None:
+    """The ``convert-precision`` pass ``precision`` asks for (None for fp32)."""
+    from cuvil.passes.convert_precision import ALIASES, ConvertPrecision, format_overrides, parse_overrides
+
+    p = ALIASES.get(precision.lower()) if isinstance(precision, str) else None
+    if p not in ("f32", "f16", "bf16"):
+        raise CuvilError(f"unknown precision {precision!r}; choose fp32, fp16 or bf16")
+    if p == "f32":
+        if overrides:
+            raise CuvilError("precision_overrides apply to precision='fp16' or 'bf16'")
+        return None
+    return ConvertPrecision(dtype=p, overrides=format_overrides(parse_overrides(overrides or {})))
+
+
+def _with_precision(passes: list[Pass], convert: Pass) -> list[Pass]:
+    """``passes`` with ``convert`` before the first fusion pass (fused regions are not converted)."""
+    from cuvil.passes import FuseElementwise, FuseEpilogue, RecognizeGelu
+
+    at = next((i for i, p in enumerate(passes) if isinstance(p, FuseElementwise | FuseEpilogue | RecognizeGelu)),
+              len(passes))
+    return [*passes[:at], convert, *passes[at:]]
+
+
 def _run_passes(graph: Graph, model: Any, target: str, passes: str | Sequence[Pass] | PassManager | None,
-                enable_fusion: bool, times: dict[str, float]) -> Graph:
+                enable_fusion: bool, times: dict[str, float], convert: Pass | None = None) -> Graph:
     """The graph after the pass pipeline (verified again: the backends take only valid IR)."""
     from cuvil.passes import PassManager, default_pipeline
+    from cuvil.passes.convert_precision import ConvertPrecision
     from cuvil.passes.rewrite import copy_graph
 
     if passes is None:
         passes = default_pipeline(target, enable_fusion=enable_fusion)
+    if convert is not None:
+        if isinstance(passes, PassManager):
+            if not any(isinstance(p, ConvertPrecision) for p in passes.passes):
+                raise CuvilError(f"precision= with a PassManager: put {convert} in its pipeline "
+                                 "(before the fusion passes)")
+        else:
+            passes = _with_precision(PassManager(passes).passes, convert)
     manager = passes if isinstance(passes, PassManager) else PassManager(passes)
     if not manager.passes:
         return graph

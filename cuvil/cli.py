@@ -7,7 +7,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cuvil.errors import CuvilError
 
@@ -103,6 +103,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     from cuvil.frontends.onnx.importer import find_importer
     from cuvil.ir.printer import format_type, print_graph
 
+    if args.precision is not None:
+        return _inspect_precision(args)
     proto, _ = read_model(args.model)
     counts = _op_counts(proto)
     if args.ir:
@@ -137,11 +139,34 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _inspect_precision(args: argparse.Namespace) -> int:
+    """The per-layer error report of a saved artifact, or of compiling a model at ``--precision``."""
+    from pathlib import Path
+
+    from cuvil.quant.accuracy import PrecisionReport, format_report
+
+    path = Path(args.model)
+    if path.is_dir():
+        meta = json.loads((path / "meta.json").read_text())
+        data = meta.get("compile", {}).get("precision")
+        if data is None:
+            raise CuvilError(f"{path} was compiled in float32: it has no precision report")
+        report = PrecisionReport.from_json(data)
+    else:
+        import cuvil
+
+        m = cuvil.compile(str(path), target="ref", precision=args.precision)
+        assert m.info.precision is not None
+        report = PrecisionReport.from_json(m.info.precision)
+    print(format_report(report, args.top))
+    return 0
+
+
 # ---- compile and run ------------------------------------------------------------------------------------------
 # The CLI is the one place that reads the environment: CC (the C compiler) and CUVIL_CACHE_DIR (the build cache).
 
 
-def _compile(model: str, target: str, dim_args: Sequence[str] | None) -> CompiledModel:
+def _compile(model: str, target: str, dim_args: Sequence[str] | None, **options: Any) -> CompiledModel:
     """cuvil.compile, with ``cache_dir=`` from CUVIL_CACHE_DIR and, for the C targets, ``cc=`` from CC.
 
     Unset or empty variables leave the defaults. CC names the system C compiler, so it does not apply to
@@ -151,7 +176,7 @@ def _compile(model: str, target: str, dim_args: Sequence[str] | None) -> Compile
 
     cc = os.environ.get("CC") or None
     return cuvil_compile(model, target=target, dims=_dims(dim_args), cc=cc if target in C_TARGETS else None,
-                         cache_dir=os.environ.get("CUVIL_CACHE_DIR") or None)
+                         cache_dir=os.environ.get("CUVIL_CACHE_DIR") or None, **options)
 
 
 def parse_dim(text: str) -> tuple[str, DimConstraint]:
@@ -223,8 +248,22 @@ def _compiled(m: CompiledModel) -> str:
     return f"in {m.info.seconds or 0.0:.3f} s{how}"
 
 
+def _quant_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``cuvil compile``'s int8 options as cuvil.compile keywords (none without --quantize)."""
+    if args.quantize is None:
+        given = [f for f, v in (("--calibration", args.calibration), ("--asymmetric", args.asymmetric),
+                                ("--per-tensor", args.per_tensor),
+                                ("--min-calibration-samples", args.min_calibration_samples)) if v]
+        if given:
+            raise CuvilError(f"{', '.join(given)} apply with --quantize int8")
+        return {}
+    return {"quant_dtype": args.quantize, "calibration_dataset": args.calibration, "symmetric": not args.asymmetric,
+            "per_channel": not args.per_tensor, "calibration": args.calibration_method,
+            "min_calibration_samples": args.min_calibration_samples}
+
+
 def _cmd_compile(args: argparse.Namespace) -> int:
-    m = _compile(args.model, args.target, args.dim)
+    m = _compile(args.model, args.target, args.dim, **_quant_options(args))
     print(f"compiled {args.model} for {m.target} {_compiled(m)}")
     _describe(m)
     if args.output:
@@ -311,6 +350,16 @@ def _cmd_opt(args: argparse.Namespace) -> int:
             if args.report_json:
                 with open(args.report_json, "w", encoding="utf-8") as f:
                     json.dump(pm.report.to_json(), f, indent=1)
+    if args.emit == "plan":  # the memory plan, at the symbols' maxima (or the values it was laid out at)
+        plan = graph.memory_plan
+        if plan is None:
+            raise CuvilError(f"--emit plan: the pipeline {pm.pipeline!r} has no plan-memory pass")
+        text = plan.format(None if plan.bounded else plan.representative)
+        if args.output:
+            with open(args.output, "w", encoding="utf-8") as f:
+                f.write(text)
+        else:
+            print(text, end="")
     if args.emit == "ir":
         text = print_graph(graph, elide=not args.full)
         if args.output:
@@ -331,8 +380,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
     report = verify(args.model, checks=names(args.checks), targets=names(args.targets), config=args.config,
                     report_dir=args.report_dir, strict=True if args.strict else None, baseline=args.baseline,
-                    save_baseline=args.save_baseline, subject=args.subject,
-                    cache_dir=os.environ.get("CUVIL_CACHE_DIR") or None,
+                    save_baseline=args.save_baseline, subject=args.subject, trace=args.trace,
+                    memory_limit=args.memory_limit, cache_dir=os.environ.get("CUVIL_CACHE_DIR") or None,
                     progress=Progress() if not args.quiet else False)
     if args.report_dir:
         print(f"reports in {args.report_dir}: report.json, junit.xml, summary.md, report.html", file=sys.stderr)
@@ -348,6 +397,10 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("model", help="an ONNX model file")
     i.add_argument("--ir", action="store_true", help="print the Cuvil IR text")
     i.add_argument("--full", action="store_true", help="with --ir, print every constant (parsable text)")
+    i.add_argument("--precision", nargs="?", const="fp16", metavar="fp16|bf16",
+                   help="the worst layers of a reduced-precision artifact's accuracy report, or of compiling "
+                        "MODEL at that precision (default fp16)")
+    i.add_argument("--top", type=int, default=10, help="with --precision, how many layers to print")
     i.set_defaults(fn=_cmd_inspect)
 
     from cuvil.api import TARGETS
@@ -359,6 +412,17 @@ def build_parser() -> argparse.ArgumentParser:
     cc.add_argument("--target", "-t", default="native", help=f"one of {', '.join(t for t in TARGETS if t != 'ref')} (default native)")
     cc.add_argument("--dim", action="append", metavar="NAME=SPEC", help=dim_help)
     cc.add_argument("--output", "-o", metavar="DIR", help="save the compiled model to this folder")
+    cc.add_argument("--quantize", choices=["int8"], help="post-training quantization (needs --calibration)")
+    cc.add_argument("--calibration", metavar="DIR",
+                    help="calibration samples: a folder of .npz files, one sample each, keyed by input name "
+                         "(or arr_0, arr_1... in input order)")
+    cc.add_argument("--calibration-method", choices=["minmax", "percentile", "entropy"], default="minmax",
+                    help="how activation ranges are chosen (default minmax)")
+    cc.add_argument("--asymmetric", action="store_true", help="uint8 activations with a zero point (default: "
+                                                              "symmetric int8)")
+    cc.add_argument("--per-tensor", action="store_true", help="one weight scale per tensor (default: per channel)")
+    cc.add_argument("--min-calibration-samples", type=int, metavar="N",
+                    help="accept fewer than 64 calibration samples (at least N)")
     cc.set_defaults(fn=_cmd_compile)
 
     r = sub.add_parser("run", help="run a saved artifact, or compile a model and run it, once",
@@ -380,7 +444,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="pipeline text, e.g. canonicalize,fold-constants,cse,dce (default: the target's pipeline)")
     o.add_argument("--target", "-t", default="native", choices=TARGETS, help="whose default pipeline (default native)")
     o.add_argument("--dim", action="append", metavar="NAME=SPEC", help=dim_help)
-    o.add_argument("--emit", choices=("ir", "none"), default="ir", help="what to print: the IR after the passes, or nothing")
+    o.add_argument("--emit", choices=("ir", "plan", "none"), default="ir",
+                   help="what to print: the IR after the passes, the memory plan (plan-memory), or nothing")
     o.add_argument("--full", action="store_true", help="print (and dump) every constant, so the text parses back")
     o.add_argument("--output", "-o", metavar="FILE", help="write the IR to this file instead of stdout")
     o.add_argument("--verify-each", action="store_true", help="run the IR verifier after every pass")
@@ -407,7 +472,12 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--strict", action="store_true", help="warnings fail too")
     v.add_argument("--save-baseline", metavar="FILE", help="store this run's figures as a baseline")
     v.add_argument("--baseline", metavar="FILE", help="fail on figures that regressed against this baseline")
-    v.add_argument("--subject", default="cuvil", help="what to verify: cuvil (its compiled builds; the default)")
+    v.add_argument("--subject", default="cuvil",
+                   help="what to verify: cuvil (its compiled builds; the default) or onnxruntime (a session on the "
+                        "ONNX model, every graph optimisation on)")
+    v.add_argument("--trace", metavar="FILE", help="write the latency check's Chrome trace here (opens in Perfetto)")
+    v.add_argument("--memory-limit", metavar="SIZE",
+                   help="the batch-scaling check's memory limit: bytes, or a size such as 512M or 2GiB")
     v.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
     v.set_defaults(fn=_cmd_verify)
 

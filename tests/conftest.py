@@ -25,3 +25,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.fixture
 def update_golden(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--update-golden"))
+
+
+@pytest.fixture(scope="session")
+def wasm_cache(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A private build cache for wasm32 compiles whose ``zig/`` folder persists in pytest's cache.
+
+    That folder is zig's own content-addressed cache, where it builds wasi-libc (tens of seconds
+    cold); zig locks its entries, so sessions may share it.  Compiled models stay private to the
+    session."""
+    root = tmp_path_factory.mktemp("wasm-cache")
+    (root / "zig").symlink_to(request.config.cache.mkdir("cuvil-zig"), target_is_directory=True)
+    return str(root)

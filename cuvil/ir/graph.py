@@ -88,6 +88,10 @@ class Graph:
         self.outputs: list[Value] = list(outputs or [])
         self.name = name
         self.symbols: dict[str, SymbolInfo] = dict(symbols or {})
+        # Where each intermediate of the top-level schedule lives in the call's arena: a
+        # cuvil.backends.c.memplan.MemoryPlan, set by the plan-memory pass and read by the C code
+        # generator (the IR never looks inside it). None: every tensor is allocated on its own.
+        self.memory_plan: Any = None
 
     def walk(self) -> Iterator[Node]:
         """Every node, nested regions included, in order."""

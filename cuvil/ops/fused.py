@@ -38,12 +38,14 @@ from cuvil.ir.graph import Graph, Value
 from cuvil.ir.symbolic import Dim, is_unknown
 from cuvil.ir.types import TensorType
 from cuvil.ops import conv as _conv  # noqa: F401  (the bases are registered before their fused forms)
+from cuvil.ops import layout as _layout  # noqa: F401
 from cuvil.ops import linalg as _linalg  # noqa: F401
 from cuvil.ops.registry import ELEMENTWISE, AttrSpec, InferCtx, OpDef, RefCtx, get, lookup, register
 
 FUSABLE_DTYPES = frozenset({DType.f32, DType.f64})
 
-EPILOGUE_BASES = {"fused_conv": "conv", "fused_gemm": "gemm", "fused_matmul": "matmul"}
+EPILOGUE_BASES = {"fused_conv": "conv", "fused_conv_nhwc": "conv_nhwc", "fused_gemm": "gemm",
+                  "fused_matmul": "matmul"}
 """Each epilogue-carrying op and the op it extends."""
 
 FUSED_OPS = frozenset({"fused_elementwise", *EPILOGUE_BASES})

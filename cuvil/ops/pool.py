@@ -90,7 +90,8 @@ def _max_pool_ref(ctx: RefCtx) -> list[np.ndarray]:
     x = ctx.input(0)
     n = x.ndim - 2
     kernel, w, out, pads = _geometry(ctx, x)
-    data = x.astype(np.float32) if x.dtype.kind == "f" and x.dtype.itemsize < 4 else x  # bf16/f16: exact in f32
+    half = x.dtype in (np.dtype(np.float16), DType.bf16.np)
+    data = x.astype(np.float32) if half else x  # bf16/f16: exact in f32
     win = _flat(sliding_windows(data, kernel, w, out, pads, _lowest(data.dtype)), n)
     y = win.max(axis=-1)
     outs = [y.astype(ctx.out_dtype(0), copy=False)]

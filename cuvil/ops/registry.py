@@ -55,6 +55,9 @@ COMMUTATIVE = "commutative"
 SHAPE_ONLY = "shape_only"  # output depends on input shapes, not values
 CONTROL_FLOW = "control_flow"  # has regions; the interpreter runs it itself
 NONDETERMINISTIC = "nondeterministic"  # never constant-folded
+# Never constant-folded: its constant operands mean more than its result (dequantize_linear keeps
+# quantized weights quantized, for the integer kernels of the fold-qdq pass).
+KEEP_OPERANDS = "keep_operands"
 
 
 @dataclass

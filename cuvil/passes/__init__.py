@@ -14,10 +14,13 @@ from __future__ import annotations
 
 from cuvil.passes.base import Pass, PassError, PassResult, all_passes, get_pass, register_pass
 from cuvil.passes.canonicalize import Canonicalize
+from cuvil.passes.convert_precision import ConvertPrecision
 from cuvil.passes.cse import CommonSubexpressionElimination
 from cuvil.passes.dce import DeadCodeElimination
 from cuvil.passes.fold_batchnorm import FoldBatchNorm
 from cuvil.passes.fold_constants import FoldConstants, fold_node
+from cuvil.passes.fold_qdq import FoldQDQ
+from cuvil.passes.fuse_attention import FuseAttention
 from cuvil.passes.fuse_elementwise import FuseElementwise, RecognizeGelu
 from cuvil.passes.fuse_epilogue import FuseEpilogue
 from cuvil.passes.instruments import (
@@ -31,15 +34,22 @@ from cuvil.passes.instruments import (
     VerifyEach,
     relative_l2,
 )
+from cuvil.passes.layout import ConvertLayout
 from cuvil.passes.manager import PassManager, default_pipeline, format_pipeline, parse_pipeline
+from cuvil.passes.plan_memory import PlanMemory
+from cuvil.passes.recognize_layernorm import RecognizeLayerNorm
 
 __all__ = [
     "Canonicalize",
+    "ConvertLayout",
+    "ConvertPrecision",
     "CommonSubexpressionElimination",
     "DeadCodeElimination",
     "DumpIR",
     "FoldBatchNorm",
     "FoldConstants",
+    "FoldQDQ",
+    "FuseAttention",
     "FuseElementwise",
     "FuseEpilogue",
     "Instrument",
@@ -50,8 +60,10 @@ __all__ = [
     "PassRecord",
     "PassReport",
     "PassResult",
+    "PlanMemory",
     "PipelineError",
     "RecognizeGelu",
+    "RecognizeLayerNorm",
     "Timing",
     "VerifyEach",
     "all_passes",

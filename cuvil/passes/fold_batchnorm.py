@@ -8,6 +8,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from cuvil import faults
 from cuvil.ir.dtypes import FLOATS, DType
 from cuvil.ir.graph import Graph, Node, Value
 from cuvil.ir.types import TensorType
@@ -70,6 +71,8 @@ class FoldBatchNorm(Pass):
                 continue
             scale, shift, mean, var = (np.asarray(c, np.float64) for c in params)
             eps = float(get("batch_norm").fill_attrs(bn.attrs)["epsilon"])
+            if faults.active("bn-epsilon"):  # the planted bug: folding with the wrong epsilon
+                eps = eps * 10 + 1e-3
             s = scale / np.sqrt(var + eps)
             new = self._fold(p, s, shift - mean * s)
             if new is None:

@@ -40,12 +40,12 @@ def fold_node(node: Node, max_elements: int = DEFAULT_MAX_ELEMENTS) -> list[np.n
     fails, or disagrees with the node's types, leaves the node in place for the
     interpreter to report when the graph runs."""
     from cuvil.ops.common import const_of
-    from cuvil.ops.registry import CONTROL_FLOW, NONDETERMINISTIC, SHAPE_ONLY, RefCtx, lookup
+    from cuvil.ops.registry import CONTROL_FLOW, KEEP_OPERANDS, NONDETERMINISTIC, SHAPE_ONLY, RefCtx, lookup
 
     opdef = lookup(node.op)
     if node.op == "constant" or opdef is None or opdef.reference is None:
         return None
-    if opdef.traits & {CONTROL_FLOW, NONDETERMINISTIC} or any(True for _ in node.regions()):
+    if opdef.traits & {CONTROL_FLOW, NONDETERMINISTIC, KEEP_OPERANDS} or any(True for _ in node.regions()):
         return None
     outs = [v.type for v in node.outputs]
     if not all((s := _static(t)) is not None and math.prod(s) <= max_elements for t in outs):
@@ -97,8 +97,9 @@ class FoldConstants(Pass):
     2. An integer vector or scalar whose contents shape inference knows as integers is
        replaced by those integers, even when the tensor it was measured from has symbolic
        dims (``shape(x)[1:]`` of an ``f32[batch, 3, 224, 224]`` is ``[3, 224, 224]``).
-    3. Control-flow and nondeterministic ops are never folded, nor results of more than
-       ``max-elements`` elements (so weights are not copied into transformed duplicates).
+    3. Control-flow, nondeterministic and keep-operands ops (``dequantize_linear``) are never
+       folded, nor results of more than ``max-elements`` elements (so weights are not copied
+       into transformed duplicates).
     4. Folded nodes become one ``constant`` node per output, defining the same values (names
        and types kept); the folded node's own inputs are left to ``dce``.
     5. Every other node's types are re-derived as it is visited, since a constant operand can

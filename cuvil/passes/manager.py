@@ -37,11 +37,14 @@ from cuvil.passes.instruments import Instrument, PassRecord, PassReport, Pipelin
 
 _log = logging.getLogger(__name__)
 
-# The passes every compiled target runs today; layout and memory planning join here.
-_BASIC = "canonicalize,fold-constants,cse,dce,fold-batchnorm"
-# Fusion, in this order: GELU written out becomes one op, then Conv/Gemm/MatMul take their
-# elementwise tails as epilogues, then the chains left become single loops.
-_FUSION = "recognize-gelu,fuse-epilogue,fuse-elementwise"
+# The passes every compiled target runs first; a layout pass joins here.
+_BASIC = "canonicalize,fold-constants,cse,dce,fold-batchnorm,fold-qdq"
+# Fusion, in this order: GELU and LayerNorm written out become one op each, attention written out
+# becomes one op (before its matmuls can take the scale and mask as epilogues), then
+# Conv/Gemm/MatMul take their elementwise tails as epilogues, then the chains left become single loops.
+_FUSION = "recognize-gelu,recognize-layernorm,fuse-attention,fuse-epilogue,fuse-elementwise"
+# Last, once the schedule is final: every intermediate gets its offset in one arena.
+_MEMORY = "plan-memory"
 
 
 def default_pipeline(target: str, *, enable_fusion: bool = True) -> str:
@@ -49,11 +52,13 @@ def default_pipeline(target: str, *, enable_fusion: bool = True) -> str:
 
     ``ref`` runs no passes: the reference interpreter runs the graph as imported, so it stays
     the oracle every optimised target (and every pass, through ``numeric-each``) is checked
-    against.  Every other target runs ``canonicalize,fold-constants,cse,dce,fold-batchnorm``,
-    then, unless ``enable_fusion`` is False, ``recognize-gelu,fuse-epilogue,fuse-elementwise``."""
+    against.  Every other target runs ``canonicalize,fold-constants,cse,dce,fold-batchnorm,fold-qdq``,
+    then, unless ``enable_fusion`` is False,
+    ``recognize-gelu,recognize-layernorm,fuse-attention,fuse-epilogue,fuse-elementwise``,
+    and last ``plan-memory`` (the intermediates in one arena per call)."""
     if target == "ref":
         return ""
-    return f"{_BASIC},{_FUSION}" if enable_fusion else _BASIC
+    return f"{_BASIC},{_FUSION},{_MEMORY}" if enable_fusion else f"{_BASIC},{_MEMORY}"
 
 
 # ---- pipeline text ----------------------------------------------------------------------------------------------

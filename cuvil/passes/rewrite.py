@@ -112,4 +112,5 @@ def copy_graph(graph: Graph) -> Graph:
     result = copy(graph)
     result.symbols = dict(graph.symbols)
     result.share_symbols()
+    result.memory_plan = graph.memory_plan  # immutable, and keyed by node positions, which the copy keeps
     return result

@@ -155,18 +155,21 @@ class CompileInfo:
     cached: bool | None = None  # the build came from the build cache (None: the target has no build)
     compiled_at: str | None = None  # UTC, ISO 8601
     notes: tuple[str, ...] = ()  # what the user should know about how it was compiled (options without effect ...)
+    # A reduced-precision or quantized compile's accuracy report against the float32 graph
+    # (cuvil.quant.accuracy.PrecisionReport.to_json()); None for a float32 compile.
+    precision: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"model_name": self.model_name, "source_kind": self.source_kind, "source_sha256": self.source_sha256,
                 "seconds": self.seconds, "cached": self.cached, "compiled_at": self.compiled_at,
-                "notes": list(self.notes)}
+                "notes": list(self.notes), "precision": None if self.precision is None else dict(self.precision)}
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> CompileInfo:
         seconds = d.get("seconds")
         return CompileInfo(d.get("model_name"), d.get("source_kind"), d.get("source_sha256"),
                            None if seconds is None else float(seconds), d.get("cached"), d.get("compiled_at"),
-                           tuple(str(n) for n in d.get("notes", ())))
+                           tuple(str(n) for n in d.get("notes", ())), d.get("precision"))
 
 
 class CompiledModel:
@@ -193,6 +196,14 @@ class CompiledModel:
     @property
     def symbols(self) -> dict[str, SymbolInfo]:
         return dict(self.signature.symbols)
+
+    @property
+    def memory_plan(self) -> Any:
+        """Where the intermediates live in each call's arena (a ``cuvil.backends.c.memplan.MemoryPlan``:
+        ``arena_bytes()``, ``lower_bound_bytes()``, ``value_layout()``, ``largest_free_block()``,
+        ``fragmentation()``, ``format()``, each at given ``dims`` or the symbols' maxima), or None when the
+        pipeline had no ``plan-memory`` pass, or for a model loaded from an artifact."""
+        return None if self.graph is None else self.graph.memory_plan
 
     def __call__(self, *arrays: Any) -> list[Any]:
         """Run on inputs in graph-input order: NumPy arrays (or array-likes) or torch tensors.

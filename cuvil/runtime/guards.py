@@ -65,9 +65,12 @@ def bind_inputs(
                 where[s] = f"input {name!r} dim {axis}"
             else:
                 deferred.append((name, axis, d, int(n)))
+    dropped = dropped_guard(symbols)
     for s, v in env.items():
         info = symbols.get(s)
         if info is not None:
+            if s == dropped:
+                info = SymbolInfo(info.name, info.min, None, info.multiple_of)
             why = info.check(v)
             if why is not None:
                 raise InputError(f"{where[s]}: {why}")
@@ -83,6 +86,17 @@ def bind_inputs(
         if why is not None:
             raise InputError(why)
     return env
+
+
+def dropped_guard(symbols: Mapping[str, SymbolInfo]) -> str | None:
+    """The symbol whose upper-bound guard is left out while the planted fault "drop-guard" is active
+    (the first symbol with a maximum; cuvil/faults.py), else None. The Python guard and the C input
+    checks both ask, so the bug is the same in every target."""
+    from cuvil import faults
+
+    if not faults.active("drop-guard"):
+        return None
+    return next((name for name, info in symbols.items() if info.max is not None), None)
 
 
 def _fmt(t: TensorType) -> str:

@@ -44,6 +44,8 @@ def verify(
     cache_dir: str | Path | None = None,
     work_dir: str | Path | None = None,
     progress: Progress | bool = False,
+    trace: str | Path | None = None,
+    memory_limit: int | str | None = None,
 ) -> Report:
     """Run the verification suite on ``model`` and return the Report.
 
@@ -56,16 +58,24 @@ def verify(
     ``report_dir``: write report.json (+ tensors), junit.xml, summary.md and report.html there.
     ``baseline``: compare figures with a stored run (adds ``baseline`` results);
     ``save_baseline``: store this run's figures. ``progress``: True for progress on stderr.
+    ``trace``: write the latency check's Chrome trace (Perfetto) to this file. ``memory_limit``:
+    the batch-scaling check's memory limit (bytes, or a size such as ``"512M"`` or ``"2GiB"``).
 
     Usage and input errors raise :class:`VerifyError`; a check that fails or crashes does not
     raise, it is a failed result (``report.exit_status`` is 1)."""
     from cuvil.verify.baseline import compare, load_baseline
     from cuvil.verify.baseline import save_baseline as write_baseline
-    from cuvil.verify.config import resolve_config
+    from cuvil.verify.config import parse_size, resolve_config, with_options
     from cuvil.verify.loader import load_model
     from cuvil.verify.runner import plan
 
     cfg = resolve_config(config)
+    overrides: dict[str, dict[str, Any]] = {}
+    if trace is not None:
+        overrides["latency"] = {"trace": str(trace)}
+    if memory_limit is not None:
+        overrides["batch-scaling"] = {"memory_limit": parse_size(memory_limit, "memory_limit")}
+    cfg = with_options(cfg, overrides)
     names = [c.strip() for c in checks.split(",")] if isinstance(checks, str) else checks
     source = load_model(model, input_spec=input_spec, dynamic_shapes=dynamic_shapes)
     stored = load_baseline(baseline) if baseline is not None else None  # a bad file fails before the long run

@@ -26,9 +26,10 @@ top-level keys are errors, so a misspelt key does not silently do nothing. Expli
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -191,6 +192,38 @@ def find_config(start: str | Path = ".") -> VerifyConfig:
             table = _pyproject_table(_read_toml(py))
             return parse_config(table, py) if table is not None else VerifyConfig()
     return VerifyConfig()
+
+
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(I?B?)\s*", re.IGNORECASE)
+_UNIT = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(value: int | float | str, what: str = "size") -> int:
+    """Bytes from a number of bytes or a size such as ``"512M"``, ``"2GiB"``, ``"64KB"`` (binary units:
+    K, KB and KiB are all 1024 bytes); anything else is a :class:`VerifyError` naming ``what``."""
+    if isinstance(value, bool):
+        raise VerifyError(f"{what} must be a size such as 512M, 2GiB or a number of bytes, got {value!r}")
+    if isinstance(value, (int, float)):
+        if value <= 0:
+            raise VerifyError(f"{what} must be positive, got {value!r}")
+        return int(value)
+    m = _SIZE.fullmatch(str(value))
+    if m is None or (m.group(3) and not m.group(2) and m.group(3).upper() != "B"):
+        raise VerifyError(f"{what} must be a size such as 512M, 2GiB or a number of bytes, got {value!r}")
+    size = int(float(m.group(1)) * _UNIT[m.group(2).upper()])
+    if size <= 0:
+        raise VerifyError(f"{what} must be positive, got {value!r}")
+    return size
+
+
+def with_options(config: VerifyConfig, options: Mapping[str, Mapping[str, Any]]) -> VerifyConfig:
+    """``config`` with per-check options set over its ``[checks.NAME]`` tables (command-line options win)."""
+    if not options:
+        return config
+    checks = {k: dict(v) for k, v in config.checks.items()}
+    for name, opts in options.items():
+        checks.setdefault(name, {}).update(opts)
+    return replace(config, checks=checks)
 
 
 def resolve_config(config: VerifyConfig | Mapping[str, Any] | str | Path | None, start: str | Path = ".") -> VerifyConfig:

@@ -1,7 +1,8 @@
 """What every check sees: the model, its Cuvil graph, the targets, seeded inputs and oracles.
 
-Compiled models are cached per (target, options), so checks that need the
-same build share it. Oracles: the reference interpreter (Cuvil's semantics,
+The source is imported once (a PyTorch module exported once) and compiled
+models are cached per (target, options), so checks that need the same build
+share it. Oracles: the reference interpreter (Cuvil's semantics,
 optionally in float64), and the source framework the model came from
 (onnxruntime for ONNX files, eager PyTorch for PyTorch modules).
 """
@@ -12,7 +13,7 @@ import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -42,7 +43,12 @@ class VerifyContext:
     work_dir: Path = field(default_factory=lambda: Path("."))
     cache_dir: str | None = None
     _graph: Graph | None = None
+    # Whether the subject refuses symbol values outside their constraints (Cuvil's guards do; a
+    # runtime given an ONNX model, which declares no ranges, cannot).
+    enforces_constraints: ClassVar[bool] = True
     _builds: dict[tuple[str, tuple[tuple[str, Any], ...]], CompiledModel] = field(default_factory=dict)
+    _imported: Graph | None = None
+    _torch: Any = None
 
     def check_config(self, name: str) -> dict[str, Any]:
         """The ``[checks.NAME]`` table of the configuration (thresholds and options)."""
@@ -58,22 +64,43 @@ class VerifyContext:
                 raise VerifyError("the reference build has no graph")
         return self._graph
 
+    @property
+    def torch_import(self) -> Any:
+        """A PyTorch source exported and converted once (cuvil.frontends.torch.TorchImport): its graph,
+        ExportedProgram and the FX node behind each value. Every build compiles (a copy of) its graph."""
+        if self.source.kind != "torch":
+            raise VerifyError(f"{self.source.label} is not a PyTorch module")
+        if self._torch is None:
+            from cuvil.frontends.torch import load_torch
+
+            self._torch = load_torch(self.source.model, self.source.input_spec, self.source.dynamic_shapes)
+        return self._torch
+
+    def imported(self) -> Graph:
+        """The source model as a Cuvil graph, imported once and shared by every build (compile copies it)."""
+        if self._imported is None:
+            src = self.source
+            if src.kind == "torch":
+                self._imported = self.torch_import.graph
+            elif src.kind == "onnx":
+                from cuvil.api import import_model
+
+                self._imported = import_model(src.model)
+            else:
+                self._imported = copy.deepcopy(src.model)
+        assert self._imported is not None
+        return self._imported
+
     def compiled(self, target: str, **options: Any) -> CompiledModel:
-        """The model compiled for ``target`` with ``options`` (cached)."""
+        """The model compiled for ``target`` with ``options`` (cached; the source is imported once)."""
         import cuvil
 
         key = (target, tuple(sorted(options.items())))
         if key not in self._builds:
-            src = self.source
             kw: dict[str, Any] = dict(options)
             if target != "ref" and self.cache_dir:
                 kw.setdefault("cache_dir", self.cache_dir)
-            if src.kind == "torch":
-                kw.setdefault("input_spec", src.input_spec)
-                if src.dynamic_shapes is not None:
-                    kw.setdefault("dynamic_shapes", src.dynamic_shapes)
-            model = copy.deepcopy(src.model) if src.kind == "graph" else src.model
-            self._builds[key] = cuvil.compile(model, target=target, **kw)
+            self._builds[key] = cuvil.compile(self.imported(), target=target, **kw)
         return self._builds[key]
 
     def inputs(self, seed: int | None = None, symbols: Mapping[str, int] | None = None) -> list[np.ndarray]:

@@ -6,8 +6,9 @@ The runner owns everything between "the user named a model" and "here is the rep
   ``compat`` is ``compatibility``), in the order given, each once;
 - targets: the ones asked for that are available here run; the ones that are not are
   reported as skipped results (one per check and target) with the reason, never dropped;
-- the subject: what is being verified on each target (a :class:`Subject`; Cuvil's own builds
-  by default), so the same checks can later look at another runtime;
+- the subject: what is being verified on each target (a :class:`Subject`): Cuvil's own builds
+  by default, or an onnxruntime session (``onnxruntime``, cuvil/verify/onnxruntime_subject.py),
+  which names its own targets and declines the checks that look at Cuvil's compiler;
 - isolation: a check that raises is recorded as a failed result carrying the exception
   (``details["error"]``), and the suite goes on; only :class:`VerifyError` (a usage or input
   error) stops the run;
@@ -152,6 +153,11 @@ class Subject:
         """None when ``check`` applies to this subject, else why not (the check is reported as skipped)."""
         return None
 
+    def resolve_targets(self, explicit: Sequence[str] | None, configured: Sequence[str] | None
+                        ) -> tuple[list[str], dict[str, str]]:
+        """The targets to run (asked for by argument, else by the configuration) and the unavailable ones."""
+        return resolve_targets(explicit if explicit is not None else configured)
+
 
 class CuvilSubject(Subject):
     """Cuvil's own compiled models (the default)."""
@@ -164,7 +170,13 @@ class CuvilSubject(Subject):
                              work_dir=work_dir, cache_dir=cache_dir)
 
 
-SUBJECTS: dict[str, Callable[[], Subject]] = {"cuvil": CuvilSubject}
+def _onnxruntime() -> Subject:
+    from cuvil.verify.onnxruntime_subject import OnnxRuntimeSubject
+
+    return OnnxRuntimeSubject()
+
+
+SUBJECTS: dict[str, Callable[[], Subject]] = {"cuvil": CuvilSubject, "onnxruntime": _onnxruntime}
 
 
 def get_subject(subject: str | Subject) -> Subject:
@@ -305,11 +317,11 @@ def plan(source: ModelSource, *, config: VerifyConfig, checks: Sequence[str] | N
     unknown = set(config.checks) - set(all_checks())
     if unknown:
         raise VerifyError(f"{config.path or 'config'}: [checks.NAME] tables for unknown checks: {', '.join(sorted(unknown))}")
-    run_targets, skipped = resolve_targets(targets if targets is not None else config.targets)
+    subj = get_subject(subject)
+    run_targets, skipped = subj.resolve_targets(targets, config.targets)
     if not run_targets:
         raise VerifyError("none of the requested targets is available here: "
                           + "; ".join(f"{t}: {why}" for t, why in skipped.items()))
-    subj = get_subject(subject)
     work_dir.mkdir(parents=True, exist_ok=True)
     ctx = subj.context(source, run_targets, config, work_dir=work_dir, cache_dir=cache_dir)
     instances = [cls(config.checks.get(cls.name, {})) for cls in classes]

@@ -35,12 +35,19 @@ SAMPLES_PER_OP = 4
 # Ops that no single-op conformance case exercises on its own; each is covered by the named test.
 COVERED_ELSEWHERE = {
     "constant": "every sample (weights are constants)",
+    "conv_integer": "tests/ops/test_quant_ops.py (the quantization ops are outside the core op list)",
+    "dequantize_linear": "tests/ops/test_quant_ops.py (the quantization ops are outside the core op list)",
+    "dynamic_quantize_linear": "tests/ops/test_quant_ops.py (the quantization ops are outside the core op list)",
+    "matmul_integer": "tests/ops/test_quant_ops.py (the quantization ops are outside the core op list)",
     "full_like": "tests/ops/test_elementwise.py (Dropout's mask, next to an identity)",
     "fused_conv": "tests/passes/test_fuse.py (built by fuse-epilogue; fused against unfused, ref and native)",
     "fused_elementwise": "tests/passes/test_fuse.py (built by fuse-elementwise; fused against unfused)",
     "fused_gemm": "tests/passes/test_fuse.py (built by fuse-epilogue; fused against unfused, ref and native)",
     "fused_matmul": "tests/passes/test_fuse.py (built by fuse-epilogue; fused against unfused, ref and native)",
     "reduce_log_sum": "tests/ops/test_reduce.py (ReduceLogSum is outside the core op list)",
+    "qlinear_conv": "tests/ops/test_quant_ops.py (the quantization ops are outside the core op list)",
+    "qlinear_matmul": "tests/ops/test_quant_ops.py (the quantization ops are outside the core op list)",
+    "quantize_linear": "tests/ops/test_quant_ops.py (the quantization ops are outside the core op list)",
     "shape": "tests/ops/test_shape.py (single-op cases fold to constants at import)",
     "size": "tests/ops/test_shape.py (single-op cases fold to constants at import)",
 }

@@ -35,6 +35,7 @@ class BuildOptions:
     compiler: Compiler = field(default_factory=Compiler)
     cache_dir: Path | None = None
     sanitize: bool = False
+    conv_algorithm: str | tuple[tuple[str, str], ...] = "auto"  # see kernels/conv_algorithm.py
 
 
 @dataclass
@@ -57,7 +58,8 @@ def build(graph: Graph, options: BuildOptions) -> Build:
     """Generate, compile (or fetch from the cache) and return the model's build folder."""
     t0 = time.perf_counter()
     with stage(_log, "codegen"):
-        module = generate(graph, CodegenOptions(target=options.target, model_name=graph.name))
+        module = generate(graph, CodegenOptions(target=options.target, model_name=graph.name,
+                                                conv_algorithm=options.conv_algorithm))
     key_parts = (__version__, options.target, options.compiler.version, " ".join(options.compiler.argv),
                  " ".join(compile_flags(options.target, sanitize=options.sanitize)), _runtime_digest())
 

@@ -4,7 +4,10 @@ The unit holds the model's API (``cuvil_api.h``): loading the weights blob,
 and ``cuvil_run_graph`` (called by ``cuvil_run`` in ``cuvil_model_api.inc``,
 in the call's thread context), which checks inputs, binds symbols, runs every node's
 kernel in order, frees each intermediate after its last use, and hands the
-outputs to the caller.  All memory a call uses belongs to that call.
+outputs to the caller.  All memory a call uses belongs to that call.  When the
+graph carries a memory plan (the ``plan-memory`` pass, ``memplan.py``), the
+planned intermediates instead live at their offsets in one arena the call
+allocates once its inputs have bound the symbols.
 
 Output shapes come from the op registry's inference: for a node whose input
 dims are only known at run time, inference is re-run with those dims as
@@ -23,6 +26,7 @@ import numpy as np
 from cuvil import __version__
 from cuvil.backends.c import ctypes_map as ct
 from cuvil.backends.c.kernel import CVal, KernelCtx, find_kernel
+from cuvil.backends.c.memplan import MemoryPlan, MemoryPlanError, PlannedValue
 from cuvil.backends.c.writer import CWriter, Names, c_comment, c_string
 from cuvil.errors import CuvilError, UnsupportedOpError, UnsupportedUse
 from cuvil.ir.graph import Graph, Node, Value, captures
@@ -44,6 +48,9 @@ class CodegenOptions:
     # Emit a timestamp after input binding, after every top-level node and after the outputs, readable
     # with the exported ``cuvil_profile_read`` (cuvil/verify/checks/latency.py). Off for every real build.
     profile: bool = False
+    # Which algorithm convolutions run (cuvil/backends/c/kernels/conv_algorithm.py): one name for
+    # every node, or (node name, algorithm) pairs.
+    conv_algorithm: str | tuple[tuple[str, str], ...] = "auto"
 
 
 @dataclass
@@ -97,6 +104,25 @@ class FunctionEmitter:
         self.includes: set[str] = set()
         # File-scope C that kernels add (KernelCtx.define), in first-use order: the node order fixes it.
         self.definitions: dict[str, str] = {}
+        # The memory plan: each planned value, and each buffer's offset and size as C expressions.
+        plan = graph.memory_plan
+        if plan is not None and not isinstance(plan, MemoryPlan):
+            raise CodegenError(f"the graph's memory plan is a {type(plan).__name__}, not a MemoryPlan")
+        self.plan: MemoryPlan | None = plan
+        self.planned: dict[Value, PlannedValue] = {}
+        if plan is not None:
+            try:
+                plan.check(graph)
+            except MemoryPlanError as exc:
+                raise CodegenError(str(exc)) from None
+            for pv in plan.values:
+                self.planned[graph.nodes[pv.node].outputs[pv.output]] = pv
+        # values written over the buffer of an earlier value (rule 3 of memplan.py)
+        self.in_place = {v for v, pv in self.planned.items()
+                         if plan is not None and plan.values[plan.buffers[pv.buffer].values[0]] is not pv}
+        self.arena = ""
+        self.buf_off: list[str] = []
+        self.buf_size: list[str] = []
 
     # values -----------------------------------------------------------------
     def cval(self, v: Value) -> CVal:
@@ -131,6 +157,71 @@ class FunctionEmitter:
             return f"cuvil_{fn}({', '.join(args)})"
 
         return render_dim(d, symbol, call)
+
+    def computes_in_place(self, node: Node) -> bool:
+        """Whether the memory plan puts an output of ``node`` over one of its inputs."""
+        return any(o in self.in_place for o in node.outputs)
+
+    def emit_arena(self) -> None:
+        """Size the arena (once the inputs bound the symbols), allocate it and give every buffer its offset."""
+        plan = self.plan
+        if plan is None or not plan.values:
+            return
+        w = self.w
+        self.arena = self.names.fresh("arena")
+        size = self.names.fresh("arena_bytes")
+        w.comment(f"memory plan: {len(plan.values)} intermediates in {len(plan.buffers)} buffers of one arena")
+        if plan.is_static:
+            total = plan.arena_bytes()
+            self.buf_off = [str(b.offset) for b in plan.buffers]
+            self.buf_size = [str(s) for s in plan.buffer_sizes()]
+            w.line(f"const int64_t {size} = {total};")
+        else:
+            for b in plan.buffers:
+                pv = plan.values[b.values[0]]
+                sz, off = self.names.fresh("mb"), self.names.fresh("mo")
+                dims = ", ".join(f"(int64_t){self.render(d)}" for d in pv.shape) or "1"
+                w.line(f"int64_t {sz}; {{ const int64_t d_[] = {{{dims}}}; "
+                       f"{sz} = cuvil_arena_round(cuvil_nbytes({pv.dtype.itemsize}, d_, {len(pv.shape)})); }}")
+                w.line(f"int64_t {off} = 0;")
+                for j in b.below:
+                    w.line(f"{off} = cuvil_arena_above({off}, {self.buf_off[j]}, {self.buf_size[j]});")
+                self.buf_off.append(off)
+                self.buf_size.append(sz)
+            w.line(f"int64_t {size} = 0;")
+            covered = {j for b in plan.buffers for j in b.below}
+            for i in range(len(plan.buffers)):
+                if i not in covered:
+                    w.line(f"{size} = cuvil_arena_above({size}, {self.buf_off[i]}, {self.buf_size[i]});")
+            w.line(f'if ({size} < 0) {{ cuvil_fail(call, "the intermediate tensors are too large for these input '
+                   f'shapes"); goto fail; }}')
+        w.line(f"unsigned char *{self.arena} = (unsigned char *)cuvil_alloc_uninit(call, {size});")
+        w.line(f'if (!{self.arena}) {{ cuvil_fail(call, "out of memory for the %lld-byte arena", (long long){size}); '
+               "goto fail; }")
+        if plan.poison:  # every byte not yet written reads as NaN (or -1, or true)
+            w.line(f"if ({size} > 0) memset({self.arena}, 0xFF, (size_t){size});")
+
+    def place_value(self, c: CVal, node: Node) -> None:
+        """Point a value at its arena offset when the plan holds it, else allocate it on its own."""
+        pv = self.planned.get(c.value)
+        if pv is None:
+            self.alloc_value(c, node)
+            return
+        self.w.line(f"{c.ptr} = ({c.ctype} *)({self.arena} + {self.buf_off[pv.buffer]});")
+
+    def release_value(self, v: Value) -> None:
+        """Free a value after its last use (a planned value's memory goes back to the arena by the plan)."""
+        if v not in self.planned:
+            self.w.line(f"cuvil_release(call, {self.cval(v).ptr}); {self.cval(v).ptr} = NULL;")
+
+    def poison_dead_buffers(self, i: int) -> None:
+        """With a poisoned plan: refill the buffers whose lifetime ends at top-level node ``i``."""
+        plan = self.plan
+        if plan is None or not plan.poison:
+            return
+        for k, b in enumerate(plan.buffers):
+            if b.end == i:
+                self.w.line(f"memset({self.arena} + {self.buf_off[k]}, 0xFF, (size_t){self.buf_size[k]});")
 
     def alloc_value(self, c: CVal, node: Node | None) -> None:
         size = f"cuvil_nbytes((int64_t)sizeof({c.ctype}), {c.shape}, {c.rank})"
@@ -177,13 +268,16 @@ class FunctionEmitter:
                     w.line(f"{cs} = ({c.shape}[{j}] - ({off})) / {k};")
                     bound.add(s)
                     first_use[s] = (i, j)
+        from cuvil.runtime.guards import dropped_guard
+
+        dropped = dropped_guard(self.graph.symbols)  # a planted fault (cuvil/faults.py), None otherwise
         for s in [s for s in self.graph.symbols if s in bound]:  # graph order: the C must not depend on set order
             info = self.graph.symbols[s]
             cs = self.sym_c[s]
             if info.min is not None:
                 w.line(f"if ({cs} < {info.min}) {{ cuvil_fail(call, \"%s=%lld is below its minimum {info.min}\", "
                        f"{c_string(s)}, (long long){cs}); goto fail; }}")
-            if info.max is not None:
+            if info.max is not None and s != dropped:
                 w.line(f"if ({cs} > {info.max}) {{ cuvil_fail(call, \"%s=%lld is above its maximum {info.max}\", "
                        f"{c_string(s)}, (long long){cs}); goto fail; }}")
             if info.multiple_of is not None:
@@ -304,7 +398,7 @@ class FunctionEmitter:
                            f"do not fit together\", {c_string(node.name)}); goto fail; }}")
                 allocated.append(all(e is not None for e in ds))
                 if allocated[-1]:
-                    self.alloc_value(c, node)
+                    self.place_value(c, node)
             k.emit(KernelCtx(self, node, ins, outs, allocated))
 
     def emit_graph(self, g: Graph, keep: set[Value]) -> None:
@@ -321,10 +415,12 @@ class FunctionEmitter:
             profiled = self.options.profile and g is self.graph
             for o in n.outputs:
                 if o not in last and o not in keep and n.op != "constant":
-                    self.w.line(f"cuvil_release(call, {self.cval(o).ptr}); {self.cval(o).ptr} = NULL;")
+                    self.release_value(o)
             for v, li in last.items():
                 if li == i and v in defined_here and v not in keep and v.producer is not None and v.producer.op != "constant":
-                    self.w.line(f"cuvil_release(call, {self.cval(v).ptr}); {self.cval(v).ptr} = NULL;")
+                    self.release_value(v)
+            if g is self.graph:
+                self.poison_dead_buffers(i)
             if profiled:
                 self.w.line(f"cuvil_prof_stamp({i + 2});")
 
@@ -376,6 +472,10 @@ def generate(graph: Graph, options: CodegenOptions) -> GeneratedModule:
     missing = missing_kernels(graph)
     if missing:
         raise UnsupportedOpError(missing)
+    if options.conv_algorithm != "auto":
+        from cuvil.backends.c.kernels import conv_algorithm
+
+        conv_algorithm.check(graph, options.conv_algorithm)
     for v in list(graph.inputs) + list(graph.outputs):
         if v.type.rank > 8:
             raise CodegenError(f"{v.name!r} has rank {v.type.rank}; the C API supports rank 8 at most")
@@ -394,6 +494,7 @@ def generate(graph: Graph, options: CodegenOptions) -> GeneratedModule:
             fn.definitions["cuvil.profile"] = _profile_definitions(len(graph.nodes) + 3)
             body.line("cuvil_prof_stamp(0);")
         fn.bind_inputs()
+        fn.emit_arena()
         if options.profile:
             body.line("cuvil_prof_stamp(1);")
         fn.emit_graph(graph, keep=set(graph.outputs))

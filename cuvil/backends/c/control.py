@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from cuvil import faults
 from cuvil.backends.c.kernel import CVal
 from cuvil.backends.c.writer import c_string
 from cuvil.ir.graph import Graph, Node
@@ -51,7 +52,9 @@ def _emit_if(fn: FunctionEmitter, node: Node, ins: Sequence[CVal | None], outs: 
     assert cond is not None
     w.line(f'if (cuvil_numel({cond.shape}, {cond.rank}) != 1) {{ cuvil_fail(call, "node %s (if): the condition '
            f'must hold one element", {c_string(node.name)}); goto fail; }}')
-    for label, key in ((f"if ({cond.ptr}[0])", "then_branch"), ("else", "else_branch")):
+    # The planted bug tests the condition as a count (> 1), so a true condition (1) runs the else branch.
+    test = f"{cond.ptr}[0] > 1" if faults.active("if-branch") else f"{cond.ptr}[0]"
+    for label, key in ((f"if ({test})", "then_branch"), ("else", "else_branch")):
         g: Graph = node.attrs[key]
         with w.block(label):
             _region(fn, g)

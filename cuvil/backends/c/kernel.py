@@ -79,17 +79,21 @@ KernelFn = Callable[["KernelCtx"], None]
 class Kernel:
     emit: KernelFn
     computes_shape: bool = False
+    # The kernel reads element i of each operand before it writes element i of its output and reads
+    # nothing else of that operand, so the memory planner (memplan.py) may put its output over an
+    # input of the same element type and shape that dies at this node (KernelCtx.in_place says when).
+    in_place: bool = False
 
 
 _KERNELS: dict[str, Kernel] = {}
 
 
-def kernel(*ops: str, computes_shape: bool = False) -> Callable[[KernelFn], KernelFn]:
+def kernel(*ops: str, computes_shape: bool = False, in_place: bool = False) -> Callable[[KernelFn], KernelFn]:
     """Register the C emitter of one or more ops."""
 
     def wrap(fn: KernelFn) -> KernelFn:
         for op in ops:
-            _KERNELS[op] = Kernel(fn, computes_shape)
+            _KERNELS[op] = Kernel(fn, computes_shape, in_place)
         return fn
 
     return wrap
@@ -129,6 +133,17 @@ class KernelCtx:
         self.outs = list(outs)
         self.w: CWriter = fn.w
         self.options = fn.options
+        # An elementwise tail that a fused kernel (kernels/fused.py) offers to its base op's emitter:
+        # a C expression of type ``const cuvil_sgemm_epilogue *`` (cuvil_gemm.h) that finishes each
+        # element of output 0 in place.  A kernel that applies it (to every element, exactly once)
+        # sets ``epilogue_applied``; otherwise the fused kernel applies it after the base kernel.
+        self.epilogue: str | None = None
+        self.epilogue_applied = False
+
+    def derive(self, node: Node, ins: Sequence[CVal | None], outs: Sequence[CVal],
+               allocated: Sequence[bool] | None = None) -> KernelCtx:
+        """A context for ``node`` emitted into the same C function (a fused kernel running its base op's emitter)."""
+        return KernelCtx(self._fn, node, ins, outs, allocated)
 
     def inp(self, i: int) -> CVal:
         v = self.ins[i] if i < len(self.ins) else None
@@ -144,6 +159,13 @@ class KernelCtx:
 
     def const(self, i: int) -> np.ndarray | None:
         return self.ins[i].const if self.has(i) else None  # type: ignore[union-attr]
+
+    @property
+    def in_place(self) -> bool:
+        """Whether an output of this node shares memory with one of its inputs (a kernel registered
+        ``in_place`` whose output the memory plan put over a dying input): its C must not use
+        ``restrict`` pointers between them."""
+        return self._fn.computes_in_place(self.node)
 
     def note(self, text: str) -> None:
         """Say which implementation this kernel chose for the node, and why (logged at DEBUG)."""

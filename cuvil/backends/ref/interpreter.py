@@ -2,7 +2,10 @@
 
 Each node runs its op's ``reference`` implementation from the registry.
 Control-flow ops receive a callback that runs a region with the values of
-the enclosing graphs in scope.
+the enclosing graphs in scope.  Two optional hooks watch a run: ``on_node``
+after every node (nested ones included), and ``on_region`` every time a
+control-flow node runs one of its regions (which ``if`` branch, each ``loop``
+iteration).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from cuvil.ops.registry import RefCtx, get
 
 Env = MutableMapping[Value, np.ndarray]
 NodeHook = Callable[[Node, list[np.ndarray]], None]
+#: ``on_region(node, region, region_inputs)``: ``node`` is about to run ``region`` (one of its graph attributes).
+RegionHook = Callable[[Node, Graph, Sequence[np.ndarray | None]], None]
 
 
 class InterpreterError(CuvilError):
@@ -31,6 +36,7 @@ def run_graph(
     *,
     check_types: bool = True,
     on_node: NodeHook | None = None,
+    on_region: RegionHook | None = None,
 ) -> list[np.ndarray]:
     """Run ``graph`` on ``inputs`` (in graph-input order) and return its outputs."""
     env: Env = ChainMap({}, outer) if outer is not None else {}
@@ -38,20 +44,23 @@ def run_graph(
         if a is not None:
             env[v] = a
     for node in graph.nodes:
-        outs = run_node(node, env, check_types=check_types, on_node=on_node)
+        outs = run_node(node, env, check_types=check_types, on_node=on_node, on_region=on_region)
         for v, a in zip(node.outputs, outs):
             env[v] = a
     return [env[v] for v in graph.outputs]
 
 
-def run_node(node: Node, env: Env, *, check_types: bool = True, on_node: NodeHook | None = None) -> list[np.ndarray]:
+def run_node(node: Node, env: Env, *, check_types: bool = True, on_node: NodeHook | None = None,
+             on_region: RegionHook | None = None) -> list[np.ndarray]:
     opdef = get(node.op)
     if opdef.reference is None:
         raise InterpreterError(f"op {node.op} has no reference implementation")
     args = [env[v] if v is not None else None for v in node.inputs]
 
     def region(g: Graph, region_inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
-        return run_graph(g, region_inputs, env, check_types=check_types, on_node=on_node)
+        if on_region is not None:
+            on_region(node, g, region_inputs)
+        return run_graph(g, region_inputs, env, check_types=check_types, on_node=on_node, on_region=on_region)
 
     ctx = RefCtx(node.op, args, node.attrs, [v.type for v in node.outputs], region)
     try:

@@ -37,6 +37,7 @@ WASM_TARGET = "wasm32"
 class WasmBuildOptions:
     zig: Zig = field(default_factory=Zig)
     cache_dir: Path | None = None  # the Cuvil build cache (default: ~/.cache/cuvil); zig's cache is its zig/
+    conv_algorithm: str | tuple[tuple[str, str], ...] = "auto"  # see backends/c/kernels/conv_algorithm.py
 
 
 @dataclass
@@ -54,7 +55,8 @@ class WasmBuild(cache.BuildFolder):
 def build(graph: Graph, options: WasmBuildOptions) -> WasmBuild:
     """Generate, compile to WebAssembly (or fetch from the cache) and return the model's build folder."""
     t0 = time.perf_counter()
-    module = generate(graph, CodegenOptions(target=WASM_TARGET, model_name=graph.name))
+    module = generate(graph, CodegenOptions(target=WASM_TARGET, model_name=graph.name,
+                                            conv_algorithm=options.conv_algorithm))
     key_parts = (__version__, WASM_TARGET, options.zig.version, " ".join(compile_flags()), _runtime_digest())
     root = options.cache_dir or cache.default_cache_dir()
 

@@ -41,11 +41,17 @@ log = logging.getLogger("cuvil.frontends.torch")
 
 @dataclass
 class TorchImport:
-    """A converted PyTorch model: its graph, a digest of what was compiled, and stage timings."""
+    """A converted PyTorch model: its graph, a digest of what was compiled, and stage timings.
+
+    ``program`` is the decomposed ExportedProgram the graph was converted from, and
+    ``value_sources`` maps the name of each value that is an FX node's result to that node's
+    name, so a value of the graph (when it survives the passes) can be traced to its source."""
 
     graph: Graph
     sha256: str
     seconds: dict[str, float] = field(default_factory=dict)
+    program: Any = None
+    value_sources: dict[str, str] = field(default_factory=dict)
 
 
 def load_torch(model: Any, input_spec: Any = None, dynamic_shapes: Any = None,
@@ -58,14 +64,15 @@ def load_torch(model: Any, input_spec: Any = None, dynamic_shapes: Any = None,
     symbols = _symbols(exported)
     constants = _constants(exported.program)
     user_inputs, output_names = _signature(exported.program)
-    graph = Converter(exported.program, symbols).convert(constants, user_inputs, output_names)
+    converter = Converter(exported.program, symbols)
+    graph = converter.convert(constants, user_inputs, output_names)
     graph.name = type(model).__name__
     if dims:
         refine_symbols(graph, dims)
     seconds = dict(exported.seconds, convert=time.perf_counter() - t0)
     log.debug("converted %d ATen nodes to %d Cuvil nodes in %.3f s", len(exported.program.graph.nodes),
               len(graph.nodes), seconds["convert"])
-    return TorchImport(graph, _digest(exported.program, constants), seconds)
+    return TorchImport(graph, _digest(exported.program, constants), seconds, exported.program, converter.value_sources)
 
 
 def _symbols(exported: Exported) -> SymbolTable:

@@ -204,6 +204,9 @@ class Converter:
         self.symbols = symbols
         self.builder = Builder(Graph(name="main"))
         self.values: dict[Any, Value] = {}
+        # provenance: the FX node whose result each value is (values a mapping makes on the way are not)
+        self._results: dict[Value, str] = {}
+        self.value_sources: dict[str, str] = {}  # value name -> FX node name, filled in by convert()
 
     def check_supported(self) -> None:
         found: dict[str, list[str]] = {}
@@ -248,6 +251,7 @@ class Converter:
                                ", ".join(made) or "no node (it forwards an existing value)")
                 if isinstance(result, Value):
                     self.values[node] = result
+                    self._results.setdefault(result, node.name)
                 else:
                     # multi-output ops: getitem nodes pick the pieces
                     self.values[node] = _Tuple(list(result))  # type: ignore[assignment]
@@ -274,6 +278,7 @@ class Converter:
         g = b.graph
         g.symbols = dict(self.symbols.infos)
         g.share_symbols()
+        self.value_sources = {v.name: fx for v, fx in self._results.items()}  # after outputs took the user's names
         return g
 
 

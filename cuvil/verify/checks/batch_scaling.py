@@ -9,16 +9,25 @@ found by bisection between the last size that fits and the first that does not.
 
 At each size: median latency over a short measurement, throughput
 (samples per second), and memory figures computed from the graph's shapes at
-that size.  Cuvil has no arena yet: every value is its own allocation, freed
-after its last use, so the figures are what is true of that scheme:
+that size:
 
-- ``allocated_bytes``: bytes allocated per call (every non-constant value);
-- ``peak_live_bytes``: the most bytes of values alive at once, from the
-  liveness of the values in the order the code runs them;
-- ``input_bytes`` and ``weights_bytes``.
+- ``peak_live_bytes``: the most bytes of top-level values alive at once, from
+  the liveness of the values in the order the code runs them;
+- ``input_bytes`` and ``weights_bytes``;
+- with a memory plan (the ``plan-memory`` pass, in every default C pipeline):
+  ``arena_bytes`` (the one allocation holding the planned intermediates),
+  ``arena_lower_bound_bytes`` (the most planned bytes live at one node),
+  ``largest_free_block`` and ``fragmentation`` (1 - largest free block / total
+  free bytes of the arena, at the node with the most live bytes);
+  ``allocated_bytes`` is then the arena plus every value allocated on its own
+  (outputs, control-flow results, values sized only at run time), and
+  ``peak_bytes`` the same sum, an upper bound of the peak;
+- without a plan every value is its own allocation, freed after its last use:
+  ``allocated_bytes`` is their sum, ``peak_bytes`` is ``peak_live_bytes`` and
+  the arena figures are None.
 
-Fragmentation (1 - largest free block / total free) describes an arena and is
-reported as not applicable.  The knee is the first size after which
+The batch sizes tried stop at the memory limit by ``peak_bytes + input_bytes +
+weights_bytes``.  The knee is the first size after which
 throughput improves by less than ``knee_gain`` (default 5%).
 
 The check fails when a batched run disagrees with an unbatched one: the
@@ -74,8 +83,8 @@ def _nbytes(v: Value, env: Mapping[str, int]) -> int:
     return n * v.type.dtype.np.itemsize
 
 
-def memory_figures(graph: Graph, env: Mapping[str, int]) -> dict[str, float]:
-    """Bytes per call with one allocation per value, freed after its last use (top-level values)."""
+def memory_figures(graph: Graph, env: Mapping[str, int]) -> dict[str, float | None]:
+    """Bytes per call (top-level values), from the graph's memory plan when it has one."""
     from cuvil.ir.graph import reads
 
     last: dict[Value, int] = {}
@@ -96,8 +105,22 @@ def memory_figures(graph: Graph, env: Mapping[str, int]) -> dict[str, float]:
     peak = 0
     for i in range(end):
         peak = max(peak, sum(b for first, lst, b in sizes.values() if first <= i <= lst))
-    return {"allocated_bytes": float(sum(b for _, _, b in sizes.values())), "peak_live_bytes": float(peak),
-            "input_bytes": float(sum(_nbytes(v, env) for v in graph.inputs)), "weights_bytes": float(weights)}
+    out: dict[str, float | None] = {
+        "allocated_bytes": float(sum(b for _, _, b in sizes.values())), "peak_live_bytes": float(peak),
+        "peak_bytes": float(peak), "input_bytes": float(sum(_nbytes(v, env) for v in graph.inputs)),
+        "weights_bytes": float(weights), "arena_bytes": None, "arena_lower_bound_bytes": None,
+        "largest_free_block": None, "fragmentation": None}
+    plan = graph.memory_plan
+    if plan is not None and plan.values:
+        dims = {k: v for k, v in env.items() if k in plan.symbols}
+        planned = {graph.nodes[pv.node].outputs[pv.output] for pv in plan.values}
+        own = float(sum(b for v, (_, _, b) in sizes.items() if v not in planned))
+        arena = float(plan.arena_bytes(dims))
+        out.update(allocated_bytes=arena + own, peak_bytes=arena + own, arena_bytes=arena,
+                   arena_lower_bound_bytes=float(plan.lower_bound_bytes(dims)),
+                   largest_free_block=float(plan.largest_free_block(None, dims)),
+                   fragmentation=plan.fragmentation(None, dims))
+    return out
 
 
 @register_check
@@ -129,13 +152,13 @@ class BatchScaling(Check):
         hi = max(min(info.max if info.max is not None else 1 << 62, int(cfg["max_batch"])), lo)
         limit = parse_bytes(cfg["memory_limit"])
 
-        def footprint(b: int) -> dict[str, float]:
+        def footprint(b: int) -> dict[str, float | None]:
             env = {s: b if s == name else self._default(m, s) for s in m.symbols}
             return memory_figures(graph, env)
 
         def fits(b: int) -> bool:
             f = footprint(b)
-            return f["peak_live_bytes"] + f["input_bytes"] + f["weights_bytes"] <= limit
+            return (f["peak_bytes"] or 0.0) + (f["input_bytes"] or 0.0) + (f["weights_bytes"] or 0.0) <= limit
 
         sizes: list[int] = []
         b = lo
@@ -169,7 +192,7 @@ class BatchScaling(Check):
             med = float(np.median(times))
             err, output = self._batch_agreement(m, graph, name, lo, inputs)
             row = {"batch": b, "median_ms": med * 1e3, "throughput": b / med if med > 0 else float("inf"),
-                   "batch_vs_single_rel_l2": err, **footprint(b), "fragmentation": None}
+                   "batch_vs_single_rel_l2": err, **footprint(b)}
             rows.append(row)
             if err > tol and worst is None:
                 worst = {"batch": b, "output": output, "rel_l2": err}
@@ -182,8 +205,13 @@ class BatchScaling(Check):
         figures = {"knee_batch": float(knee), "max_batch": float(rows[-1]["batch"]),
                    "best_throughput": max(r["throughput"] for r in rows),
                    "peak_live_bytes_at_max": rows[-1]["peak_live_bytes"]}
-        details = {"symbol": name, "series": rows, "stopped_by": stop, "memory_limit": limit,
-                   "fragmentation_note": "not applicable: Cuvil allocates each value separately (no arena yet)"}
+        if rows[-1]["arena_bytes"] is not None:
+            figures.update(arena_bytes_at_max=rows[-1]["arena_bytes"],
+                           fragmentation_at_max=rows[-1]["fragmentation"])
+        details = {"symbol": name, "series": rows, "stopped_by": stop, "memory_limit": limit}
+        if rows[-1]["arena_bytes"] is None:
+            details["fragmentation_note"] = ("not applicable: the pipeline had no plan-memory pass, so each value "
+                                             "is allocated on its own (no arena)")
         if worst is not None:
             return CheckResult(self.name, Status.FAIL,
                                f"at batch {worst['batch']}, output {worst['output']!r} differs from the same samples "

@@ -7,6 +7,10 @@ processes each loading the saved artifact (C and wasm32 targets).  Every
 output of every run must equal, bitwise, the output of the same inputs run
 alone beforehand.
 
+When runs differ, the same concurrent runs are repeated on a build tapped at
+every top-level node (the layerwise check's taps) and the first layer, in graph
+order, that differs from its isolated run is named: the kernel with the race.
+
 The model's persistent state is fingerprinted before and after: the sha256
 of its weights file, of the weights buffer the loaded C library holds, and
 of the outputs of a canary run; any change fails the check.
@@ -108,13 +112,18 @@ class Concurrency(Check):
                    "fingerprint_after": after}
         if mismatches:
             first = mismatches[0]
+            where = {"mode": first["mode"], "instance": str(first["instance"]), "output": first["output"]}
+            layer = self._first_racy_layer(ctx, target, m, inputs, repeats)
+            at = ""
+            if layer is not None:
+                where.update(layer)
+                details["first_racy_layer"] = layer
+                at = f"; the first layer that differs is {layer['layer']!r} (node {layer['node']!r}, {layer['op']})"
             return CheckResult(self.name, Status.FAIL,
                                f"{len(mismatches)} concurrent runs differ from their isolated runs; first: "
                                f"{first['mode']} instance {first['instance']} repeat {first['repeat']}, output "
-                               f"{first['output']!r} ({first['differing']} elements differ)", target=target,
-                               figures=figures, details=details,
-                               where={"mode": first["mode"], "instance": str(first["instance"]),
-                                      "output": first["output"]}, seconds=time.perf_counter() - t_start)
+                               f"{first['output']!r} ({first['differing']} elements differ){at}", target=target,
+                               figures=figures, details=details, where=where, seconds=time.perf_counter() - t_start)
         if changed:
             return CheckResult(self.name, Status.FAIL, f"persistent state changed while running: {', '.join(changed)}",
                                target=target, figures=figures, details=details, where={"state": changed[0]},
@@ -123,6 +132,33 @@ class Concurrency(Check):
                            f"{n} instances x {repeats} runs ({' and '.join(modes)}) equal their isolated runs bitwise; "
                            "weights and state unchanged", target=target, figures=figures, details=details,
                            seconds=time.perf_counter() - t_start)
+
+    def _first_racy_layer(self, ctx: Any, target: str, m: Any, inputs: list[list[np.ndarray]], repeats: int
+                          ) -> dict[str, str] | None:
+        """Where a race shows first: the same concurrent runs on a build tapped at every top-level node
+        (the layerwise check's taps: the same kernels), compared layer by layer, in graph order, with
+        isolated runs. None when the build keeps no graph or the race does not show again."""
+        import cuvil
+        from cuvil.verify.checks.layerwise import tap_passes, tap_points, tapped_graph
+
+        if m.graph is None:
+            return None
+        graph = m.graph
+        kw: dict[str, Any] = {"passes": tap_passes(graph)}
+        if target != "ref" and ctx.cache_dir:
+            kw["cache_dir"] = ctx.cache_dir
+        tapped_g, extra = tapped_graph(graph)
+        tapped = cuvil.compile(tapped_g, target=target, **kw)
+        names = [v.name for v in graph.outputs] + extra
+        alone = [[np.array(a, copy=True) for a in tapped(*x)] for x in inputs]
+        order = {v.name: (n, v) for n, v in tap_points(graph)}
+        for _ in range(3):  # a race may need more than one try to show again
+            diffs = {d["output"] for d in self._threads(tapped, inputs, alone, repeats, names)}
+            for name in [v.name for _, v in tap_points(graph)]:
+                if name in diffs:
+                    node, v = order[name]
+                    return {"layer": v.name, "node": node.name, "op": node.op}
+        return None
 
     @staticmethod
     def _compare(mode: str, i: int, r: int, names: list[str], got: list[np.ndarray], want: list[np.ndarray]
@@ -135,8 +171,8 @@ class Concurrency(Check):
                 out.append({"mode": mode, "instance": i, "repeat": r, "output": name, "differing": differing})
         return out
 
-    def _threads(self, m: Any, inputs: list[list[np.ndarray]], expected: list[list[np.ndarray]], repeats: int
-                 ) -> list[dict[str, Any]]:
+    def _threads(self, m: Any, inputs: list[list[np.ndarray]], expected: list[list[np.ndarray]], repeats: int,
+                 names: list[str] | None = None) -> list[dict[str, Any]]:
         barrier = threading.Barrier(len(inputs))
         got: list[list[list[np.ndarray]]] = [[] for _ in inputs]
         errors: list[BaseException] = []
@@ -159,7 +195,7 @@ class Concurrency(Check):
         out = []
         for i, runs in enumerate(got):
             for r, outs in enumerate(runs):
-                out += self._compare("threads", i, r, m.output_names, outs, expected[i])
+                out += self._compare("threads", i, r, names or m.output_names, outs, expected[i])
         return out
 
     def _processes(self, ctx: Any, target: str, m: Any, inputs: list[list[np.ndarray]],

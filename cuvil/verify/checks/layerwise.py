@@ -9,11 +9,22 @@ schedule and the kernels are the ones of the untapped build.  The tapped
 build's final outputs are compared bitwise with the untapped build's, so
 that instrumentation is shown not to change what is measured.
 
-Oracles, by the model's origin: onnxruntime for ONNX models (a copy of the
-model with the intermediate tensors added as graph outputs; Cuvil keeps ONNX
-tensor names), and otherwise the reference interpreter computing in float64
-on the imported graph (values by name).  Layers without an oracle value
-(values Cuvil introduced) are not compared.
+Oracles, by the model's origin:
+
+- ONNX models: onnxruntime (a copy of the model with the intermediate tensors
+  added as graph outputs; Cuvil keeps ONNX tensor names);
+- PyTorch modules: PyTorch eager, running the ExportedProgram Cuvil converted
+  node by node (a ``torch.fx.Interpreter`` keeping every FX node's result); the
+  torch front end records which FX node each value is the result of, so a
+  layer names its FX node and the module path it came from;
+- Cuvil graphs: the reference interpreter computing in float64 on the imported
+  graph (values by name).
+
+Layers without an oracle value (values Cuvil introduced) are not compared.
+
+For the onnxruntime subject, the layers are the tensors ORT's optimised graph
+still computes (its fusion boundaries), tapped in the optimised model it saved,
+and the oracle is the float64 reference interpreter.
 
 Configuration (``[checks.layerwise]``): ``threshold`` (relative L2, default
 1e-4) and ``thresholds`` (per layer value name).  The result names the first
@@ -34,7 +45,7 @@ import numpy as np
 
 from cuvil.ir.dtypes import DType
 from cuvil.ir.graph import Graph, Node, Value
-from cuvil.verify.base import Check, CheckResult, Status, register_check
+from cuvil.verify.base import Check, CheckResult, Status, VerifyError, register_check
 
 DEFAULT_THRESHOLD = 1e-4
 _FLOAT = (DType.f32, DType.f64)
@@ -57,12 +68,22 @@ def tap_points(graph: Graph) -> list[tuple[Node, Value]]:
 
 
 def tapped_graph(graph: Graph) -> tuple[Graph, list[str]]:
-    """A copy of ``graph`` whose outputs are its own followed by every tap point not already an output."""
+    """A copy of ``graph`` whose outputs are its own followed by every tap point not already an output.
+
+    Tapped values become outputs, so the copy's memory plan (if any) no longer holds: it is dropped,
+    and the copy is compiled with :func:`tap_passes` to plan it again."""
     g = copy.deepcopy(graph)
+    g.memory_plan = None
     outputs = set(g.outputs)
     extra = [o for _, o in tap_points(g) if o not in outputs]
     g.outputs = [*g.outputs, *extra]
     return g, [v.name for v in extra]
+
+
+def tap_passes(graph: Graph) -> str:
+    """The pipeline a tapped copy of ``graph`` is compiled with: nothing changes its nodes, but a
+    memory-planned graph is planned again (its taps are graph outputs, kept out of the arena)."""
+    return "plan-memory" if graph.memory_plan is not None else ""
 
 
 def code_location(compiled: Any, node_name: str) -> str | None:
@@ -108,6 +129,44 @@ def onnx_intermediates(model: Any, names: Sequence[str], feed: Mapping[str, np.n
     return {n: np.asarray(v) for n, v in zip(out_names, values)}, producers
 
 
+def torch_intermediates(program: Any, feed: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """PyTorch eager's result of every FX node of ``program`` (by node name) on the user inputs ``feed``
+    (by placeholder name), and each node's module path (``layer1.0.conv1``; empty at top level)."""
+    import torch
+    from torch.export.graph_signature import InputKind
+
+    args: list[Any] = []
+    for spec in program.graph_signature.input_specs:
+        name = spec.arg.name
+        if spec.kind == InputKind.USER_INPUT:
+            if name not in feed:
+                raise VerifyError(f"the exported program's input {name!r} is not an input of the Cuvil graph")
+            args.append(torch.from_numpy(np.ascontiguousarray(feed[name])))
+        elif spec.target in program.state_dict:
+            args.append(program.state_dict[spec.target])
+        elif spec.target in program.constants:
+            args.append(program.constants[spec.target])
+        else:
+            raise VerifyError(f"the exported program's input {name!r} ({spec.kind.name}) has no value")
+    values: dict[str, np.ndarray] = {}
+
+    class Tap(torch.fx.Interpreter):
+        def run_node(self, n: Any) -> Any:
+            out = super().run_node(n)
+            if n.op == "call_function" and isinstance(out, torch.Tensor):
+                values[n.name] = out.detach().numpy().copy()
+            return out
+
+    with torch.no_grad():
+        Tap(program.graph_module).run(*args)
+    modules = {}
+    for n in program.graph.nodes:
+        stack = list((n.meta.get("nn_module_stack") or {}).values())
+        path = str(stack[-1][0]) if stack else ""
+        modules[n.name] = "" if path.startswith("_empty") else path
+    return values, modules
+
+
 def reference_intermediates(graph: Graph, inputs: Sequence[np.ndarray]) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Every top-level value of ``graph`` by name, computed by the reference interpreter in float64."""
     from cuvil.backends.ref.interpreter import run_graph
@@ -144,28 +203,53 @@ class Layerwise(Check):
         threshold = float(cfg.get("threshold", DEFAULT_THRESHOLD))
         per_layer = {str(k): float(v) for k, v in dict(cfg.get("thresholds", {})).items()}
         inputs = ctx.inputs()
-        return [self._one(ctx, target, inputs, threshold, per_layer) for target in ctx.targets]
+        oracles: dict[str, tuple[dict[str, np.ndarray], dict[str, str], str]] = {}
+        results = []
+        for target in ctx.targets:
+            t0 = time.perf_counter()
+            base = ctx.compiled(target)
+            if callable(getattr(base, "tapped", None)):
+                layers, got, changed, oracle, oracle_name = self._session(ctx, base, inputs, oracles)
+            elif base.graph is None:
+                results.append(CheckResult(self.name, Status.SKIP, "the build keeps no graph to tap", target=target))
+                continue
+            else:
+                layers, got, changed, oracle, oracle_name = self._build(ctx, target, base, inputs, oracles)
+            result = self._judge(target, layers, got, changed, oracle, oracle_name, threshold, per_layer, base)
+            result.seconds = time.perf_counter() - t0
+            results.append(result)
+        return results
 
-    def _oracle(self, ctx: Any, names: Sequence[str], inputs: Sequence[np.ndarray]
+    def _oracle(self, ctx: Any, names: Sequence[str], inputs: Sequence[np.ndarray],
+                cache: dict[str, tuple[dict[str, np.ndarray], dict[str, str], str]], *, framework: bool = True
                 ) -> tuple[dict[str, np.ndarray], dict[str, str], str]:
+        """Oracle values by Cuvil value name, the source node of each, and the oracle's name
+        (``framework=False``: the float64 reference even for an ONNX model, as onnxruntime is the subject)."""
         ref = ctx.compiled("ref")
-        if ctx.source.kind == "onnx":
+        kind = ctx.source.kind
+        if kind == "onnx" and framework:
             values, producers = onnx_intermediates(ctx.source.model, names, dict(zip(ref.input_names, inputs)))
             return values, producers, "onnxruntime"
-        values, producers = reference_intermediates(ctx.graph, inputs)
-        return values, producers, "reference interpreter (float64)"
+        if "all" not in cache:
+            if kind == "torch":
+                imp = ctx.torch_import
+                fx, modules = torch_intermediates(imp.program, dict(zip(ref.input_names, inputs)))
+                values = {v: fx[n] for v, n in imp.value_sources.items() if n in fx}
+                sources = {v: (f"{n} ({modules[n]})" if modules.get(n) else n) for v, n in imp.value_sources.items()}
+                cache["all"] = (values, sources, "PyTorch eager")
+            else:
+                values, producers = reference_intermediates(ctx.graph, inputs)
+                cache["all"] = (values, producers, "reference interpreter (float64)")
+        return cache["all"]
 
-    def _one(self, ctx: Any, target: str, inputs: list[np.ndarray], threshold: float,
-             per_layer: Mapping[str, float]) -> CheckResult:
+    def _build(self, ctx: Any, target: str, base: Any, inputs: list[np.ndarray],
+               cache: dict[str, tuple[dict[str, np.ndarray], dict[str, str], str]]) -> tuple[Any, ...]:
+        """A Cuvil build tapped at its top-level nodes' outputs (the graph compiled with no passes)."""
         import cuvil
 
-        t0 = time.perf_counter()
-        base = ctx.compiled(target)
         graph = base.graph
-        if graph is None:
-            return CheckResult(self.name, Status.SKIP, "the build keeps no graph to tap", target=target)
         tapped_g, extra = tapped_graph(graph)
-        kw: dict[str, Any] = {"passes": ""}
+        kw: dict[str, Any] = {"passes": tap_passes(graph)}
         if target != "ref" and ctx.cache_dir:
             kw["cache_dir"] = ctx.cache_dir
         tapped = cuvil.compile(tapped_g, target=target, **kw)
@@ -176,21 +260,40 @@ class Layerwise(Check):
                    if plain_out[i].shape != tapped_out[i].shape or plain_out[i].tobytes() != tapped_out[i].tobytes()]
         got = {v.name: a for v, a in zip(graph.outputs, plain_out)}
         got.update(zip(extra, tapped_out[n_out:]))
-
         points = tap_points(graph)
-        oracle, producers, oracle_name = self._oracle(ctx, [v.name for _, v in points], inputs)
+        oracle, producers, oracle_name = self._oracle(ctx, [v.name for _, v in points], inputs, cache)
+        layers = [(v.name, n.name, n.op, producers.get(v.name)) for n, v in points]
+        return layers, got, changed, oracle, oracle_name
+
+    def _session(self, ctx: Any, base: Any, inputs: list[np.ndarray],
+                 cache: dict[str, tuple[dict[str, np.ndarray], dict[str, str], str]]) -> tuple[Any, ...]:
+        """A runtime session tapped at the tensors its optimised graph computes (the onnxruntime subject)."""
+        oracle, producers, oracle_name = self._oracle(ctx, [], inputs, cache, framework=False)
+        floats = {v.name for v in ctx.graph.outputs} | {v.name for _, v in tap_points(ctx.graph)}
+        computed = [(t, node, op) for t, node, op in base.computed_tensors() if t in floats and t in oracle]
+        sess, out_names = base.tapped([t for t, _, _ in computed])
+        feed = dict(zip(base.input_names, inputs))
+        tapped_out = dict(zip(out_names, (np.asarray(a) for a in sess.run(None, feed))))
+        plain_out = dict(zip(base.output_names, base(*inputs)))
+        changed = [n for n, a in plain_out.items() if a.shape != tapped_out[n].shape or a.tobytes() != tapped_out[n].tobytes()]
+        layers = [(t, node, op, producers.get(t)) for t, node, op in computed]
+        return layers, {**tapped_out, **plain_out}, changed, oracle, oracle_name
+
+    def _judge(self, target: str, layers: Sequence[tuple[str, str, str, str | None]], got: Mapping[str, np.ndarray],
+               changed: list[str], oracle: Mapping[str, np.ndarray], oracle_name: str, threshold: float,
+               per_layer: Mapping[str, float], base: Any) -> CheckResult:
         series: list[dict[str, Any]] = []
         first: dict[str, Any] | None = None
-        for node, v in points:
-            if v.name not in oracle or v.name not in got:
+        for value, node, op, source in layers:
+            if value not in oracle or value not in got:
                 continue
-            want = oracle[v.name]
-            mine = got[v.name]
+            want = oracle[value]
+            mine = got[value]
             err = relative_l2(mine, want)
-            limit = per_layer.get(v.name, threshold)
+            limit = per_layer.get(value, threshold)
             entry = {
-                "layer": len(series), "value": v.name, "source_node": producers.get(v.name), "cuvil_node": node.name,
-                "op": node.op, "rel_l2": err,
+                "layer": len(series), "value": value, "source_node": source, "cuvil_node": node, "op": op,
+                "rel_l2": err,
                 "max_abs": float(np.max(np.abs(mine.astype(np.float64) - want.astype(np.float64))))
                 if mine.shape == want.shape and mine.size else 0.0,
                 "threshold": limit, "shape": list(mine.shape),
@@ -201,20 +304,23 @@ class Layerwise(Check):
         figures = {"layers": float(len(series)),
                    "max_rel_l2": max((e["rel_l2"] for e in series), default=0.0),
                    "tap_mismatches": float(len(changed))}
-        details: dict[str, Any] = {"series": series, "oracle": oracle_name, "tapped_values": len(extra),
+        details: dict[str, Any] = {"series": series, "oracle": oracle_name, "tapped_values": len(layers),
                                    "tap_changed_outputs": changed}
         where: dict[str, str] = {}
         tensors: dict[str, np.ndarray] = {}
+        node_kind = "Cuvil node" if base.graph is not None else f"{target} node"
         if first is not None:
-            loc = code_location(base, first["cuvil_node"])
+            loc = code_location(base, first["cuvil_node"]) if base.graph is not None else None
             where = {"layer": first["value"], "node": first["cuvil_node"], "op": first["op"],
                      "source_node": str(first["source_node"])}
             if loc:
                 where["code"] = loc
             tensors = {f"{first['value']}.compiled": got[first["value"]], f"{first['value']}.oracle": oracle[first["value"]]}
+            at = f", {loc}" if loc else ""
             status, summary = Status.FAIL, (
-                f"layer {first['layer']} ({first['value']!r}, source node {first['source_node']!r}, Cuvil node "
-                f"{first['cuvil_node']!r} {first['op']}) has relative L2 error {first['rel_l2']:.3g} > {first['threshold']:.3g} against {oracle_name}")
+                f"layer {first['layer']} ({first['value']!r}, source node {first['source_node']!r}, {node_kind} "
+                f"{first['cuvil_node']!r} {first['op']}{at}) has relative L2 error {first['rel_l2']:.3g} > "
+                f"{first['threshold']:.3g} against {oracle_name}")
         elif changed:
             status = Status.FAIL
             summary = f"adding taps changed the outputs {changed}: the tapped build does not match the untapped one"
@@ -226,4 +332,4 @@ class Layerwise(Check):
             summary = (f"{len(series)} layers within their thresholds against {oracle_name} "
                        f"(largest relative L2 {figures['max_rel_l2']:.3g}); taps leave the outputs bitwise unchanged")
         return CheckResult(self.name, status, summary, target=target, figures=figures, details=details, where=where,
-                           tensors=tensors, seconds=time.perf_counter() - t0)
+                           tensors=tensors)

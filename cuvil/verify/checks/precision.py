@@ -212,6 +212,9 @@ def promises(target: str, threads_supported: bool) -> dict[str, str]:
     elif target == "wasm32":
         out["processes"] = "promised (saved artifact, loaded in another process)"
         out["thread counts"] = "not applicable: wasm32 runs one thread"
+    elif target == "onnxruntime":
+        out["processes"] = "not checked: an onnxruntime session has no saved artifact"
+        out["thread counts"] = "not promised: onnxruntime does not promise results independent of its thread count"
     else:
         out["processes"] = "promised (saved artifact, loaded in another process)"
         out["thread counts"] = ("promised: results are bitwise the same for any num_threads" if threads_supported

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from cuvil.backends.c.kernel import CVal, KernelCtx
+from cuvil.ir.dtypes import DType
 from cuvil.ir.symbolic import is_unknown
 
 
@@ -37,8 +38,10 @@ def elementwise(
 
     ``expr`` receives each input's element as a C expression in its compute
     type (a local variable: it may be used more than once) and returns the
-    result in the output's compute type.  ``out`` must not alias an input
-    (the loops use ``restrict`` pointers).
+    result in the output's compute type.  ``out`` may be an input's memory
+    only when the memory plan computes the node in place (``k.in_place``):
+    the loops then drop their ``restrict`` pointers; each reads element i of
+    an operand of the output's shape before it writes element i.
 
     Loops: inputs holding one element are read once before the loop; when
     every other input has the output's shape the loop is flat; otherwise an
@@ -50,9 +53,10 @@ def elementwise(
     w = k.w
     probe = expr([f"cuvil_operand_{j}_" for j in range(len(ins))])
     used = [f"cuvil_operand_{j}_" in probe for j in range(len(ins))]  # an operand the op ignores is not read
+    restrict = "" if k.in_place else "restrict "
     with w.block(""):
         po = k.tmp("po")
-        w.line(f"{out.ctype} *restrict {po} = {out.ptr};")
+        w.line(f"{out.ctype} *{restrict}{po} = {out.ptr};")
         o = replace(out, ptr=po)
         args: list[str] = ["0"] * len(ins)
         vec: list[tuple[int, CVal]] = []
@@ -64,7 +68,7 @@ def elementwise(
                     w.line(f"const {a.ctype_compute} {args[j]} = {a.load('0')};")
             elif used[j]:
                 p = k.tmp("pi")
-                w.line(f"const {a.ctype} *restrict {p} = {a.ptr};")
+                w.line(f"const {a.ctype} *{restrict}{p} = {a.ptr};")
                 vec.append((j, replace(a, ptr=p)))
             else:
                 unread.append(a)
@@ -81,6 +85,9 @@ def elementwise(
             i = k.tmp("i")
             n = k.tmp("n")
             w.line(f"const int64_t {n} = {out.numel()};")
+            if any(a.dtype is DType.f16 for a in (o, *(a for _, a in vec))):
+                _f16_chunks(k, n, o, vec, vals=list(args), expr=expr)
+                return
             with w.block(f"for (int64_t {i} = 0; {i} < {n}; {i}++)"):
                 body(lambda _n: i, i)
 
@@ -104,6 +111,41 @@ def elementwise(
             flat_loop()
         with w.block("else"):
             _broadcast_loops(k, out, vec, body)
+
+
+F16_CHUNK = 256  # float32 values per operand on the stack
+
+
+def _f16_chunks(k: KernelCtx, n: str, out: CVal, vec: Sequence[tuple[int, CVal]], vals: list[str],
+                expr: Callable[[Sequence[str]], str]) -> None:
+    """The flat loop when an operand is float16: one conversion per element (F16C's scalar form)
+    keeps the loop from vectorising, so it runs over chunks, each f16 operand widened by the
+    vectorised ``cuvil_f16_to_f32_n`` into a float32 chunk, the result rounded back by
+    ``cuvil_f32_to_f16_n``.  A chunk is read whole before it is written (in-place safe)."""
+    k.include("cuvil_half.h")
+    w = k.w
+    i0, m, i = k.tmp("i0"), k.tmp("m"), k.tmp("i")
+    with w.block(f"for (int64_t {i0} = 0; {i0} < {n}; {i0} += {F16_CHUNK})"):
+        w.line(f"const int64_t {m} = {n} - {i0} < {F16_CHUNK} ? {n} - {i0} : {F16_CHUNK};")
+        loads: list[tuple[int, CVal, str]] = []
+        for j, a in vec:
+            if a.dtype is DType.f16:
+                buf = k.tmp("c")
+                w.line(f"float {buf}[{F16_CHUNK}];")
+                w.line(f"cuvil_f16_to_f32_n({a.ptr} + {i0}, {buf}, {m});")
+                loads.append((j, a, f"{buf}[{i}]"))
+            else:
+                loads.append((j, a, a.load(f"{i0} + {i}")))
+        res = k.tmp("r") if out.dtype is DType.f16 else ""
+        if res:
+            w.line(f"float {res}[{F16_CHUNK}];")
+        with w.block(f"for (int64_t {i} = 0; {i} < {m}; {i}++)"):
+            for j, a, load in loads:
+                vals[j] = k.tmp("x")
+                w.line(f"const {a.ctype_compute} {vals[j]} = {load};")
+            w.line(f"{res}[{i}] = {expr(vals)};" if res else out.store(f"{i0} + {i}", expr(vals)))
+        if res:
+            w.line(f"cuvil_f32_to_f16_n({res}, {out.ptr} + {i0}, {m});")
 
 
 def _broadcast_loops(

@@ -3,8 +3,15 @@
 The generated code fills a ``cuvil_conv_geom`` (sizes, strides, dilations, resolved begin pads)
 and calls the runtime in ``cuvil_conv.h``: im2col + ``cuvil_sgemm`` per image and group, the
 image itself as the GEMM operand for 1x1 unit-stride convolutions, a direct kernel for
-depthwise 2-D convolutions, GEMM + col2im for the transposed convolution.  f16/bf16 are
-converted to f32 around the f32 path (the reference accumulates them in f32); f64 runs in f64.
+depthwise 2-D convolutions, GEMM + col2im for the transposed convolution.  f64 runs in f64.
+f16/bf16 accumulate in f32 like the reference (:func:`cuvil.backends.c.kernels.half.half_conv`:
+bf16 dot products where the target has them, else the f32 algorithm on widened operands).
+
+f32 2-D 3x3 convolutions with unit strides and dilations and one group may instead run by
+Winograd F(m x m, 3 x 3) (``cuvil_winograd.h``); which algorithm each node gets is decided in
+:mod:`cuvil.backends.c.kernels.conv_algorithm` (a heuristic, or the user's choice).  A fused
+epilogue (``fused_conv``) is then applied inside the Winograd output transform, by a store
+function generated here per node.
 """
 
 from __future__ import annotations
@@ -12,9 +19,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from cuvil import faults
 from cuvil.backends.c.codegen import CodegenError
 from cuvil.backends.c.kernel import CVal, KernelCtx, kernel
+from cuvil.backends.c.kernels import conv_algorithm as algo
+from cuvil.backends.c.kernels.half import HALF, half_conv
 from cuvil.ir.dtypes import DType
+from cuvil.ir.graph import Graph
 
 MAX_SPATIAL = 6  # CUVIL_CONV_MAXD in cuvil_conv.h
 
@@ -77,8 +88,16 @@ def _kernel_dims(k: KernelCtx, w: CVal) -> list[str]:
 
 
 def _geom(k: KernelCtx, x: CVal, y: CVal, kernel_dims: Sequence[str], wins: Sequence[Window],
-          group: int, cin: str, cout: str, pads_begin: Sequence[str]) -> str:
+          group: int, cin: str, cout: str, pads_begin: Sequence[str], *, faulty: bool = False) -> str:
+    """Fill a ``cuvil_conv_geom``; ``faulty``: the node may carry the planted faults
+    ``conv-stride`` / ``conv-pad`` (cuvil/faults.py), which reach every algorithm through it."""
     n = x.rank - 2
+    strides = [str(win.stride) for win in wins]
+    pads = list(pads_begin)
+    if faulty and faults.active("conv-stride") and n > 0 and wins[-1].stride > 1:
+        strides[-1] = "1"  # a strided convolution steps its last dim with unit spacing
+    if faulty and faults.active("conv-pad") and n > 0:
+        pads[-1] = f"({pads[-1]} + 1)"  # the begin pad of the last dim is one too large
     if n > MAX_SPATIAL:
         raise CodegenError(f"node {k.node.name!r} ({k.node.op}): {n} spatial dims; the C kernel supports {MAX_SPATIAL}")
     g = k.tmp("geom")
@@ -88,42 +107,20 @@ def _geom(k: KernelCtx, x: CVal, y: CVal, kernel_dims: Sequence[str], wins: Sequ
     w.line(f"{g}.nsp = {n}; {g}.batch = {x.dim(0)}; {g}.group = {group}; {g}.cin = {cin}; {g}.cout = {cout};")
     for i in range(n):
         w.line(f"{g}.in[{i}] = {x.dim(2 + i)}; {g}.out[{i}] = {y.dim(2 + i)}; {g}.k[{i}] = {kernel_dims[i]};")
-        w.line(f"{g}.stride[{i}] = {wins[i].stride}; {g}.dil[{i}] = {wins[i].dilation}; {g}.pad[{i}] = {pads_begin[i]};")
+        w.line(f"{g}.stride[{i}] = {strides[i]}; {g}.dil[{i}] = {wins[i].dilation}; {g}.pad[{i}] = {pads[i]};")
     return g
 
 
-def _to_f32(k: KernelCtx, v: CVal) -> str:
-    """``v``'s data as a float pointer (converted into scratch for f16/bf16)."""
-    if v.dtype is DType.f32:
-        return v.ptr
-    buf = k.scratch("float", v.numel(), "f32")
-    i = k.tmp("i")
-    with k.w.block(f"for (int64_t {i} = 0; {i} < {v.numel()}; {i}++)"):
-        k.w.line(f"{buf}[{i}] = {v.load(i)};")
-    return buf
-
-
 def _run(k: KernelCtx, fn_f32: str, fn_f64: str, g: str, x: CVal, w: CVal, y: CVal, void: bool = False) -> None:
-    """Call the f32/f64 runtime function on the node's operands, converting f16/bf16 around it."""
+    """Call the f32/f64 runtime function on the node's operands (f16/bf16 go through ``half_conv``)."""
     b = k.inp(2) if k.has(2) else None
     rc = k.tmp("rc")
-    if x.dtype is DType.f64:
-        args = f"&{g}, {x.ptr}, {w.ptr}, {b.ptr if b else 'NULL'}, {y.ptr}"
-        k.w.line(f"int {rc} = {fn_f64}({args});")
+    call = f"{fn_f64 if x.dtype is DType.f64 else fn_f32}(&{g}, {x.ptr}, {w.ptr}, {b.ptr if b else 'NULL'}, {y.ptr})"
+    if void:
+        k.w.line(f"{call};")
+        k.w.line(f"int {rc} = 0;")
     else:
-        xp, wp = _to_f32(k, x), _to_f32(k, w)
-        bp = _to_f32(k, b) if b is not None else "NULL"
-        yp = y.ptr if y.dtype is DType.f32 else k.scratch("float", y.numel(), "f32")
-        call = f"{fn_f32}(&{g}, {xp}, {wp}, {bp}, {yp})"
-        if void:
-            k.w.line(f"{call};")
-            k.w.line(f"int {rc} = 0;")
-        else:
-            k.w.line(f"int {rc} = {call};")
-        if y.dtype is not DType.f32:
-            i = k.tmp("i")
-            with k.w.block(f"for (int64_t {i} = 0; {i} < {y.numel()}; {i}++)"):
-                k.w.line(y.store(i, f"{yp}[{i}]"))
+        k.w.line(f"int {rc} = {call};")
     k.fail_if(f"{rc} != 0", "out of memory")
 
 
@@ -134,6 +131,26 @@ def _check_bias(k: KernelCtx, channels: str) -> None:
 
 @kernel("conv")
 def _conv(k: KernelCtx) -> None:
+    _emit_conv(k, None, ())
+
+
+def conv_with_epilogue(k: KernelCtx, epilogue: Graph, extras: Sequence[CVal]) -> bool:
+    """Emit ``k``'s convolution with ``epilogue`` applied in its Winograd output transform, when
+    this node runs by Winograd; False (nothing emitted) when it runs another algorithm, whose
+    epilogue the fused kernel applies itself."""
+    if not isinstance(_choose(k), algo.Winograd):
+        return False
+    _emit_conv(k, epilogue, extras)
+    return True
+
+
+def _choose(k: KernelCtx) -> algo.Choice:
+    x, w = k.inp(0), k.inp(1)
+    return algo.choose(k.node.name, algo.conv_shape(k.node, x.value.type, w.value.type, k.has(2)),
+                       k.options.conv_algorithm)
+
+
+def _emit_conv(k: KernelCtx, epilogue: Graph | None, extras: Sequence[CVal]) -> None:
     k.include("cuvil_conv.h")
     x, w, y = k.inp(0), k.inp(1), k.out(0)
     group = int(k.attrs.get("group", 1))
@@ -144,21 +161,80 @@ def _conv(k: KernelCtx) -> None:
                   f"(long long){w.dim(0)}")
     _check_bias(k, w.dim(0))
     wins = window_dims(k, x, y, kd)
-    g = _geom(k, x, y, kd, wins, group, x.dim(1), w.dim(0), [win.pad_begin for win in wins])
+    g = _geom(k, x, y, kd, wins, group, x.dim(1), w.dim(0), [win.pad_begin for win in wins], faulty=True)
+    choice = _choose(k)
+    if isinstance(choice, algo.Winograd):
+        k.note(f"3x3 conv by Winograd F({choice.m}x{choice.m},3x3) ({choice.why})"
+               + ("; epilogue in its output transform" if epilogue is not None else ""))
+        _run_winograd(k, choice.m, g, x, w, y, epilogue, extras)
+        return
     depthwise = x.rank == 4 and group > 1 and w.static_dim(1) == 1 and x.dtype is not DType.f64
+    if x.dtype in HALF:
+        # Widened operands run the float32 algorithms: the float32 choice for the same shapes.
+        wide = algo.choose(k.node.name, algo.conv_shape(k.node, x.value.type.with_dtype(DType.f32),
+                                                        w.value.type.with_dtype(DType.f32), k.has(2)),
+                           k.options.conv_algorithm)
+        m = wide.m if isinstance(wide, algo.Winograd) else 0
+        how = half_conv(k, "depthwise" if depthwise else "conv", g, x, w, y, winograd=m)
+        plan = "direct depthwise 2-D kernel; " if depthwise else "" if m else _gemm_plan(w, wins, group) + "; "
+        k.note(f"{plan}{x.dtype} by {how} ({wide.why})")
+        return
     if depthwise:
         k.note(f"direct depthwise 2-D kernel, cuvil_conv_depthwise2d_f32 ({group} groups of one input channel)"
-               + _precision(x))
+               + _precision(x) + f" ({choice.why})")
         _run(k, "cuvil_conv_depthwise2d_f32", "", g, x, w, y, void=True)
     else:
-        k.note(_gemm_plan(w, wins, group) + _precision(x))
+        k.note(_gemm_plan(w, wins, group) + _precision(x) + f" ({choice.why})")
         _run(k, "cuvil_conv_f32", "cuvil_conv_f64", g, x, w, y)
 
 
+def _run_winograd(k: KernelCtx, m: int, g: str, x: CVal, w: CVal, y: CVal, epilogue: Graph | None,
+                  extras: Sequence[CVal]) -> None:
+    """Call ``cuvil_conv_winograd_f32`` (f32 operands only: conv_algorithm.conv_shape checks it)."""
+    k.include("cuvil_winograd.h")
+    b = k.inp(2).ptr if k.has(2) else "NULL"
+    store, ctx = "NULL", "NULL"
+    if epilogue is not None:
+        store = _epilogue_store(k, epilogue, extras, y)
+        if extras:
+            ctx = k.tmp("epi")
+            k.w.line(f"const float *{ctx}[{len(extras)}] = {{{', '.join(e.ptr for e in extras)}}};")
+    rc = k.tmp("rc")
+    k.w.line(f"int {rc} = cuvil_conv_winograd_f32(&{g}, {m}, {x.ptr}, {w.ptr}, {b}, {y.ptr}, {store}, {ctx});")
+    k.fail_if(f"{rc} != 0", "out of memory")
+
+
+def _epilogue_store(k: KernelCtx, epilogue: Graph, extras: Sequence[CVal], y: CVal) -> str:
+    """A file-scope ``cuvil_wino_store_fn`` writing ``epilogue(src, extras...)`` for a run of outputs."""
+    from cuvil.backends.c.kernels.elementwise import MATH_HEADER
+    from cuvil.backends.c.kernels.fused import compose
+    from cuvil.ops.fused import extra_kind
+
+    k.include(MATH_HEADER)
+    name = k.tmp("wino_store")
+    leaves = ["a"]
+    for i, e in enumerate(extras):
+        kind = extra_kind(y.value.type.shape, e.value.type.shape)
+        if e.dtype is not DType.f32 or kind is None:
+            raise CodegenError(f"node {k.node.name!r}: epilogue operand {e.value} does not fit {y.value}")
+        leaves.append({"scalar": f"e[{i}][0]", "full": f"e[{i}][i]", "row": f"e[{i}][i % ldy]"}[kind])
+    body = compose(epilogue, leaves)
+    k.define(name, f"""static void {name}(const void *ctx, const float *src, float *y, int64_t index, int64_t n,
+                       int64_t ldy) {{
+    const float *const *e = (const float *const *)ctx;
+    (void)e;
+    (void)ldy;
+    for (int64_t j = 0; j < n; j++) {{
+        const int64_t i = index + j;
+        const float a = src[j];
+        y[i] = {body};
+    }}
+}}""")
+    return name
+
+
 def _precision(x: CVal) -> str:
-    if x.dtype is DType.f64:
-        return "; in float64 (cuvil_dgemm)"
-    return "" if x.dtype is DType.f32 else f"; {x.dtype} converted to float32 around it"
+    return "; in float64 (cuvil_dgemm)" if x.dtype is DType.f64 else ""
 
 
 def _gemm_plan(w: CVal, wins: Sequence[Window], group: int) -> str:
@@ -210,4 +286,7 @@ def _conv_transpose(k: KernelCtx) -> None:
         k.w.line(f"const int64_t {pb} = {half if auto_pad == 'SAME_UPPER' else f'{total} - {half}'};")
         begins.append(pb)
     g = _geom(k, x, y, kd, wins, group, x.dim(1), cout, begins)
+    if x.dtype in HALF:
+        k.note(f"GEMM + col2im; {x.dtype} by {half_conv(k, 'transpose', g, x, w, y)}")
+        return
     _run(k, "cuvil_conv_transpose_f32", "cuvil_conv_transpose_f64", g, x, w, y)

@@ -85,7 +85,7 @@ def elementwise_op(*ops: str) -> Callable[[ScalarFn], ScalarFn]:
         for op in ops:
             SCALAR[op] = fn
 
-            @kernel(op)
+            @kernel(op, in_place=True)  # the broadcasting loop reads element i before writing it
             def emit(k: KernelCtx, fn: ScalarFn = fn) -> None:
                 k.include(MATH_HEADER)
                 s = scalar_ctx(k)

@@ -8,21 +8,28 @@ local variables, each intermediate is substituted where it is read.  Every value
 f64, whose compute type is its storage type, so keeping intermediates in registers rounds
 exactly as the unfused kernels storing them do.
 
-The epilogue of ``fused_conv`` / ``fused_gemm`` / ``fused_matmul`` runs right after the base
-kernel (the same emitter the unfused op uses), in place over the result: a row loop whose
-body reads each extra operand as one element, a full tensor (a residual) or a vector along
-the last axis (a bias).  It is a separate pass over the output, not applied to the GEMM tile
-while it is in registers.
+The epilogue of ``fused_conv`` / ``fused_gemm`` / ``fused_matmul`` reads each extra operand
+as one element, a full tensor (a residual) or a vector along the last axis (a bias).  For a
+float32 ``gemm`` / ``matmul`` it becomes a tile function (``cuvil_sgemm_epilogue``,
+``cuvil_gemm.h``) that the base kernel hands to the GEMM, which runs it on each tile of the
+product as soon as the tile is finished (in L1, right after the micro-kernel's last store): no
+second pass over the output.  Elsewhere (other element types; ``conv`` unless its kernel takes
+the epilogue itself) it runs right after the base kernel, in place over the result, as a row
+loop.  Both evaluate the same composed scalar expression on the same float32 result, so they
+give bitwise the same output.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 
+from cuvil.backends.c import ctypes_map as ct
 from cuvil.backends.c.codegen import CodegenError
 from cuvil.backends.c.kernel import CVal, KernelCtx, find_kernel, kernel
 from cuvil.backends.c.kernels.common import elementwise
 from cuvil.backends.c.kernels.elementwise import MATH_HEADER, SCALAR, Scalar, nan_max, nan_min
+from cuvil.ir.dtypes import DType
 from cuvil.ir.graph import Graph, Node, Value
 from cuvil.ops.fused import EPILOGUE_BASES, extra_kind
 from cuvil.ops.registry import get
@@ -60,7 +67,7 @@ def compose(body: Graph, leaves: Sequence[str]) -> str:
     return names[body.outputs[0]]
 
 
-@kernel("fused_elementwise")
+@kernel("fused_elementwise", in_place=True)
 def _fused_elementwise(k: KernelCtx) -> None:
     k.include(MATH_HEADER)
     body = k.attrs["body"]
@@ -78,15 +85,101 @@ def _fused_linear(k: KernelCtx) -> None:
     attrs = {key: v for key, v in k.attrs.items() if key != "epilogue"}
     node = Node(base, k.node.inputs[:n_base], [], attrs, k.node.name)
     node.outputs = list(k.node.outputs)  # shared, not re-pointed: the graph's values keep their producer
-    sub = KernelCtx(k._fn, node, k.ins[:n_base], k.outs, k.allocated)  # the same function emitter
+    sub = k.derive(node, k.ins[:n_base], k.outs, k.allocated)
+    if base == "conv":  # by Winograd, the epilogue runs inside the output transform
+        from cuvil.backends.c.kernels.conv import conv_with_epilogue
+
+        extras = [v for v in k.ins[n_base:] if v is not None]
+        if conv_with_epilogue(sub, k.attrs["epilogue"], extras):
+            describe(k, k.attrs["epilogue"])
+            return
     emitter = find_kernel(base)
     if emitter is None:
         raise CodegenError(f"{base} has no C kernel")
-    emitter.emit(sub)
     epilogue: Graph = k.attrs["epilogue"]
-    k.note(f"epilogue after the {base} kernel, one pass over its result: {', '.join(n.op for n in epilogue.nodes)}")
+    extras = [v for v in k.ins[n_base:] if v is not None]
+    if base in _TILE_EPILOGUE_BASES and k.out(0).dtype is DType.f32:
+        sub.epilogue = _tile_epilogue(k, epilogue, k.out(0), extras)
+    emitter.emit(sub)
     describe(k, epilogue)
-    _apply_epilogue(k, epilogue, k.out(0), [v for v in k.ins[n_base:] if v is not None])
+    if sub.epilogue_applied:
+        k.note(f"epilogue on each finished tile of the {base} product: {', '.join(n.op for n in epilogue.nodes)}")
+        return
+    k.note(f"epilogue after the {base} kernel, one pass over its result: {', '.join(n.op for n in epilogue.nodes)}")
+    _apply_epilogue(k, epilogue, k.out(0), extras)
+
+
+# Base ops whose float32 kernels take a tile epilogue (linalg.py, conv_nhwc.py: cuvil_sgemm_ep).
+_TILE_EPILOGUE_BASES = frozenset({"gemm", "matmul", "conv_nhwc"})
+
+
+def _tile_epilogue(k: KernelCtx, epilogue: Graph, y: CVal, extras: Sequence[CVal]) -> str:
+    """Define the tile function of ``epilogue`` over the float32 result ``y`` and declare its context;
+    returns the C address of the ``cuvil_sgemm_epilogue`` describing it.
+
+    The GEMM calls the function with a tile of its C inside ``y`` (any layout: the tile's rows are
+    located by their offset from ``y``): a full extra is read at the same offset, a row extra at
+    the offset modulo the last dim (per row of the tile, one division; per element only where a
+    tile row wraps past the end of the last axis), a scalar from the context."""
+    k.include("cuvil_gemm.h")
+    fields = ["    const float *y;", "    int64_t nl; /* y's last dim */"]
+    inits = [f".y = {y.ptr}", f".nl = {y.dim(y.rank - 1) if y.rank else '1'}"]
+    per_row: list[str] = []
+    fast, slow = ["acc"], ["acc"]
+    wraps = False
+    for i, e in enumerate(extras):
+        kind = extra_kind(y.value.type.shape, e.value.type.shape)
+        if kind == "scalar":
+            fields.append(f"    {e.ctype_compute} s{i};")
+            inits.append(f".s{i} = {e.load('0')}")
+            fast.append(f"x->s{i}")
+            slow.append(f"x->s{i}")
+        elif kind == "full":
+            fields.append(f"    const {e.ctype} *e{i};")
+            inits.append(f".e{i} = {e.ptr}")
+            per_row.append(f"        const {e.ctype} *pe{i} = x->e{i} + o;")
+            fast.append(ct.load(e.dtype, f"pe{i}", "j"))
+            slow.append(ct.load(e.dtype, f"pe{i}", "j"))
+        elif kind == "row":
+            fields.append(f"    const {e.ctype} *e{i};")
+            inits.append(f".e{i} = {e.ptr}")
+            per_row.append(f"        const {e.ctype} *pe{i} = x->e{i} + col;")
+            fast.append(ct.load(e.dtype, f"pe{i}", "j"))
+            slow.append(ct.load(e.dtype, f"x->e{i}", "(o + j) % x->nl"))
+            wraps = True
+        else:
+            raise CodegenError(f"node {k.node.name!r}: epilogue operand {e.value} does not fit {y.value}")
+
+    def loop(leaves: list[str], indent: str) -> list[str]:
+        return [f"{indent}for (int64_t j = 0; j < cols; j++) {{",
+                f"{indent}    const float acc = py[j];",
+                f"{indent}    py[j] = {compose(epilogue, leaves)};",
+                f"{indent}}}"]
+
+    located = bool(per_row)  # some extra is read at the tile's offset in y
+    body = ["        float *py = c + i * ldc;"] + (["        const int64_t o = off + i * ldc;"] if located else [])
+    if wraps:
+        body.append("        const int64_t col = o % x->nl;")
+    body += per_row
+    if wraps:
+        body += ["        if (col + cols <= x->nl) {", *loop(fast, "            "), "        } else {",
+                 *loop(slow, "            "), "        }"]
+    else:
+        body += loop(fast, "        ")
+    text = "\n".join([
+        "typedef struct NAME_ctx {", *fields, "} NAME_ctx;",
+        "static void NAME(const void *vctx, float *c, int64_t ldc, int64_t i0, int64_t j0, int64_t rows, int64_t cols) {",
+        "    const NAME_ctx *x = (const NAME_ctx *)vctx;",
+        "    (void)x, (void)i0, (void)j0;",
+        *(["    const int64_t off = (int64_t)(c - x->y);"] if located else []),
+        "    for (int64_t i = 0; i < rows; i++) {", *body, "    }", "}", ""])
+    # Named by its text: nodes with the same epilogue share one function, and no two differ by name only.
+    name = "cuvil_epi_" + hashlib.sha256(text.encode()).hexdigest()[:16]
+    k.define(name, text.replace("NAME", name))
+    ctx, desc = k.tmp("epi_ctx"), k.tmp("epi")
+    k.w.line(f"const {name}_ctx {ctx} = {{{', '.join(inits)}}};")
+    k.w.line(f"const cuvil_sgemm_epilogue {desc} = {{{name}, &{ctx}}};")
+    return f"&{desc}"
 
 
 def _apply_epilogue(k: KernelCtx, epilogue: Graph, y: CVal, extras: Sequence[CVal]) -> None:

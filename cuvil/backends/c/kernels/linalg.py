@@ -1,7 +1,9 @@
 """Kernels of the linear algebra ops: ``matmul``, ``gemm`` and ``einsum``.
 
 float32 products go through ``cuvil_sgemm`` (``cuvil_gemm.h``), whose
-arbitrary strides make transposes free.  Other element types use a plain
+arbitrary strides make transposes free; a fused kernel's epilogue, when one
+is offered (``KernelCtx.epilogue``), goes to ``cuvil_sgemm_ep``, which runs it
+on each tile of the product as the tile is finished.  Other element types use a plain
 row-at-a-time loop (unit-stride over the output row) that accumulates like
 the reference: float32 for half floats, double for float64, and 64-bit
 unsigned arithmetic for integers (whose wrap-around agrees with the
@@ -20,6 +22,7 @@ from collections.abc import Callable
 
 from cuvil.backends.c import ctypes_map as ct
 from cuvil.backends.c.kernel import CVal, KernelCtx, kernel
+from cuvil.backends.c.kernels.half import HALF, half_buffers, half_product, round_out
 from cuvil.backends.c.kernels.reduce import acc_ctype, prod_expr, to_acc
 from cuvil.backends.c.writer import c_float, c_string
 from cuvil.ir.dtypes import DType
@@ -43,10 +46,22 @@ def _mm_loops(k: KernelCtx, dt: DType, m: str, n: str, kd: str, a: str, rsa: str
 
 
 def _sgemm(k: KernelCtx, m: str, n: str, kd: str, alpha: str, a: str, rsa: str, csa: str,
-           b: str, rsb: str, csb: str, beta: str, y: str, ldy: str) -> None:
+           b: str, rsb: str, csb: str, beta: str, y: str, ldy: str, ep: str | None = None) -> None:
+    """``cuvil_sgemm``, or ``cuvil_sgemm_ep`` finishing each tile with the epilogue ``ep`` (a C pointer)."""
     k.include("cuvil_gemm.h")
-    k.fail_if(f"cuvil_sgemm({m}, {n}, {kd}, {alpha}, {a}, {rsa}, {csa}, {b}, {rsb}, {csb}, {beta}, {y}, {ldy}) != 0",
-              "out of memory")
+    call = f"cuvil_sgemm({m}, {n}, {kd}, {alpha}, {a}, {rsa}, {csa}, {b}, {rsb}, {csb}, {beta}, {y}, {ldy})"
+    if ep is not None:
+        call = f"cuvil_sgemm_ep({m}, {n}, {kd}, {alpha}, {a}, {rsa}, {csa}, {b}, {rsb}, {csb}, {beta}, {y}, {ldy}, {ep})"
+    k.fail_if(f"{call} != 0", "out of memory")
+
+
+def _take_epilogue(k: KernelCtx) -> str | None:
+    """The epilogue a fused kernel offers (see ``KernelCtx.epilogue``), taken: float32 products apply it per tile."""
+    if k.epilogue is None or k.out(0).dtype is not DType.f32:
+        return None
+    k.epilogue_applied = True
+    k.note("the fused epilogue runs on each finished tile of the product (cuvil_sgemm_ep)")
+    return k.epilogue
 
 
 # matmul --------------------------------------------------------------------------------------
@@ -64,17 +79,25 @@ def _matmul(k: KernelCtx) -> None:
     k.require(ka, kb, "matmul: the inner dims differ")
     ba, bb = max(ra - 2, 0), max(rb - 2, 0)
     nb = max(ba, bb)
-    acc = None if dt is DType.f32 else k.scratch(acc_ctype(dt), f"(int64_t){n} > 0 ? {n} : 1", "acc")
+    rows_max = m if bb else (prod_expr(a, 0, ra - 1) if ra > 1 else "INT64_C(1)")
+    half = half_buffers(k, rows_max, n, ka) if dt in HALF else None
+    acc = None if dt is DType.f32 or half else k.scratch(acc_ctype(dt), f"(int64_t){n} > 0 ? {n} : 1", "acc")
+    ep = _take_epilogue(k)
 
     def product(rows: str, ap: str, bp: str, yp: str) -> None:
         if dt is DType.f32:
-            _sgemm(k, rows, n, ka, "1.0f", ap, ka, "1", bp, n, "1", "0.0f", yp, n)
+            _sgemm(k, rows, n, ka, "1.0f", ap, ka, "1", bp, n, "1", "0.0f", yp, n, ep)
+        elif half:
+            half_product(k, dt, half, rows, n, ka, "1.0f", ap, ka, "1", bp, n, "1", "0.0f")
+            round_out(k, dt, half.y, yp, f"(int64_t){rows} * (int64_t){n}")
         else:
             assert acc is not None
             _mm_loops(k, dt, rows, n, ka, ap, ka, "1", bp, n, "1", acc,
                       lambda i, j, v: ct.store(dt, yp, f"{i} * {n} + {j}", v))
 
-    how = "cuvil_sgemm" if dt is DType.f32 else f"row-at-a-time loops accumulating in {acc_ctype(dt)}"
+    how = ("cuvil_sgemm" if dt is DType.f32 else f"{dt} operands widened to float32 for cuvil_sgemm (bf16: "
+           "cuvil_bf16_gemm where the CPU has AVX512_BF16), rounded once" if half else
+           f"row-at-a-time loops accumulating in {acc_ctype(dt)}")
     if bb == 0:
         k.note(f"{how}: one product, A's batch and row dims folded into its rows (B is one matrix)")
         # B is one matrix: A's batch and row dims fold into the rows of one product.
@@ -96,6 +119,8 @@ def _matmul(k: KernelCtx) -> None:
             product(m, f"({a.ptr} + oa * {m} * {ka})", f"({b.ptr} + ob * {ka} * {n})", f"({y.ptr} + bi * {m} * {n})")
     if acc:
         k.release(acc)
+    if half:
+        half.release(k)
 
 
 # gemm ----------------------------------------------------------------------------------------
@@ -138,7 +163,20 @@ def _gemm(k: KernelCtx) -> None:
         if c:
             scaled = c_at("i", "j") if beta == 1.0 else f"{c_float(beta)} * {c_at('i', 'j')}"
             w.line(f"for (int64_t i = 0; i < {m}; i++) for (int64_t j = 0; j < {n}; j++) {y.ptr}[i * {n} + j] = {scaled};")
-        _sgemm(k, m, n, ka, c_float(alpha), a.ptr, rsa, csa, b.ptr, rsb, csb, "1.0f" if c else "0.0f", y.ptr, n)
+        _sgemm(k, m, n, ka, c_float(alpha), a.ptr, rsa, csa, b.ptr, rsb, csb, "1.0f" if c else "0.0f", y.ptr, n,
+               _take_epilogue(k))
+        return
+    if dt in HALF:
+        k.note(f"{dt} operands widened to float32 for cuvil_sgemm (bf16: cuvil_bf16_gemm where the CPU has "
+               "AVX512_BF16); alpha, beta * C and one rounding applied to the float32 product")
+        bufs = half_buffers(k, m, n, ka)
+        half_product(k, dt, bufs, m, n, ka, "1.0f", a.ptr, rsa, csa, b.ptr, rsb, csb, "0.0f")
+        e = f"{bufs.y}[i * {n} + j]" + ("" if alpha == 1.0 else f" * {c_float(alpha)}")
+        if c:
+            e += f" + {c_at('i', 'j')}" + ("" if beta == 1.0 else f" * {c_float(beta)}")
+        w.line(f"for (int64_t i = 0; i < {m}; i++) for (int64_t j = 0; j < {n}; j++) "
+               f"{ct.store(dt, y.ptr, f'i * {n} + j', e)}")
+        bufs.release(k)
         return
     acc = k.scratch(acc_ctype(dt), f"(int64_t){n} > 0 ? {n} : 1", "acc")
 

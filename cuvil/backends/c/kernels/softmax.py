@@ -14,6 +14,7 @@ from __future__ import annotations
 from cuvil.backends.c import ctypes_map as ct
 from cuvil.backends.c.kernel import KernelCtx, kernel
 from cuvil.backends.c.kernels.reduce import AxisView, axis_view, mathfn
+from cuvil.errors import CuvilError
 from cuvil.ir.dtypes import DType
 from cuvil.ops.common import normalize_axis
 
@@ -42,7 +43,7 @@ def _softmax(k: KernelCtx) -> None:
     def ld(ptr: str, i: str) -> str:
         return ct.load(dt, ptr, i)
 
-    cols = None if rows else k.scratch(c, f"2 * ({v.inner} > 0 ? {v.inner} : 1)", "cols")
+    cols = None if rows else _column_scratch(k, v, c)
     with w.block(f"for (int64_t o = 0; o < {v.outer}; o++)"):
         w.line(f"const {x.ctype} *restrict xp = {x.ptr} + o * {line};")
         w.line(f"{y.ctype} *restrict yp = {y.ptr} + o * {line};")
@@ -51,8 +52,29 @@ def _softmax(k: KernelCtx) -> None:
         else:
             _row(k, v, c, buf, is_log)
     for b in (buf, cols):
-        if b:
+        if b and not b.startswith("shared_"):
             k.release(b)
+
+
+def _column_scratch(k: KernelCtx, v: AxisView, c: str) -> str:
+    """The per-column maxima and sums: call-owned scratch, or, with the planted fault "shared-scratch"
+    (cuvil/faults.py), a static buffer every concurrent call of the model writes at once."""
+    from cuvil import faults
+
+    if not faults.active("shared-scratch"):
+        return k.scratch(c, f"2 * ({v.inner} > 0 ? {v.inner} : 1)", "cols")
+    x = k.inp(0)
+    axis = normalize_axis(k.node.op, k.attrs["axis"], x.rank)
+    last = x.rank - 1 if k.attrs["coerce_2d"] else axis
+    inner = [x.static_dim(j) for j in range(last + 1, x.rank)]
+    if any(d is None for d in inner):
+        raise CuvilError(f"node {k.node.name!r}: the shared-scratch fault needs a static softmax shape")
+    size = 1
+    for d in inner:
+        size *= int(d)  # type: ignore[arg-type]
+    name = k.tmp("shared_cols")
+    k.w.line(f"static {c} {name}[2 * {max(size, 1)}];")
+    return name
 
 
 def _row(k: KernelCtx, v: AxisView, c: str, buf: str | None, is_log: bool) -> None:

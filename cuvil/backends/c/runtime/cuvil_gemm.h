@@ -21,6 +21,15 @@
  *
  * Scratch (the packed panels) is allocated per call; constant operands are packed once per
  * model, and large products are split across the call's threads (see below).
+ *
+ * Products of a few rows (M <= MR: a batch-1 MLP, one token of a transformer) take a separate
+ * path (cuvil_sgemm_small): A is read in place, B is read as it lies in the packed panels of a
+ * constant operand (or straight from a row-major one), each column strip keeps its whole K
+ * loop in registers, and the columns are split across threads when that pays (see below).
+ *
+ * An epilogue (cuvil_sgemm_epilogue: a function and its context, generated per fused node)
+ * runs on each finished tile of C right after the micro-kernel's last store into it, while the
+ * tile is in L1, so a fused bias / activation / residual add costs no second pass over C.
  */
 #ifndef CUVIL_GEMM_H
 #define CUVIL_GEMM_H
@@ -43,6 +52,7 @@
 #define CUVIL_GEMM_MR 8
 #define CUVIL_GEMM_KC 256
 #define CUVIL_GEMM_MC 128
+#define CUVIL_GEMM_NREG 32
 typedef float cuvil_vf __attribute__((vector_size(64)));
 #define CUVIL_VSPLAT(s) _mm512_set1_ps(s)
 #define CUVIL_VFMA(a, b, c) _mm512_fmadd_ps((a), (b), (c))
@@ -51,6 +61,7 @@ typedef float cuvil_vf __attribute__((vector_size(64)));
 #define CUVIL_GEMM_MR 6
 #define CUVIL_GEMM_KC 256
 #define CUVIL_GEMM_MC 120
+#define CUVIL_GEMM_NREG 16
 typedef float cuvil_vf __attribute__((vector_size(32)));
 #define CUVIL_VSPLAT(s) _mm256_set1_ps(s)
 #if defined(__FMA__)
@@ -61,6 +72,7 @@ typedef float cuvil_vf __attribute__((vector_size(32)));
 #define CUVIL_GEMM_MR 6
 #define CUVIL_GEMM_KC 256
 #define CUVIL_GEMM_MC 120
+#define CUVIL_GEMM_NREG 16
 #if CUVIL_GEMM_VECTOR
 typedef float cuvil_vf __attribute__((vector_size(16)));
 #define CUVIL_VSPLAT(s) ((cuvil_vf){(s), (s), (s), (s)})
@@ -100,6 +112,15 @@ static CUVIL_UNUSED void cuvil_sgemm_micro(int64_t kc, const float *restrict Ap,
 #define CUVIL_MK_DECL(i) cuvil_vf c##i##a = {0}, c##i##b = {0};
     CUVIL_GEMM_ROWS(CUVIL_MK_DECL)
 #undef CUVIL_MK_DECL
+    if (mr == CUVIL_GEMM_MR) {
+        /* The C tile is written (and read, when accumulating) after the K loop; fetching it now
+         * hides that miss behind the loop: once C outgrows L2, every KC block re-reads it. */
+#define CUVIL_MK_PREFETCH(i) \
+    __builtin_prefetch(C + i * ldc, 1, 3); \
+    __builtin_prefetch(C + i * ldc + CUVIL_GEMM_NR - 1, 1, 3);
+        CUVIL_GEMM_ROWS(CUVIL_MK_PREFETCH)
+#undef CUVIL_MK_PREFETCH
+    }
     for (int64_t k = 0; k < kc; k++) {
         const cuvil_vf b0 = cuvil_vload(Bp);
         const cuvil_vf b1 = cuvil_vload(Bp + CUVIL_GEMM_W);
@@ -210,6 +231,34 @@ static CUVIL_UNUSED void cuvil_sgemm_pack_b(int64_t kc, int64_t nc, const float 
 static inline int64_t cuvil_gemm_round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 static inline int64_t cuvil_gemm_min(int64_t a, int64_t b) { return a < b ? a : b; }
 
+/* ---- epilogues --------------------------------------------------------------------------
+ * fn(ctx, c, ldc, i0, j0, rows, cols) finishes C[i0:i0+rows, j0:j0+cols] (c points at C[i0, j0],
+ * rows ldc apart) once every product term is in it.  It is called once per element, on tiles in
+ * any order and on any thread, so it must be elementwise: a bias by row or by column, an
+ * activation, a residual add, ... composed in one function by the code generator.  Since the
+ * tile it gets holds the finished float32 results, it rounds exactly as a second pass would. */
+typedef void (*cuvil_sgemm_epi_fn)(const void *ctx, float *c, int64_t ldc, int64_t i0, int64_t j0, int64_t rows,
+                                   int64_t cols);
+typedef struct cuvil_sgemm_epilogue {
+    cuvil_sgemm_epi_fn fn;
+    const void *ctx;
+} cuvil_sgemm_epilogue;
+
+/* ---- the cost model ----------------------------------------------------------------------
+ * Rough single-core speeds, used only to say whether a product is long enough to pay for waking
+ * the pool (cuvil_parallel_worth): multiply-adds per nanosecond in the micro-kernel (about 80%
+ * of the FMA peak), and bytes per nanosecond streamed from the last-level cache. */
+#if defined(__AVX512F__)
+#define CUVIL_GEMM_MAC_PER_NS 100.0
+#elif defined(__AVX__)
+#define CUVIL_GEMM_MAC_PER_NS 50.0
+#else
+#define CUVIL_GEMM_MAC_PER_NS 8.0
+#endif
+#define CUVIL_GEMM_BYTES_PER_NS 20.0
+/* Packing one element costs about as much as this many multiply-adds in the micro-kernel. */
+#define CUVIL_GEMM_PACK_COST 8
+
 /* ---- the parallel decomposition --------------------------------------------------------
  * The product is split into a grid of output blocks on MR x NR tile boundaries, one task per
  * block.  Every task runs the whole K loop of its block in the serial order (same KC blocks,
@@ -223,11 +272,6 @@ static inline int64_t cuvil_gemm_min(int64_t a, int64_t b) { return a < b ? a : 
  *   A: for each KC block at pc, rows [0, Mpad) in MR panels at Ap + pc * Mpad;
  *   B: for each NC block at jc and KC block at pc, its NR panels at Bp + jc * K + pc * ncpad. */
 
-/* Below this many multiply-adds a product runs on one thread: waking the others costs more. */
-#define CUVIL_GEMM_PAR_MIN ((int64_t)1 << 17)
-/* Packing one element costs about as much as this many multiply-adds in the micro-kernel. */
-#define CUVIL_GEMM_PACK_COST 8
-
 typedef struct cuvil_sgemm_job {
     int64_t M, N, K, rsa, csa, rsb, csb, ldc;
     float alpha;
@@ -235,6 +279,7 @@ typedef struct cuvil_sgemm_job {
     float *C;
     int first_acc;
     const float *Ap_all, *Bp_all; /* the whole packed operand, or NULL: packed per block */
+    const cuvil_sgemm_epilogue *ep;
     int64_t mparts, nparts;       /* the task grid */
     float *scratch;               /* per thread: abytes + bbytes */
     size_t abytes, bbytes;
@@ -250,6 +295,7 @@ static void cuvil_sgemm_block(const cuvil_sgemm_job *g, int64_t i0, int64_t i1, 
         for (int64_t pc = 0; pc < K; pc += CUVIL_GEMM_KC) {
             const int64_t kc = cuvil_gemm_min(K - pc, CUVIL_GEMM_KC);
             const int acc = pc > 0 || g->first_acc;
+            const cuvil_sgemm_epilogue *ep = pc + kc >= K ? g->ep : NULL; /* the last K block finishes C */
             const float *bblk = Bp; /* the panel of column jlo */
             if (g->Bp_all)
                 bblk = g->Bp_all + jc * K + pc * ncpad + (jlo - jc) / CUVIL_GEMM_NR * kc * CUVIL_GEMM_NR;
@@ -267,8 +313,10 @@ static void cuvil_sgemm_block(const cuvil_sgemm_job *g, int64_t i0, int64_t i1, 
                     const float *bp = bblk + (jr - jlo) / CUVIL_GEMM_NR * kc * CUVIL_GEMM_NR;
                     for (int64_t ir = 0; ir < mc; ir += CUVIL_GEMM_MR) {
                         const int64_t mr = cuvil_gemm_min(mc - ir, CUVIL_GEMM_MR);
-                        cuvil_sgemm_micro(kc, ablk + ir / CUVIL_GEMM_MR * kc * CUVIL_GEMM_MR, bp,
-                                          g->C + (ic + ir) * g->ldc + jr, g->ldc, acc, mr, nr);
+                        float *ct = g->C + (ic + ir) * g->ldc + jr;
+                        cuvil_sgemm_micro(kc, ablk + ir / CUVIL_GEMM_MR * kc * CUVIL_GEMM_MR, bp, ct, g->ldc, acc, mr,
+                                          nr);
+                        if (ep) ep->fn(ep->ctx, ct, g->ldc, ic + ir, jr, mr, nr);
                     }
                 }
             }
@@ -338,10 +386,13 @@ static const float *cuvil_sgemm_packed_const(int is_a, int64_t rows, int64_t col
                                           &args);
 }
 
-/* Returns 0, or -1 when scratch memory cannot be had. */
-static CUVIL_UNUSED int cuvil_sgemm(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t rsa,
-                                    int64_t csa, const float *B, int64_t rsb, int64_t csb, float beta, float *C,
-                                    int64_t ldc) {
+#include "cuvil_gemm_small.h"
+
+/* C = alpha * A B + beta * C, then the epilogue `ep` (NULL: none) over all of C.
+ * Returns 0, or -1 when scratch memory cannot be had. */
+static CUVIL_UNUSED int cuvil_sgemm_ep(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t rsa,
+                                       int64_t csa, const float *B, int64_t rsb, int64_t csb, float beta, float *C,
+                                       int64_t ldc, const cuvil_sgemm_epilogue *ep) {
     if (M <= 0 || N <= 0) return 0;
     /* beta == 0 overwrites C (NaN in C does not survive), as BLAS does; the first K block then
      * stores instead of accumulating, so C is never read. */
@@ -350,20 +401,35 @@ static CUVIL_UNUSED int cuvil_sgemm(int64_t M, int64_t N, int64_t K, float alpha
         first_acc = 0;
         if (K <= 0 || alpha == 0.0f) {
             for (int64_t i = 0; i < M; i++) memset(C + i * ldc, 0, sizeof(float) * (size_t)N);
+            if (ep) ep->fn(ep->ctx, C, ldc, 0, 0, M, N);
             return 0;
         }
     } else if (beta != 1.0f) {
         for (int64_t i = 0; i < M; i++)
             for (int64_t j = 0; j < N; j++) C[i * ldc + j] *= beta;
     }
-    if (K <= 0 || alpha == 0.0f) return 0;
-    cuvil_sgemm_job g = {M, N, K, rsa, csa, rsb, csb, ldc, alpha, A, B, C, first_acc, NULL, NULL, 1, 1, NULL, 0, 0};
-    g.Ap_all = cuvil_sgemm_packed_const(1, M, K, A, rsa, csa, alpha);
+    if (K <= 0 || alpha == 0.0f) {
+        if (ep) ep->fn(ep->ctx, C, ldc, 0, 0, M, N);
+        return 0;
+    }
+    cuvil_sgemm_job g = {M, N, K, rsa, csa, rsb, csb, ldc, alpha, A, B, C, first_acc, NULL, NULL, ep, 1, 1, NULL, 0, 0};
     g.Bp_all = cuvil_sgemm_packed_const(0, K, N, B, rsb, csb, 1.0f);
+#if CUVIL_GEMM_SMALL
+    if (M <= CUVIL_GEMM_MR && (g.Bp_all || csb == 1)) {
+        cuvil_sgemm_small(&g);
+        return 0;
+    }
+#endif
+    g.Ap_all = cuvil_sgemm_packed_const(1, M, K, A, rsa, csa, alpha);
     const int64_t mtiles = cuvil_gemm_round_up(M, CUVIL_GEMM_MR) / CUVIL_GEMM_MR;
     const int64_t ntiles = cuvil_gemm_round_up(N, CUVIL_GEMM_NR) / CUVIL_GEMM_NR;
-    const int threads = cuvil_num_threads_now();
-    if (threads > 1 && M * N * K >= CUVIL_GEMM_PAR_MIN) {
+    int threads = cuvil_num_threads_now();
+    if (threads > 1) {
+        const double pack = (g.Ap_all ? 0.0 : (double)M * K) + (g.Bp_all ? 0.0 : (double)K * N);
+        const double ns = ((double)M * N * K + CUVIL_GEMM_PACK_COST * pack) / CUVIL_GEMM_MAC_PER_NS;
+        if (!cuvil_parallel_worth(ns)) threads = 1;
+    }
+    if (threads > 1) {
         double best = -1.0;
         for (int64_t mp = 1; mp <= threads && mp <= mtiles; mp++) {
             for (int64_t np = 1; mp * np <= threads && np <= ntiles; np++) {
@@ -400,6 +466,13 @@ static CUVIL_UNUSED int cuvil_sgemm(int64_t M, int64_t N, int64_t K, float alpha
         cuvil_parallel_for(ntasks, cuvil_sgemm_task, &g);
     free(g.scratch);
     return 0;
+}
+
+/* C = alpha * A B + beta * C.  Returns 0, or -1 when scratch memory cannot be had. */
+static CUVIL_UNUSED int cuvil_sgemm(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t rsa,
+                                    int64_t csa, const float *B, int64_t rsb, int64_t csb, float beta, float *C,
+                                    int64_t ldc) {
+    return cuvil_sgemm_ep(M, N, K, alpha, A, rsa, csa, B, rsb, csb, beta, C, ldc, NULL);
 }
 
 #endif /* CUVIL_GEMM_H */

@@ -55,9 +55,10 @@ static CUVIL_UNUSED int cuvil_fail(cuvil_call *c, const char *fmt, ...) {
     return -1;
 }
 
-/* Zeroed, aligned scratch memory owned by the call (freed at its end unless kept). */
+/* Aligned scratch memory owned by the call (freed at its end unless kept), NOT zeroed: the arena
+ * of a memory-planned model, whose every intermediate is written by its kernel before it is read. */
 /* malloc-like: the result aliases nothing else, which lets the compiler reason about copies */
-static CUVIL_UNUSED CUVIL_MALLOC void *cuvil_alloc(cuvil_call *c, int64_t bytes) {
+static CUVIL_UNUSED CUVIL_MALLOC void *cuvil_alloc_uninit(cuvil_call *c, int64_t bytes) {
     if (bytes < 0) return NULL;
     /* size_t is 32 bits on wasm32: a larger request must fail, not wrap to a small buffer. */
     if ((uint64_t)bytes > (uint64_t)(SIZE_MAX - CUVIL_ALIGN)) return NULL;
@@ -73,9 +74,33 @@ static CUVIL_UNUSED CUVIL_MALLOC void *cuvil_alloc(cuvil_call *c, int64_t bytes)
     if (n == 0) n = CUVIL_ALIGN;
     void *p = aligned_alloc(CUVIL_ALIGN, n);
     if (!p) return NULL;
-    memset(p, 0, n);
     c->allocs[c->n_allocs++] = p;
     return p;
+}
+
+/* Zeroed, aligned scratch memory owned by the call (freed at its end unless kept). */
+static CUVIL_UNUSED CUVIL_MALLOC void *cuvil_alloc(cuvil_call *c, int64_t bytes) {
+    void *p = cuvil_alloc_uninit(c, bytes);
+    if (p) { /* the whole block, its padding included, as cuvil_alloc_uninit sized it */
+        size_t n = ((size_t)bytes + CUVIL_ALIGN - 1) / CUVIL_ALIGN * CUVIL_ALIGN;
+        memset(p, 0, n ? n : CUVIL_ALIGN);
+    }
+    return p;
+}
+
+/* ---- memory plan arithmetic (cuvil/backends/c/memplan.py) -------------- */
+
+/* `bytes` rounded up to CUVIL_ALIGN; -1 when negative (an overflowed size) or too large. */
+static inline int64_t cuvil_arena_round(int64_t bytes) {
+    if (bytes < 0 || bytes > INT64_MAX - CUVIL_ALIGN) return -1;
+    return (bytes + CUVIL_ALIGN - 1) / CUVIL_ALIGN * CUVIL_ALIGN;
+}
+
+/* max(cur, off + size): the lowest offset above a block at `off` of `size` bytes; -1 propagates
+ * (from any argument) and marks an overflow. */
+static inline int64_t cuvil_arena_above(int64_t cur, int64_t off, int64_t size) {
+    if (cur < 0 || off < 0 || size < 0 || off > INT64_MAX - size) return -1;
+    return cur > off + size ? cur : off + size;
 }
 
 static CUVIL_UNUSED void cuvil_forget(cuvil_call *c, const void *p) {
@@ -193,7 +218,16 @@ static CUVIL_UNUSED int cuvil_same_shape(const int64_t *a, int ra, const int64_t
 
 /* ---- half precision ---------------------------------------------------- */
 
+/* With F16C the conversions are one instruction each (same results: round to nearest even, NaN
+ * kept quiet with its payload's top bits). */
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
 static inline float cuvil_f16_to_f32(cuvil_f16 h) {
+#if defined(__F16C__)
+    return _cvtsh_ss(h);
+#else
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu;
     uint32_t man = h & 0x3ffu;
@@ -217,9 +251,13 @@ static inline float cuvil_f16_to_f32(cuvil_f16 h) {
     float f;
     memcpy(&f, &bits, 4);
     return f;
+#endif
 }
 
 static inline cuvil_f16 cuvil_f32_to_f16(float f) {
+#if defined(__F16C__)
+    return (cuvil_f16)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
+#else
     uint32_t x;
     memcpy(&x, &f, 4);
     uint32_t sign = (x >> 16) & 0x8000u;
@@ -246,6 +284,7 @@ static inline cuvil_f16 cuvil_f32_to_f16(float f) {
     uint32_t rem = m & 0x1fffu;
     if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) r++;
     return (cuvil_f16)(sign | r);
+#endif
 }
 
 static inline float cuvil_bf16_to_f32(cuvil_bf16 h) {

@@ -16,6 +16,21 @@
  * with the other call anyway) instead of waiting.  The cache is guarded by a
  * mutex.
  *
+ * Waiting.  Idle workers spin briefly for the next region, then sleep on a condition
+ * variable; a call that ran a parallel region last time wakes them as it starts, so they are
+ * spinning by the time its first region comes.  The caller of a region works on its tasks too,
+ * then spins briefly for the workers still inside, then sleeps until the last one leaves: on a
+ * loaded machine a worker may be preempted mid-task, and spinning on the core it needs would
+ * cost a scheduler time slice per region.
+ *
+ * Cost model.  Kernels ask cuvil_parallel_worth whether a region that would take `ns` on one
+ * thread pays for the pool: what splitting saves, ns (1 - 1/threads), must exceed a fixed cost
+ * of handing out tasks (more when a worker sleeps and must be woken) plus what the caller has
+ * recently spent waiting for workers at the end of its regions (a moving average, measured).
+ * On a machine whose cores are busy with other work, workers start late or are preempted, that
+ * wait grows, and short regions stop being split; each region run serially for that reason
+ * lets the estimate decay, so splitting is tried again once the machine is quieter.
+ *
  * Determinism.  cuvil_parallel_for hands out task indices dynamically, so
  * which thread runs a task varies; kernels make each task compute its own
  * outputs in a fixed order, so results are bitwise the same for any number
@@ -38,7 +53,9 @@
 
 #if CUVIL_HAVE_PTHREADS && !defined(CUVIL_NO_THREADS)
 #define CUVIL_POOL 1
+#include <sched.h>
 #include <stdatomic.h>
+#include <time.h>
 #else
 #define CUVIL_POOL 0
 #endif
@@ -65,10 +82,24 @@
 #define CUVIL_PAUSE() ((void)0)
 #endif
 
-/* A worker spins this many pauses (about 0.1 ms on x86-64) for the next region before it sleeps:
- * a model's kernels follow each other closely, and waking a sleeping thread costs tens of
- * microseconds; spinning longer would take a core from other work between calls. */
-#define CUVIL_SPIN 5000
+/* An idle worker waits for the next region by spinning CUVIL_SPIN pauses (a few microseconds),
+ * then by yielding its core (sched_yield) until CUVIL_SPIN_NS have passed, then it sleeps: a
+ * model's kernels follow each other closely, and waking a sleeping thread costs tens of
+ * microseconds.  Yielding rather than spinning matters when the cores are busy with other work:
+ * a spinning worker would take the core its own caller needs. */
+#define CUVIL_SPIN 200
+#define CUVIL_SPIN_NS 100000.0
+/* The caller of a region spins this many pauses for the workers still inside before it sleeps. */
+#define CUVIL_WAIT_SPIN 2000
+/* A region shorter than this (nanoseconds on one thread) runs on the calling thread: with the
+ * workers spinning, handing out tasks and waiting for the last one costs a few microseconds;
+ * with a worker asleep, waking it costs tens (more when the cores are busy with other work). */
+#define CUVIL_PAR_MIN_NS 5000.0
+#define CUVIL_PAR_MIN_NS_ASLEEP 60000.0
+/* Weight of the newest region in the moving average of the end-of-region wait, and the factor
+ * that average decays by for each region the cost model runs on one thread. */
+#define CUVIL_WAIT_EMA 0.25
+#define CUVIL_WAIT_DECAY 0.97
 
 /* A task of a parallel region; `tid` in [0, threads of the region) names the thread running it
  * (for per-thread scratch), never what it computes. */
@@ -84,6 +115,8 @@ typedef struct cuvil_cache_entry {
     const void *src;
     int64_t key[CUVIL_CACHE_KEY];
     void *data;
+    size_t bytes;
+    struct cuvil_cache_entry *next_const; /* the model's derived constants (cuvil_cache_get_constant) */
 } cuvil_cache_entry;
 
 /* ---- the pool --------------------------------------------------------------------------- */
@@ -102,14 +135,21 @@ typedef struct cuvil_pool {
     int n; /* threads, the caller included */
     cuvil_worker *workers;
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    pthread_cond_t cv;      /* workers sleep on it */
+    pthread_cond_t done_cv; /* the caller of a region sleeps on it */
     atomic_uint gen;      /* the latest region; bumped to start one (or to stop) */
+    atomic_uint warm;     /* bumped to have sleeping workers spin again (a call is starting) */
+    atomic_int waiting;   /* the caller sleeps on done_cv */
     atomic_uint closed;   /* the latest region whose tasks are all done */
     atomic_int sleepers;  /* workers blocked on cv */
     atomic_int active;    /* workers inside a region: the caller waits for them before the next */
     atomic_llong next;    /* the next task index to hand out */
     atomic_llong done;    /* tasks finished */
     atomic_int stop;
+    /* owned by the call holding the pool */
+    int used;             /* the current call ran a parallel region */
+    int used_last;        /* ... and so did the call before it */
+    double wait_ns;       /* moving average of the caller's end-of-region wait */
     /* the current region (written before gen is bumped; stable until its caller sees active == 0) */
     int64_t ntasks;
     cuvil_task_fn fn;
@@ -126,6 +166,7 @@ struct cuvil_shared {
     const unsigned char *weights; /* operands inside [weights, weights + size) never change */
     size_t size;
     cuvil_cache_entry *cache[CUVIL_CACHE_BUCKETS];
+    cuvil_cache_entry *consts; /* entries that count as constants, like the weights */
 #if CUVIL_HAVE_PTHREADS
     pthread_mutex_t cache_lock;
 #endif
@@ -154,12 +195,30 @@ static CUVIL_UNUSED int cuvil_num_threads_now(void) {
 }
 
 #if CUVIL_POOL
+/* Nanoseconds on the real-time clock (C11's timespec_get): only differences over a region matter. */
+static double cuvil_now_ns(void) {
+    struct timespec ts;
+    if (timespec_get(&ts, TIME_UTC) != TIME_UTC) return 0.0;
+    return 1e9 * (double)ts.tv_sec + (double)ts.tv_nsec;
+}
+
+/* Wake the region's caller if it sleeps (after a change it waits for: done or active).  The
+ * caller raises `waiting`, then re-reads both counters under the mutex; a worker changes a
+ * counter, then reads `waiting` (all sequentially consistent): one of them sees the other. */
+static void cuvil_pool_notify(cuvil_pool *p) {
+    if (atomic_load(&p->waiting)) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->done_cv);
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
 static void cuvil_pool_run_tasks(cuvil_pool *p, int tid) {
     for (;;) {
         const long long i = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
         if (i >= p->ntasks) return;
         p->fn(p->ctx, (int64_t)i, tid);
-        atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+        if (atomic_fetch_add(&p->done, 1) + 1 == p->ntasks && tid != 0) cuvil_pool_notify(p);
     }
 }
 
@@ -170,19 +229,29 @@ static void *cuvil_pool_worker(void *arg) {
     for (;;) {
         unsigned g;
         int spins = 0;
+        double idle_since = 0.0;
         while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen) {
             if (++spins < CUVIL_SPIN) {
                 CUVIL_PAUSE();
                 continue;
             }
+            const double t = cuvil_now_ns();
+            if (idle_since == 0.0) idle_since = t;
+            if (t - idle_since < CUVIL_SPIN_NS) {
+                sched_yield();
+                continue;
+            }
             /* sleepers is raised before gen is read again under the mutex, and the dispatcher bumps
-             * gen before it reads sleepers (both sequentially consistent): one of them sees the other. */
+             * gen before it reads sleepers (both sequentially consistent): one of them sees the other.
+             * A bump of warm (a call starting) sends the worker back to spinning. */
             pthread_mutex_lock(&p->mu);
+            const unsigned warm = atomic_load(&p->warm);
             atomic_fetch_add(&p->sleepers, 1);
-            while (atomic_load(&p->gen) == seen) pthread_cond_wait(&p->cv, &p->mu);
+            while (atomic_load(&p->gen) == seen && atomic_load(&p->warm) == warm) pthread_cond_wait(&p->cv, &p->mu);
             atomic_fetch_sub(&p->sleepers, 1);
             pthread_mutex_unlock(&p->mu);
             spins = 0;
+            idle_since = 0.0;
         }
         /* The caller does not wait for workers that wake late: it closes a region once its tasks
          * are done, then waits for the workers inside.  A worker enters, then checks that the
@@ -198,7 +267,8 @@ static void *cuvil_pool_worker(void *arg) {
             cuvil_pool_run_tasks(p, self->tid);
             cuvil_cur_exec = NULL;
         }
-        atomic_fetch_sub_explicit(&p->active, 1, memory_order_release);
+        atomic_fetch_sub(&p->active, 1);
+        cuvil_pool_notify(p);
         if (stop) return NULL;
     }
 }
@@ -212,11 +282,38 @@ static void cuvil_pool_wake(cuvil_pool *p) {
     }
 }
 
+/* Have sleeping workers spin again: a call that is likely to run regions is starting. */
+static void cuvil_pool_warm(cuvil_pool *p) {
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->mu);
+        atomic_fetch_add(&p->warm, 1);
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
+/* Until ready(p): spin a little, then sleep on done_cv (woken by cuvil_pool_notify). */
+static void cuvil_pool_await(cuvil_pool *p, int (*ready)(cuvil_pool *)) {
+    for (int spins = 0; spins < CUVIL_WAIT_SPIN; spins++) {
+        if (ready(p)) return;
+        CUVIL_PAUSE();
+    }
+    pthread_mutex_lock(&p->mu);
+    atomic_store(&p->waiting, 1);
+    while (!ready(p)) pthread_cond_wait(&p->done_cv, &p->mu);
+    atomic_store(&p->waiting, 0);
+    pthread_mutex_unlock(&p->mu);
+}
+
+static int cuvil_pool_tasks_done(cuvil_pool *p) { return atomic_load(&p->done) >= p->ntasks; }
+static int cuvil_pool_idle(cuvil_pool *p) { return atomic_load(&p->active) == 0; }
+
 static void cuvil_pool_free(cuvil_pool *p) {
     if (!p) return;
     atomic_store(&p->stop, 1);
     cuvil_pool_wake(p);
     for (int i = 0; i < p->n - 1; i++) pthread_join(p->workers[i].thread, NULL);
+    pthread_cond_destroy(&p->done_cv);
     pthread_cond_destroy(&p->cv);
     pthread_mutex_destroy(&p->mu);
     free(p->workers);
@@ -239,7 +336,16 @@ static cuvil_pool *cuvil_pool_new(int n, cuvil_shared *shared) {
         free(p);
         return NULL;
     }
+    if (pthread_cond_init(&p->done_cv, NULL) != 0) {
+        pthread_cond_destroy(&p->cv);
+        pthread_mutex_destroy(&p->mu);
+        free(p->workers);
+        free(p);
+        return NULL;
+    }
     atomic_init(&p->gen, 0u);
+    atomic_init(&p->warm, 0u);
+    atomic_init(&p->waiting, 0);
     atomic_init(&p->closed, 0u);
     atomic_init(&p->sleepers, 0);
     atomic_init(&p->active, 0);
@@ -280,13 +386,35 @@ static CUVIL_UNUSED void cuvil_parallel_for(int64_t ntasks, cuvil_task_fn fn, vo
         cuvil_cur_exec = &task; /* the caller's tasks run single-threaded, as the workers' do */
         cuvil_pool_run_tasks(p, 0);
         cuvil_cur_exec = e;
-        while (atomic_load_explicit(&p->done, memory_order_acquire) < ntasks) CUVIL_PAUSE();
+        p->used = 1;
+        const double t0 = cuvil_now_ns();
+        cuvil_pool_await(p, cuvil_pool_tasks_done);
         atomic_store(&p->closed, atomic_load_explicit(&p->gen, memory_order_relaxed));
-        while (atomic_load_explicit(&p->active, memory_order_acquire) > 0) CUVIL_PAUSE();
+        cuvil_pool_await(p, cuvil_pool_idle);
+        const double waited = cuvil_now_ns() - t0;
+        p->wait_ns += CUVIL_WAIT_EMA * ((waited > 0.0 ? waited : 0.0) - p->wait_ns);
         return;
     }
 #endif
     for (int64_t i = 0; i < ntasks; i++) fn(ctx, i, 0);
+}
+
+/* Whether a region that would take `ns` nanoseconds on one thread is worth running on the
+ * current call's pool (0 when it has none). */
+static CUVIL_UNUSED int cuvil_parallel_worth(double ns) {
+#if CUVIL_POOL
+    const cuvil_exec *e = cuvil_cur_exec;
+    if (!e || !e->pool) return 0;
+    cuvil_pool *p = e->pool;
+    const double fixed =
+        atomic_load_explicit(&p->sleepers, memory_order_relaxed) > 0 ? CUVIL_PAR_MIN_NS_ASLEEP : CUVIL_PAR_MIN_NS;
+    if (ns * (1.0 - 1.0 / p->n) >= fixed + p->wait_ns) return 1;
+    p->wait_ns *= CUVIL_WAIT_DECAY;
+    return 0;
+#else
+    (void)ns;
+    return 0;
+#endif
 }
 
 /* [lo, hi) of part `i` of `n` near-equal parts of [0, total). */
@@ -329,6 +457,7 @@ static void cuvil_shared_destroy(cuvil_shared *s) {
         }
         s->cache[b] = NULL;
     }
+    s->consts = NULL;
 #if CUVIL_HAVE_PTHREADS
     pthread_mutex_destroy(&s->cache_lock);
 #endif
@@ -365,10 +494,13 @@ static void cuvil_exec_enter(cuvil_exec *e, cuvil_shared *s) {
     e->pool = NULL;
 #if CUVIL_POOL
     if (pthread_mutex_trylock(&s->pool_lock) == 0) {
-        if (s->pool)
+        if (s->pool) {
             e->pool = s->pool;
-        else
+            if (e->pool->used_last) cuvil_pool_warm(e->pool);
+            e->pool->used = 0;
+        } else {
             pthread_mutex_unlock(&s->pool_lock);
+        }
     }
 #endif
     cuvil_cur_exec = e;
@@ -376,7 +508,10 @@ static void cuvil_exec_enter(cuvil_exec *e, cuvil_shared *s) {
 
 static void cuvil_exec_leave(cuvil_exec *e) {
 #if CUVIL_POOL
-    if (e->pool) pthread_mutex_unlock(&e->shared->pool_lock);
+    if (e->pool) {
+        e->pool->used_last = e->pool->used;
+        pthread_mutex_unlock(&e->shared->pool_lock);
+    }
 #endif
     e->pool = NULL;
     cuvil_cur_exec = NULL;
@@ -386,19 +521,53 @@ static void cuvil_exec_leave(cuvil_exec *e) {
 
 typedef void (*cuvil_cache_build_fn)(void *dst, const void *arg);
 
-/* Whether [p, p + bytes) lies in the model's weights (which no call writes). */
+static int cuvil_in_range(const void *p, size_t bytes, const void *base, size_t size) {
+    const unsigned char *lo = (const unsigned char *)base, *c = (const unsigned char *)p;
+    return lo && c >= lo && c <= lo + size && bytes <= (size_t)(lo + size - c);
+}
+
+/* Whether [p, p + bytes) lies in the model's weights (which no call writes) or in a constant
+ * derived from them (cuvil_cache_get_constant: a weight widened to float32, say), so that a
+ * kernel reading it may in turn cache what it derives from it (its packed form).  Not to be
+ * called from a cache build function (the cache lock is held there). */
 static CUVIL_UNUSED int cuvil_is_constant(const void *p, size_t bytes) {
     const cuvil_exec *e = cuvil_cur_exec;
-    if (!e || !e->shared || !e->shared->weights) return 0;
-    const unsigned char *lo = e->shared->weights, *c = (const unsigned char *)p;
-    return c >= lo && c <= lo + e->shared->size && bytes <= (size_t)(lo + e->shared->size - c);
+    if (!e || !e->shared) return 0;
+    cuvil_shared *s = e->shared;
+    if (cuvil_in_range(p, bytes, s->weights, s->size)) return 1;
+    int found = 0;
+#if CUVIL_CACHE
+#if CUVIL_HAVE_PTHREADS
+    pthread_mutex_lock(&s->cache_lock);
+#endif
+    for (const cuvil_cache_entry *c = s->consts; c && !found; c = c->next_const)
+        found = cuvil_in_range(p, bytes, c->data, c->bytes);
+#if CUVIL_HAVE_PTHREADS
+    pthread_mutex_unlock(&s->cache_lock);
+#endif
+#endif
+    return found;
 }
+
+static const void *cuvil_cache_lookup(const void *src, const int64_t *key, size_t bytes, cuvil_cache_build_fn build,
+                                      const void *arg, int as_constant);
 
 /* The buffer derived from the constant `src` identified by `key` (CUVIL_CACHE_KEY numbers):
  * built by build(dst, arg) into `bytes` bytes on first use, kept until the model is unloaded.
  * NULL when there is no cache (no call context, or no memory): the caller then derives it itself. */
 static CUVIL_UNUSED const void *cuvil_cache_get(const void *src, const int64_t *key, size_t bytes,
                                                 cuvil_cache_build_fn build, const void *arg) {
+    return cuvil_cache_lookup(src, key, bytes, build, arg, 0);
+}
+
+/* cuvil_cache_get, the result counting as a constant of the model from then on (cuvil_is_constant). */
+static CUVIL_UNUSED const void *cuvil_cache_get_constant(const void *src, const int64_t *key, size_t bytes,
+                                                         cuvil_cache_build_fn build, const void *arg) {
+    return cuvil_cache_lookup(src, key, bytes, build, arg, 1);
+}
+
+static const void *cuvil_cache_lookup(const void *src, const int64_t *key, size_t bytes, cuvil_cache_build_fn build,
+                                      const void *arg, int as_constant) {
 #if CUVIL_CACHE
     const cuvil_exec *e = cuvil_cur_exec;
     if (!e || !e->shared) return NULL;
@@ -423,8 +592,14 @@ static CUVIL_UNUSED const void *cuvil_cache_get(const void *src, const int64_t *
             c->src = src;
             memcpy(c->key, key, sizeof c->key);
             c->data = data;
+            c->bytes = bytes;
             c->next = s->cache[b];
             s->cache[b] = c;
+            c->next_const = NULL;
+            if (as_constant) {
+                c->next_const = s->consts;
+                s->consts = c;
+            }
             found = data;
         } else {
             free(c);
@@ -436,7 +611,7 @@ static CUVIL_UNUSED const void *cuvil_cache_get(const void *src, const int64_t *
 #endif
     return found;
 #else
-    (void)src, (void)key, (void)bytes, (void)build, (void)arg;
+    (void)src, (void)key, (void)bytes, (void)build, (void)arg, (void)as_constant;
     return NULL;
 #endif
 }

@@ -1,0 +1,264 @@
+/* Cuvil's channels-last 2-D convolutions (conv_nhwc: X [N, H, W, C], W [KH, KW, C/group, M],
+ * Y [N, OH, OW, M]), float32.
+ *
+ * In NHWC every output pixel is one row of a [N*OH*OW, M] matrix, so a convolution is, per
+ * group, one GEMM  Y_g [P, Mg] = cols [P, K] x W_g [K, Mg]  with K = KH*KW*Cg:
+ *   - a 1x1 kernel with unit strides and no padding needs no im2col: the input itself is the
+ *     [P, C] matrix (each group a column slice of it);
+ *   - otherwise the im2col row of a pixel is KH*KW contiguous runs of Cg channels, copied
+ *     whole; it is built for blocks of pixels at a time (CUVIL_NHWC_COLS_BYTES), so the
+ *     buffer stays small whatever the image size.
+ * The weight is the GEMM's B operand as it lies (rows K, columns M): a constant weight is
+ * packed once per model by cuvil_sgemm_ep (cuvil_gemm.h).  The bias and the node's fused
+ * epilogue run on each finished GEMM tile (cuvil_nhwc_finish below).
+ *
+ * Depthwise convolutions (one input channel per group) run a direct kernel that is vectorised
+ * across channels: a strip of CUVIL_NHWC_DW_OB output pixels by one vector of channels is kept
+ * in registers across all kernel taps, each tap's weights are one vector load.  Rows of output
+ * pixels are the parallel tasks.
+ *
+ * Every output element is computed by one thread, in an order that does not depend on the
+ * number of threads: results are bitwise the same for any thread count.
+ */
+#ifndef CUVIL_CONV_NHWC_H
+#define CUVIL_CONV_NHWC_H
+
+#include "cuvil_gemm.h"
+#include "cuvil_rt.h"
+#include "cuvil_threads.h"
+
+/* The im2col buffer of one block of output pixels holds at most this many bytes. */
+#define CUVIL_NHWC_COLS_BYTES ((int64_t)4 << 20)
+/* Output pixels a depthwise strip keeps in registers. */
+#define CUVIL_NHWC_DW_OB 4
+/* Below this many multiply-adds a depthwise convolution runs on one thread. */
+#define CUVIL_NHWC_PAR_MIN ((int64_t)1 << 16)
+
+typedef struct cuvil_nhwc_geom {
+    int64_t n, h, w, c;     /* input */
+    int64_t oh, ow, m;      /* output */
+    int64_t kh, kw, sh, sw, dh, dw, ph, pw; /* ph, pw: padding at the beginning */
+    int64_t group;
+} cuvil_nhwc_geom;
+
+/* The bias and then the fused epilogue (either may be absent) on a finished tile of Y.  As a
+ * cuvil_sgemm_epi_fn it finds the tile's columns from its offset in Y, whose rows are m wide. */
+typedef struct cuvil_nhwc_finish {
+    const float *y, *b;
+    int64_t m;
+    const cuvil_sgemm_epilogue *next;
+} cuvil_nhwc_finish;
+
+static void cuvil_nhwc_finish_fn(const void *ctx, float *c, int64_t ldc, int64_t i0, int64_t j0, int64_t rows,
+                                 int64_t cols) {
+    const cuvil_nhwc_finish *f = (const cuvil_nhwc_finish *)ctx;
+    if (f->b) {
+        const float *restrict b = f->b + (int64_t)(c - f->y) % f->m; /* a tile never wraps past a row of Y */
+        for (int64_t i = 0; i < rows; i++) {
+            float *restrict r = c + i * ldc;
+            for (int64_t j = 0; j < cols; j++) r[j] += b[j];
+        }
+    }
+    if (f->next) f->next->fn(f->next->ctx, c, ldc, i0, j0, rows, cols);
+}
+
+/* cols[p - p0, :] = the im2col row of output pixel p, for p in [p0, p1), channels [c0, c0 + cg). */
+static void cuvil_nhwc_im2col(const cuvil_nhwc_geom *g, const float *x, int64_t c0, int64_t cg, int64_t p0,
+                              int64_t p1, float *cols) {
+    const int64_t K = g->kh * g->kw * cg, plane = g->oh * g->ow;
+    for (int64_t p = p0; p < p1; p++) {
+        const int64_t n = p / plane, oh = p % plane / g->ow, ow = p % g->ow;
+        float *restrict row = cols + (p - p0) * K;
+        for (int64_t i = 0; i < g->kh; i++) {
+            const int64_t ih = oh * g->sh - g->ph + i * g->dh;
+            for (int64_t j = 0; j < g->kw; j++) {
+                const int64_t iw = ow * g->sw - g->pw + j * g->dw;
+                float *restrict dst = row + (i * g->kw + j) * cg;
+                if (ih < 0 || ih >= g->h || iw < 0 || iw >= g->w)
+                    memset(dst, 0, sizeof(float) * (size_t)cg);
+                else
+                    memcpy(dst, x + ((n * g->h + ih) * g->w + iw) * g->c + c0, sizeof(float) * (size_t)cg);
+            }
+        }
+    }
+}
+
+typedef struct cuvil_nhwc_cols_job {
+    const cuvil_nhwc_geom *g;
+    const float *x;
+    float *cols;
+    int64_t c0, cg, p0, p1, tasks;
+} cuvil_nhwc_cols_job;
+
+static void cuvil_nhwc_im2col_part(void *ctx, int64_t task, int tid) {
+    const cuvil_nhwc_cols_job *j = (const cuvil_nhwc_cols_job *)ctx;
+    int64_t lo, hi;
+    (void)tid;
+    cuvil_split(j->p1 - j->p0, j->tasks, task, &lo, &hi);
+    cuvil_nhwc_im2col(j->g, j->x, j->c0, j->cg, j->p0 + lo, j->p0 + hi,
+                      j->cols + lo * j->g->kh * j->g->kw * j->cg);
+}
+
+/* Dense (and grouped) convolution by GEMM.  Returns 0, or -1 when memory cannot be had. */
+static CUVIL_UNUSED int cuvil_conv_nhwc_gemm_f32(const cuvil_nhwc_geom *g, const float *x, const float *w,
+                                                 const float *b, float *y, const cuvil_sgemm_epilogue *ep) {
+    const int64_t P = g->n * g->oh * g->ow, cg = g->c / g->group, mg = g->m / g->group;
+    const int64_t K = g->kh * g->kw * cg;
+    if (P == 0 || g->m == 0) return 0;
+    const cuvil_nhwc_finish fin = {y, b, g->m, ep};
+    const cuvil_sgemm_epilogue finish = {cuvil_nhwc_finish_fn, &fin};
+    const cuvil_sgemm_epilogue *tail = b ? &finish : ep;
+    const int direct = g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->ph == 0 && g->pw == 0 &&
+                       g->oh == g->h && g->ow == g->w;
+    if (direct) {
+        for (int64_t gi = 0; gi < g->group; gi++)
+            if (cuvil_sgemm_ep(P, mg, K, 1.0f, x + gi * cg, g->c, 1, w + gi * mg, g->m, 1, 0.0f, y + gi * mg, g->m,
+                               tail) != 0)
+                return -1;
+        return 0;
+    }
+    int64_t block = K > 0 ? CUVIL_NHWC_COLS_BYTES / (K * (int64_t)sizeof(float)) : P;
+    block = block < CUVIL_GEMM_MR ? CUVIL_GEMM_MR : block / CUVIL_GEMM_MR * CUVIL_GEMM_MR;
+    if (block > P) block = P;
+    float *cols = (float *)malloc(cuvil_size3(sizeof(float), (size_t)block, (size_t)(K > 0 ? K : 1)));
+    if (!cols) return -1;
+    const int threads = cuvil_num_threads_now();
+    int rc = 0;
+    for (int64_t p0 = 0; p0 < P && rc == 0; p0 += block) {
+        const int64_t p1 = p0 + block < P ? p0 + block : P;
+        for (int64_t gi = 0; gi < g->group && rc == 0; gi++) {
+            cuvil_nhwc_cols_job j = {g, x, cols, gi * cg, cg, p0, p1, 1};
+            /* a copy: worth splitting when each thread gets a fair share of it */
+            if (threads > 1 && cuvil_parallel_worth((double)(p1 - p0) * (double)K / CUVIL_GEMM_BYTES_PER_NS))
+                j.tasks = threads;
+            cuvil_parallel_for(j.tasks, cuvil_nhwc_im2col_part, &j);
+            rc = cuvil_sgemm_ep(p1 - p0, mg, K, 1.0f, cols, K, 1, w + gi * mg, g->m, 1, 0.0f,
+                                y + p0 * g->m + gi * mg, g->m, tail);
+        }
+    }
+    free(cols);
+    return rc;
+}
+
+/* ---- depthwise ---------------------------------------------------------------------------- */
+
+typedef struct cuvil_nhwc_dw_job {
+    const cuvil_nhwc_geom *g;
+    const float *x, *w, *b;
+    float *y;
+    const cuvil_sgemm_epilogue *ep;
+    int64_t tasks;
+} cuvil_nhwc_dw_job;
+
+/* yr[ow, m] for ow in [o0, o1) of output row (n, oh), for the channel multiplier `mult` (outputs
+ * per input channel); generic, one pixel at a time, every tap checked. */
+static void cuvil_nhwc_dw_pixels(const cuvil_nhwc_geom *g, const float *x, const float *w, float *yr, int64_t n,
+                                 int64_t oh, int64_t o0, int64_t o1, int64_t mult) {
+    const int64_t M = g->m;
+    for (int64_t ow = o0; ow < o1; ow++) {
+        float *restrict yo = yr + ow * M;
+        for (int64_t m = 0; m < M; m++) yo[m] = 0.0f;
+        for (int64_t i = 0; i < g->kh; i++) {
+            const int64_t ih = oh * g->sh - g->ph + i * g->dh;
+            if (ih < 0 || ih >= g->h) continue;
+            for (int64_t j = 0; j < g->kw; j++) {
+                const int64_t iw = ow * g->sw - g->pw + j * g->dw;
+                if (iw < 0 || iw >= g->w) continue;
+                const float *restrict xs = x + ((n * g->h + ih) * g->w + iw) * g->c;
+                const float *restrict wt = w + (i * g->kw + j) * M;
+                for (int64_t m = 0; m < M; m++) yo[m] += xs[m / mult] * wt[m];
+            }
+        }
+    }
+}
+
+#if CUVIL_GEMM_VECTOR
+/* yr[ow, :] for ow in [o0, o0 + OB) (every tap's column in the image for all of them) and one
+ * multiplier: OB pixels by one vector of channels accumulate in registers over the taps. */
+static void cuvil_nhwc_dw_strip(const cuvil_nhwc_geom *g, const float *x, const float *w, float *yr, int64_t n,
+                                int64_t oh, int64_t o0) {
+    const int64_t C = g->c, VW = CUVIL_GEMM_W;
+    const int64_t cv = C / VW * VW;
+    for (int64_t c = 0; c < cv; c += VW) {
+        cuvil_vf acc[CUVIL_NHWC_DW_OB];
+        for (int o = 0; o < CUVIL_NHWC_DW_OB; o++) acc[o] = (cuvil_vf){0};
+        for (int64_t i = 0; i < g->kh; i++) {
+            const int64_t ih = oh * g->sh - g->ph + i * g->dh;
+            if (ih < 0 || ih >= g->h) continue;
+            const float *xrow = x + (n * g->h + ih) * g->w * C + c;
+            for (int64_t j = 0; j < g->kw; j++) {
+                const cuvil_vf wv = cuvil_vload(w + (i * g->kw + j) * C + c);
+                const float *xs = xrow + (o0 * g->sw - g->pw + j * g->dw) * C;
+                for (int o = 0; o < CUVIL_NHWC_DW_OB; o++) acc[o] = CUVIL_VFMA(cuvil_vload(xs + o * g->sw * C), wv, acc[o]);
+            }
+        }
+        for (int o = 0; o < CUVIL_NHWC_DW_OB; o++) cuvil_vstore(yr + (o0 + o) * C + c, acc[o]);
+    }
+    /* the channels past the last full vector, in the same order of taps */
+    for (int64_t c = cv; c < C; c++) {
+        for (int o = 0; o < CUVIL_NHWC_DW_OB; o++) {
+            float acc = 0.0f;
+            for (int64_t i = 0; i < g->kh; i++) {
+                const int64_t ih = oh * g->sh - g->ph + i * g->dh;
+                if (ih < 0 || ih >= g->h) continue;
+                for (int64_t j = 0; j < g->kw; j++) {
+                    const int64_t iw = (o0 + o) * g->sw - g->pw + j * g->dw;
+                    acc += x[((n * g->h + ih) * g->w + iw) * C + c] * w[(i * g->kw + j) * C + c];
+                }
+            }
+            yr[(o0 + o) * C + c] = acc;
+        }
+    }
+}
+#endif
+
+static void cuvil_nhwc_dw_part(void *ctx, int64_t task, int tid) {
+    const cuvil_nhwc_dw_job *jb = (const cuvil_nhwc_dw_job *)ctx;
+    const cuvil_nhwc_geom *g = jb->g;
+    const int64_t mult = g->m / g->c;
+    int64_t lo, hi;
+    (void)tid;
+    cuvil_split(g->n * g->oh, jb->tasks, task, &lo, &hi);
+    /* [olo, ohi): the output columns whose every tap lies inside the image */
+    int64_t olo = 0, ohi = g->ow;
+    for (int64_t j = 0; j < g->kw; j++) {
+        const int64_t base = j * g->dw - g->pw;
+        const int64_t l = base >= 0 ? 0 : (-base + g->sw - 1) / g->sw;
+        const int64_t h = g->w - 1 - base >= 0 ? (g->w - 1 - base) / g->sw + 1 : 0;
+        if (l > olo) olo = l;
+        if (h < ohi) ohi = h;
+    }
+    if (ohi < olo) ohi = olo;
+    for (int64_t r = lo; r < hi; r++) {
+        const int64_t n = r / g->oh, oh = r % g->oh;
+        float *yr = jb->y + r * g->ow * g->m;
+#if CUVIL_GEMM_VECTOR
+        if (mult == 1) {
+            int64_t o = olo;
+            cuvil_nhwc_dw_pixels(g, jb->x, jb->w, yr, n, oh, 0, olo, 1);
+            for (; o + CUVIL_NHWC_DW_OB <= ohi; o += CUVIL_NHWC_DW_OB) cuvil_nhwc_dw_strip(g, jb->x, jb->w, yr, n, oh, o);
+            cuvil_nhwc_dw_pixels(g, jb->x, jb->w, yr, n, oh, o, g->ow, 1);
+        } else
+#endif
+            cuvil_nhwc_dw_pixels(g, jb->x, jb->w, yr, n, oh, 0, g->ow, mult);
+        if (jb->ep) jb->ep->fn(jb->ep->ctx, yr, g->m, r * g->ow, 0, g->ow, g->m);
+    }
+}
+
+/* Depthwise convolution (group == C, M a multiple of C). */
+static CUVIL_UNUSED void cuvil_conv_nhwc_depthwise_f32(const cuvil_nhwc_geom *g, const float *x, const float *w,
+                                                       const float *b, float *y, const cuvil_sgemm_epilogue *ep) {
+    const int64_t rows = g->n * g->oh;
+    if (rows == 0 || g->ow == 0 || g->m == 0) return;
+    const cuvil_nhwc_finish fin = {y, b, g->m, ep};
+    const cuvil_sgemm_epilogue finish = {cuvil_nhwc_finish_fn, &fin};
+    const double macs = (double)rows * (double)g->ow * (double)g->m * (double)(g->kh * g->kw);
+    const int threads = cuvil_num_threads_now();
+    int64_t tasks = 1;
+    if (threads > 1 && macs >= (double)CUVIL_NHWC_PAR_MIN && cuvil_parallel_worth(macs / CUVIL_GEMM_MAC_PER_NS * 4.0))
+        tasks = rows < (int64_t)threads * 4 ? rows : (int64_t)threads * 4;
+    cuvil_nhwc_dw_job jb = {g, x, w, b, y, b ? &finish : ep, tasks};
+    cuvil_parallel_for(tasks, cuvil_nhwc_dw_part, &jb);
+}
+
+#endif /* CUVIL_CONV_NHWC_H */

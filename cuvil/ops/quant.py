@@ -1,0 +1,561 @@
+"""Linear quantization ops: ``quantize_linear``, ``dequantize_linear`` and ``dynamic_quantize_linear``.
+
+The semantics are ONNX's newest (opset 25), for the integer types Cuvil has
+(int8, uint8, int16, uint16; int4, int2 and the float8/float4 types have no
+Cuvil element type, so the ONNX importer refuses them by name):
+
+1. ``quantize_linear(X, scale, zero_point?)``: ``y = saturate(rint(X / scale) + zero_point)``.
+   The division is done in the element type named by ``precision`` (default:
+   the scale's), with ``X`` first converted to it; ``rint`` rounds half to even;
+   saturation clamps to the output type's range.  The output type is the zero
+   point's, else ``output_dtype``, else uint8.  ``X`` may be NaN: it gives the
+   zero point (ONNX leaves it undefined; Cuvil defines it, the same on every target).
+2. ``dequantize_linear(X, scale, zero_point?)``: ``y = (X - zero_point) * scale``,
+   computed in float32 (float64 when the scale or output is float64) and rounded
+   once to the output type (``output_dtype``, default the scale's).
+3. Granularity is read from the scale's shape (the zero point has the same, or both
+   hold one element, whatever their ranks): one element is per-tensor; with ``block_size == 0`` a 1-D scale is per-axis
+   (its length is ``X``'s dim ``axis``); with ``block_size = B > 0`` the scale
+   has ``X``'s rank, ``ceil(D / B)`` at ``axis`` and ``X``'s dims elsewhere: element
+   ``i`` along ``axis`` uses scale ``i // B`` (blocked quantization).
+4. ``dynamic_quantize_linear(X)`` (float32 to uint8): the range ``[min(0, min X), max(0, max X)]``
+   gives ``scale = (max - min) / 255`` (1/255 when the range is empty) and
+   ``zero_point = rint(clamp(-min / scale, 0, 255))``, all in float32; ``Y`` is ``X``
+   quantized with them.  NaN elements are left out of the range.
+
+The integer ops compute exactly in int32 (wrapping, as ONNX's int32 arithmetic):
+
+5. ``matmul_integer(A, B, a_zero_point?, b_zero_point?)``: ``(A - a_zp) @ (B - b_zp)`` as
+   int32; A and B are int8 or uint8; ``a_zp`` is per-tensor, ``b_zp`` per-tensor or per
+   column (1-D, B's last dim).
+6. ``conv_integer(X, W, x_zero_point?, w_zero_point?)``: ``conv(X - x_zp, W - w_zp)`` as
+   int32 (``conv``'s attributes); ``w_zp`` per-tensor or per output channel.
+7. ``qlinear_matmul`` and ``qlinear_conv``: the integer product as in 5 and 6, plus the
+   int32 ``bias`` when given, requantized: ``y = saturate(rint(float32(acc) * m) + y_zp)``
+   with the multiplier ``m = a_scale * b_scale / y_scale`` computed in the scales' element
+   type (then float32), per output channel (per column of B, per output channel of W) when
+   the weight's scale is.  ``relu=1`` (a Cuvil extension, made by the fold-qdq pass) clamps
+   below at ``y_zp``: exactly ``quantize(relu(v))``, as quantization is monotonic and maps 0
+   to ``y_zp``.  ``qlinear_matmul``'s ``bias`` (1-D, per column) is a Cuvil extension too.
+ :func:`quantize_values` are the one NumPy definition
+of the granularity and the quantization step; the integer-kernel ops
+below requantize with them too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cuvil.ir.dtypes import FLOATS, DType
+from cuvil.ir.symbolic import ceildiv
+from cuvil.ir.types import TensorType
+from cuvil.ops.common import normalize_axis
+from cuvil.ops.registry import KEEP_OPERANDS, AttrSpec, InferCtx, OpDef, RefCtx, register
+
+# The integer element types a tensor can be quantized to, and their ranges.
+QUANT_RANGES: dict[DType, tuple[int, int]] = {
+    DType.i8: (-128, 127),
+    DType.u8: (0, 255),
+    DType.i16: (-32768, 32767),
+    DType.u16: (0, 65535),
+}
+QUANT_DTYPES = frozenset(QUANT_RANGES)
+_QUANTIZE_INPUTS = FLOATS | {DType.i32}
+_DEQUANTIZE_INPUTS = QUANT_DTYPES | {DType.i32}
+
+
+@dataclass(frozen=True)
+class Granularity:
+    """How a scale (and zero point) maps onto the quantized tensor.
+
+    ``kind`` is ``"tensor"``, ``"axis"`` or ``"block"``; ``axis`` is non-negative
+    (0 for per-tensor); ``block`` is the block size (0 unless blocked)."""
+
+    kind: str
+    axis: int = 0
+    block: int = 0
+
+
+def granularity(ctx: InferCtx, x_index: int, scale_index: int, zp_index: int | None) -> Granularity:
+    """The granularity of a quantize/dequantize node, its shapes checked (rule 3)."""
+    x, s = ctx.type(x_index), ctx.type(scale_index)
+    block = int(ctx.attrs.get("block_size") or 0)
+    axis = int(ctx.attrs.get("axis", 1))
+    if block < 0:
+        raise ctx.fail(f"block_size must be >= 0, got {block}")
+    if zp_index is not None and ctx.has(zp_index) and not all(d == 1 for d in (*s.shape, *ctx.type(zp_index).shape)):
+        z = ctx.type(zp_index)
+        if z.rank != s.rank:
+            raise ctx.fail(f"the zero point {z} must have the scale's shape {s}")
+        for i, (a, b) in enumerate(zip(z.shape, s.shape)):
+            if isinstance(a, int) and isinstance(b, int) and a != b:
+                raise ctx.fail(f"the zero point {z} must have the scale's shape {s}")
+            ctx.assume_equal(a, b, f"zero point and scale dims at axis {i}")
+    if all(d == 1 for d in s.shape):
+        return Granularity("tensor")
+    if block == 0:
+        if s.rank != 1:
+            raise ctx.fail(f"the scale must be a scalar or 1-D (per-axis) unless block_size is set, got {s}")
+        ax = _axis(ctx, axis, x.rank)
+        d = x.shape[ax]
+        if isinstance(d, int) and isinstance(s.shape[0], int) and d != s.shape[0]:
+            raise ctx.fail(f"per-axis scale has {s.shape[0]} elements, but axis {ax} of {x} has {d}")
+        ctx.assume_equal(s.shape[0], d, "per-axis scale length and the quantized axis")
+        return Granularity("axis", ax)
+    if s.rank != x.rank:
+        raise ctx.fail(f"a blocked scale must have the rank of X ({x.rank}), got {s}")
+    ax = _axis(ctx, axis, x.rank)
+    for i, (sd, xd) in enumerate(zip(s.shape, x.shape)):
+        want = ceildiv(xd, block) if i == ax else xd
+        if isinstance(sd, int) and isinstance(want, int) and sd != want:
+            raise ctx.fail(f"blocked scale {s} does not fit X {x} with block_size {block} on axis {ax}")
+        ctx.assume_equal(sd, want, f"blocked scale dim {i} and X's dim {i}" + (" in blocks" if i == ax else ""))
+    return Granularity("block", ax, block)
+
+
+def _axis(ctx: InferCtx, axis: int, rank: int) -> int:
+    if not -rank <= axis < rank:
+        raise ctx.fail(f"axis {axis} is out of range for rank {rank}")
+    return normalize_axis(ctx.op, axis, rank)
+
+
+def ref_granularity(x: np.ndarray, p: np.ndarray, axis: int, block: int) -> Granularity:
+    """Rule 3 on concrete arrays (shapes already checked by inference)."""
+    if p.size == 1:
+        return Granularity("tensor")
+    ax = axis % x.ndim
+    return Granularity("axis", ax) if block == 0 else Granularity("block", ax, block)
+
+
+def expand_param(p: np.ndarray, x_shape: tuple[int, ...], g: Granularity) -> np.ndarray:
+    """A scale or zero point broadcastable against ``x_shape`` under granularity ``g``."""
+    if g.kind == "tensor":
+        return p.reshape(())
+    if g.kind == "axis":
+        dims = [1] * len(x_shape)
+        dims[g.axis] = p.size
+        return p.reshape(dims)
+    rep = np.repeat(p, g.block, axis=g.axis)
+    return rep.take(np.arange(x_shape[g.axis]), axis=g.axis)
+
+
+def quantize_values(q: np.ndarray, zero_point: np.ndarray | int, out: DType) -> np.ndarray:
+    """``saturate(rint(q) + zero_point)`` as ``out``: half to even, NaN gives the zero point.
+
+    ``q`` is the already-scaled value (any float type); the clamp happens before the
+    zero point is added, in the float domain, so no intermediate overflows."""
+    lo, hi = QUANT_RANGES[out]
+    zp = np.asarray(zero_point, dtype=np.int64)
+    r = np.rint(np.asarray(q, dtype=np.float64))
+    r = np.where(np.isnan(r), 0.0, r)
+    r = np.clip(r, lo - zp, hi - zp)
+    return np.asarray(r.astype(np.int64) + zp).astype(out.np)
+
+
+# quantize_linear --------------------------------------------------------------------------------
+
+
+def quantize_out_dtype(ctx: InferCtx) -> DType:
+    """The output type of ``quantize_linear``: the zero point's, else ``output_dtype``, else uint8."""
+    out = ctx.attrs.get("output_dtype")
+    if out is not None and not isinstance(out, DType):
+        raise ctx.fail(f"output_dtype must be an element type, got {out!r}")
+    if ctx.has(2):
+        zdt = ctx.type(2).dtype
+        if out is not None and out is not zdt:
+            raise ctx.fail(f"output_dtype {out} differs from the zero point's element type {zdt}")
+        out = zdt
+    out = out or DType.u8
+    if out not in QUANT_DTYPES:
+        raise ctx.fail(f"cannot quantize to {out}: the quantized type must be one of i8, u8, i16, u16")
+    return out
+
+
+def precision_of(ctx: InferCtx | RefCtx, scale: DType) -> DType:
+    """The element type the division ``X / scale`` is done in."""
+    p = ctx.attrs.get("precision")
+    return p if isinstance(p, DType) else scale
+
+
+def _quantize_infer(ctx: InferCtx) -> list[TensorType]:
+    x = ctx.type(0)
+    ctx.require_dtype(0, _QUANTIZE_INPUTS)
+    sdt = ctx.require_dtype(1, FLOATS)
+    out = quantize_out_dtype(ctx)
+    prec = ctx.attrs.get("precision")
+    if prec is not None and (not isinstance(prec, DType) or prec not in FLOATS):
+        raise ctx.fail(f"precision must be a float element type, got {prec}")
+    if x.dtype is DType.i32 and precision_of(ctx, sdt) in (DType.f16, DType.bf16):
+        raise ctx.fail(f"quantizing i32 with the division in {precision_of(ctx, sdt)} is not supported")
+    granularity(ctx, 0, 1, 2)
+    return [TensorType(out, x.shape)]
+
+
+def _quantize_ref(ctx: RefCtx) -> list[np.ndarray]:
+    x, s = ctx.input(0), ctx.input(1)
+    g = ref_granularity(x, s, int(ctx.attrs["axis"]), int(ctx.attrs["block_size"]))
+    prec = precision_of(ctx, DType.from_np(s.dtype)).np
+    with np.errstate(all="ignore"):
+        q = x.astype(prec) / expand_param(s, x.shape, g).astype(prec)
+    zp = expand_param(ctx.input(2), x.shape, g) if ctx.has(2) else 0
+    return [quantize_values(q, zp, ctx.out_types[0].dtype)]
+
+
+register(
+    OpDef(
+        name="quantize_linear",
+        inputs=("X", "scale", "zero_point?"),
+        attrs={
+            "axis": AttrSpec("int", 1),
+            "block_size": AttrSpec("int", 0),
+            "output_dtype": AttrSpec("dtype", None),
+            "precision": AttrSpec("dtype", None),
+        },
+        infer=_quantize_infer,
+        reference=_quantize_ref,
+        tolerance=0.0,
+        doc="saturate(rint(X / scale) + zero_point): per-tensor, per-axis or blocked (ONNX QuantizeLinear).",
+    )
+)
+
+
+# dequantize_linear ------------------------------------------------------------------------------
+
+
+def _dequantize_infer(ctx: InferCtx) -> list[TensorType]:
+    x = ctx.type(0)
+    xdt = ctx.require_dtype(0, _DEQUANTIZE_INPUTS)
+    sdt = ctx.require_dtype(1, FLOATS)
+    if ctx.has(2) and ctx.type(2).dtype is not xdt:
+        raise ctx.fail(f"the zero point's element type {ctx.type(2).dtype} differs from X's {xdt}")
+    out = ctx.attrs.get("output_dtype") or sdt
+    if not isinstance(out, DType) or out not in FLOATS:
+        raise ctx.fail(f"output_dtype must be a float element type, got {out}")
+    granularity(ctx, 0, 1, 2)
+    return [TensorType(out, x.shape)]
+
+
+def dequantize_compute(scale: DType, out: DType) -> np.dtype:
+    """The float type ``(X - zero_point) * scale`` is computed in (rule 2)."""
+    return np.dtype(np.float64) if DType.f64 in (scale, out) else np.dtype(np.float32)
+
+
+def _dequantize_ref(ctx: RefCtx) -> list[np.ndarray]:
+    x, s = ctx.input(0), ctx.input(1)
+    out = ctx.out_types[0].dtype
+    g = ref_granularity(x, s, int(ctx.attrs["axis"]), int(ctx.attrs["block_size"]))
+    cd = dequantize_compute(DType.from_np(s.dtype), out)
+    dx = x.astype(cd)
+    if ctx.has(2):
+        dx = dx - expand_param(ctx.input(2), x.shape, g).astype(cd)
+    y = dx * expand_param(s, x.shape, g).astype(cd)
+    return [np.asarray(y).astype(out.np)]
+
+
+register(
+    OpDef(
+        name="dequantize_linear",
+        inputs=("X", "scale", "zero_point?"),
+        attrs={
+            "axis": AttrSpec("int", 1),
+            "block_size": AttrSpec("int", 0),
+            "output_dtype": AttrSpec("dtype", None),
+        },
+        infer=_dequantize_infer,
+        reference=_dequantize_ref,
+        tolerance=0.0,
+        traits=frozenset({KEEP_OPERANDS}),  # quantized weights stay quantized for fold-qdq
+        doc="(X - zero_point) * scale: per-tensor, per-axis or blocked (ONNX DequantizeLinear).",
+    )
+)
+
+
+# dynamic_quantize_linear ------------------------------------------------------------------------
+
+
+def _dynamic_infer(ctx: InferCtx) -> list[TensorType]:
+    x = ctx.type(0)
+    if x.dtype is not DType.f32:
+        raise ctx.fail(f"X must be f32, got {x.dtype}")
+    return [TensorType(DType.u8, x.shape), TensorType(DType.f32, ()), TensorType(DType.u8, ())]
+
+
+def dynamic_params(x: np.ndarray) -> tuple[np.float32, np.uint8]:
+    """Rule 4's scale and zero point of ``x`` (float32 arithmetic throughout)."""
+    f = np.float32
+    ok = ~np.isnan(x)
+    hi = f(np.max(x, initial=0.0, where=ok))
+    lo = f(np.min(x, initial=0.0, where=ok))
+    scale = f(f(1.0) if hi == lo else f(hi - lo)) / f(255)
+    zp = np.clip(f(0) - lo / scale, f(0), f(255))
+    return f(scale), np.uint8(np.rint(zp))
+
+
+def _dynamic_ref(ctx: RefCtx) -> list[np.ndarray]:
+    x = ctx.input(0)
+    scale, zp = dynamic_params(x)
+    with np.errstate(all="ignore"):
+        q = x / scale
+    return [quantize_values(q, int(zp), DType.u8), np.array(scale, np.float32), np.array(zp, np.uint8)]
+
+
+register(
+    OpDef(
+        name="dynamic_quantize_linear",
+        inputs=("X",),
+        outputs=("Y", "Y_scale", "Y_zero_point"),
+        infer=_dynamic_infer,
+        reference=_dynamic_ref,
+        tolerance=0.0,
+        doc="X quantized to uint8 with a scale and zero point computed from its range (ONNX DynamicQuantizeLinear).",
+    )
+)
+
+
+# integer products ---------------------------------------------------------------------------------
+
+_BYTES = frozenset({DType.i8, DType.u8})
+_CONV_ATTRS = {
+    "auto_pad": AttrSpec("str", "NOTSET"),
+    "dilations": AttrSpec("ints", None),
+    "group": AttrSpec("int", 1),
+    "kernel_shape": AttrSpec("ints", None),
+    "pads": AttrSpec("ints", None),
+    "strides": AttrSpec("ints", None),
+}
+
+
+def _per_tensor(ctx: InferCtx, i: int, what: str) -> None:
+    if ctx.has(i) and not all(d == 1 for d in ctx.type(i).shape):
+        raise ctx.fail(f"{what} must be per-tensor (one element), got {ctx.type(i)}")
+
+
+def _per_channel(ctx: InferCtx, i: int, length: object, what: str) -> bool:
+    """Checks a per-tensor or 1-D per-channel parameter; True when per-channel."""
+    if not ctx.has(i):
+        return False
+    t = ctx.type(i)
+    if all(d == 1 for d in t.shape):
+        return False
+    if t.rank != 1:
+        raise ctx.fail(f"{what} must be per-tensor or 1-D per channel, got {t}")
+    if isinstance(t.shape[0], int) and isinstance(length, int) and t.shape[0] != length:
+        raise ctx.fail(f"{what} has {t.shape[0]} elements, expected {length} (one per output channel)")
+    ctx.assume_equal(t.shape[0], length, f"{what} length and output channels")  # type: ignore[arg-type]
+    return True
+
+
+def _same(ctx: InferCtx, i: int, j: int, what: str) -> None:
+    if ctx.has(j) and ctx.type(j).dtype is not ctx.type(i).dtype:
+        raise ctx.fail(f"{what} has element type {ctx.type(j).dtype}, expected {ctx.type(i).dtype}")
+
+
+def _conv_geometry(ctx: InferCtx, xi: int, wi: int) -> TensorType:
+    """The output type of ``conv`` on inputs ``xi``, ``wi`` (as if they were float32), with its checks."""
+    from cuvil.ops.registry import get
+
+    sub = InferCtx(ctx.op, [ctx.type(xi).with_dtype(DType.f32), ctx.type(wi).with_dtype(DType.f32)], [None, None],
+                   {k: ctx.attrs[k] for k in _CONV_ATTRS}, 1, ctx.symbols)
+    (out,) = get("conv").infer(sub)
+    ctx.assumptions.extend(sub.assumptions)
+    return out
+
+
+def _conv_i32(x: np.ndarray, w: np.ndarray, attrs: dict[str, object]) -> np.ndarray:
+    """The exact convolution of integer arrays, as int32 (float64 sums of these products are exact)."""
+    from cuvil.ops.registry import get
+
+    ref = get("conv").reference
+    assert ref is not None
+    # conv's reference reads only the output's element type
+    ctx = RefCtx("conv", [x.astype(np.float64), w.astype(np.float64)], {k: attrs[k] for k in _CONV_ATTRS},
+                 [TensorType(DType.f64, ())])
+    (y,) = ref(ctx)
+    return np.asarray(y).astype(np.int64).astype(np.int32)
+
+
+def _int_operand(x: np.ndarray, zp: np.ndarray | None, channel_axis: int | None = None) -> np.ndarray:
+    v = x.astype(np.int64)
+    if zp is None:
+        return v
+    z = zp.astype(np.int64)
+    if z.size == 1:
+        return v - z.reshape(())
+    shape = [1] * v.ndim
+    shape[channel_axis if channel_axis is not None else -1] = z.size
+    return v - z.reshape(shape)
+
+
+def _matmul_integer_infer(ctx: InferCtx) -> list[TensorType]:
+    from cuvil.ops.linalg import matmul_shape
+
+    ctx.require_dtype(0, _BYTES)
+    ctx.require_dtype(1, _BYTES)
+    _same(ctx, 0, 2, "a_zero_point")
+    _same(ctx, 1, 3, "b_zero_point")
+    _per_tensor(ctx, 2, "a_zero_point")
+    a, b = ctx.type(0), ctx.type(1)
+    _per_channel(ctx, 3, b.shape[-1] if b.rank else 1, "b_zero_point")
+    return [TensorType(DType.i32, matmul_shape(ctx, a.shape, b.shape))]
+
+
+def _matmul_integer_ref(ctx: RefCtx) -> list[np.ndarray]:
+    a = _int_operand(ctx.input(0), ctx.inputs[2] if ctx.has(2) else None)
+    b = _int_operand(ctx.input(1), ctx.inputs[3] if ctx.has(3) else None)
+    return [np.asarray(np.matmul(a, b)).astype(np.int32)]
+
+
+register(
+    OpDef(
+        name="matmul_integer",
+        inputs=("A", "B", "a_zero_point?", "b_zero_point?"),
+        infer=_matmul_integer_infer,
+        reference=_matmul_integer_ref,
+        tolerance=0.0,
+        doc="(A - a_zero_point) @ (B - b_zero_point) in int32 (ONNX MatMulInteger).",
+    )
+)
+
+
+def _conv_integer_infer(ctx: InferCtx) -> list[TensorType]:
+    ctx.require_dtype(0, _BYTES)
+    ctx.require_dtype(1, _BYTES)
+    _same(ctx, 0, 2, "x_zero_point")
+    _same(ctx, 1, 3, "w_zero_point")
+    _per_tensor(ctx, 2, "x_zero_point")
+    out = _conv_geometry(ctx, 0, 1)
+    _per_channel(ctx, 3, ctx.type(1).shape[0], "w_zero_point")
+    return [out.with_dtype(DType.i32)]
+
+
+def _conv_integer_ref(ctx: RefCtx) -> list[np.ndarray]:
+    x = _int_operand(ctx.input(0), ctx.inputs[2] if ctx.has(2) else None)
+    w = _int_operand(ctx.input(1), ctx.inputs[3] if ctx.has(3) else None, channel_axis=0)
+    return [_conv_i32(x, w, ctx.attrs)]
+
+
+register(
+    OpDef(
+        name="conv_integer",
+        inputs=("X", "W", "x_zero_point?", "w_zero_point?"),
+        attrs=_CONV_ATTRS,
+        infer=_conv_integer_infer,
+        reference=_conv_integer_ref,
+        tolerance=0.0,
+        doc="conv(X - x_zero_point, W - w_zero_point) in int32 (ONNX ConvInteger).",
+    )
+)
+
+
+# requantized products: inputs (X, x_scale, x_zp, W, w_scale, w_zp, y_scale, y_zp, bias?) -------------
+
+
+def _qlinear_common(ctx: InferCtx, channels: object) -> DType:
+    """Checks of the scale and zero point operands of qlinear_matmul/conv; returns the output type."""
+    ctx.require_dtype(0, _BYTES)
+    ctx.require_dtype(3, _BYTES)
+    sdt = ctx.require_dtype(1, FLOATS)
+    for i, what in ((4, "the weight scale"), (6, "y_scale")):
+        if ctx.type(i).dtype is not sdt:
+            raise ctx.fail(f"{what} has element type {ctx.type(i).dtype}, the input scale {sdt}")
+    _same(ctx, 0, 2, "the input zero point")
+    _same(ctx, 3, 5, "the weight zero point")
+    for i, what in ((1, "the input scale"), (2, "the input zero point"), (6, "y_scale"), (7, "y_zero_point")):
+        _per_tensor(ctx, i, what)
+    _per_channel(ctx, 4, channels, "the weight scale")
+    _per_channel(ctx, 5, channels, "the weight zero point")
+    out = ctx.require_dtype(7, _BYTES)
+    if ctx.has(8):
+        bias = ctx.type(8)
+        if bias.dtype is not DType.i32 or bias.rank != 1:
+            raise ctx.fail(f"the bias must be 1-D i32, got {bias}")
+        ctx.assume_equal(bias.shape[0], channels, "bias length and output channels")  # type: ignore[arg-type]
+    if int(ctx.attrs.get("relu", 0)) not in (0, 1):
+        raise ctx.fail(f"relu must be 0 or 1, got {ctx.attrs['relu']}")
+    return out
+
+
+def multiplier(x_scale: np.ndarray, w_scale: np.ndarray, y_scale: np.ndarray) -> np.ndarray:
+    """``x_scale * w_scale / y_scale`` in the scales' element type (rounded at each step), as float32."""
+    with np.errstate(all="ignore"):
+        m = (x_scale.reshape(()) * w_scale.reshape(-1)) / y_scale.reshape(())
+    return np.asarray(m.astype(np.float32)).reshape(-1)
+
+
+def requantize(acc: np.ndarray, m: np.ndarray, y_zp: np.ndarray, out: DType, relu: bool) -> np.ndarray:
+    """Rule 7: ``saturate(rint(float32(acc) * m) + y_zp)``, clamped below at ``y_zp`` with ``relu``."""
+    with np.errstate(all="ignore"):
+        q = acc.astype(np.float32) * m
+    zp = int(y_zp.reshape(-1)[0])
+    y = quantize_values(q, zp, out)
+    return np.maximum(y, np.asarray(zp, out.np)) if relu else y
+
+
+_QLINEAR_INPUTS = ("X", "x_scale", "x_zero_point", "W", "w_scale", "w_zero_point", "y_scale", "y_zero_point", "bias?")
+
+
+def _qlinear_matmul_infer(ctx: InferCtx) -> list[TensorType]:
+    from cuvil.ops.linalg import matmul_shape
+
+    a, b = ctx.type(0), ctx.type(3)
+    if b.rank < 1:
+        raise ctx.fail("B must have rank >= 1")
+    out = _qlinear_common(ctx, b.shape[-1])
+    return [TensorType(out, matmul_shape(ctx, a.shape, b.shape))]
+
+
+def _qlinear_matmul_ref(ctx: RefCtx) -> list[np.ndarray]:
+    a = _int_operand(ctx.input(0), ctx.input(2))
+    b = _int_operand(ctx.input(3), ctx.input(5))
+    acc = np.asarray(np.matmul(a, b))
+    if ctx.has(8):
+        acc = acc + ctx.input(8).astype(np.int64)
+    acc = acc.astype(np.int32)
+    m = multiplier(ctx.input(1), ctx.input(4), ctx.input(6))
+    return [requantize(acc, m, ctx.input(7), ctx.out_types[0].dtype, bool(ctx.attrs["relu"]))]
+
+
+register(
+    OpDef(
+        name="qlinear_matmul",
+        inputs=_QLINEAR_INPUTS,
+        attrs={"relu": AttrSpec("int", 0)},
+        infer=_qlinear_matmul_infer,
+        reference=_qlinear_matmul_ref,
+        tolerance=0.0,
+        doc="Quantized matmul requantized to y's scale and zero point (ONNX QLinearMatMul, plus bias and relu).",
+    )
+)
+
+
+def _qlinear_conv_infer(ctx: InferCtx) -> list[TensorType]:
+    out = _conv_geometry(ctx, 0, 3)
+    dt = _qlinear_common(ctx, ctx.type(3).shape[0])
+    return [out.with_dtype(dt)]
+
+
+def _qlinear_conv_ref(ctx: RefCtx) -> list[np.ndarray]:
+    x = _int_operand(ctx.input(0), ctx.input(2))
+    w = _int_operand(ctx.input(3), ctx.input(5), channel_axis=0)
+    acc = _conv_i32(x, w, ctx.attrs).astype(np.int64)
+    if ctx.has(8):
+        acc = acc + ctx.input(8).astype(np.int64).reshape((1, -1) + (1,) * (acc.ndim - 2))
+    acc = acc.astype(np.int32)
+    m = multiplier(ctx.input(1), ctx.input(4), ctx.input(6))
+    m = m.reshape((1, -1) + (1,) * (acc.ndim - 2)) if m.size > 1 else m.reshape(())
+    return [requantize(acc, m, ctx.input(7), ctx.out_types[0].dtype, bool(ctx.attrs["relu"]))]
+
+
+register(
+    OpDef(
+        name="qlinear_conv",
+        inputs=_QLINEAR_INPUTS,
+        attrs={**_CONV_ATTRS, "relu": AttrSpec("int", 0)},
+        infer=_qlinear_conv_infer,
+        reference=_qlinear_conv_ref,
+        tolerance=0.0,
+        doc="Quantized convolution requantized to y's scale and zero point (ONNX QLinearConv, plus relu).",
+    )
+)

@@ -1,0 +1,284 @@
+"""QDQ folding: a float conv/matmul/gemm between dequantize and quantize nodes becomes one integer kernel."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from cuvil.ir.dtypes import DType
+from cuvil.ir.graph import Graph, Node, Value
+from cuvil.ir.types import TensorType
+from cuvil.ops.common import const_of
+from cuvil.ops.registry import RefCtx, get
+from cuvil.passes.base import Pass, PassResult, register_pass
+from cuvil.passes.fuse_elementwise import nested_graphs, rebuild, use_counts
+
+_log = logging.getLogger(__name__)
+_BYTES = (DType.i8, DType.u8)
+
+
+class _UnfoldableError(Exception):
+    """Why one pattern is left as explicit quantize/dequantize nodes (logged at DEBUG)."""
+
+
+@dataclass
+class _Dq:
+    """A ``dequantize_linear`` node read as (quantized value, scale, zero point)."""
+
+    node: Node
+    q: Value
+    scale: np.ndarray | None
+    zp: np.ndarray | None
+    axis: int | None  # None: per-tensor
+
+
+def _dq(v: Value | None, what: str) -> _Dq:
+    n = v.producer if v is not None else None
+    if v is None or n is None or n.op != "dequantize_linear":
+        raise _UnfoldableError(f"{what} is not the output of a dequantize_linear")
+    q = n.inputs[0]
+    assert q is not None
+    scale = const_of(n.inputs[1])
+    zp = const_of(n.inputs[2]) if len(n.inputs) > 2 and n.inputs[2] is not None else None
+    if scale is None or (len(n.inputs) > 2 and n.inputs[2] is not None and zp is None):
+        raise _UnfoldableError(f"the scale or zero point of {what} is not a constant")
+    if int(n.attrs.get("block_size") or 0) != 0 and scale.size > 1:
+        raise _UnfoldableError(f"{what} is block-quantized")
+    axis = None if scale.size == 1 else int(n.attrs.get("axis", 1)) % q.type.rank
+    return _Dq(n, q, scale, zp, axis)
+
+
+class _Names:
+    """Fresh value names for one graph."""
+
+    def __init__(self, g: Graph) -> None:
+        self.taken = {v.name for v in g.inputs} | {o.name for n in g.nodes for o in n.outputs}
+
+    def __call__(self, hint: str) -> str:
+        name, i = hint, 1
+        while name in self.taken:
+            name, i = f"{hint}_{i}", i + 1
+        self.taken.add(name)
+        return name
+
+
+@register_pass
+@dataclass(frozen=True)
+class FoldQDQ(Pass):
+    """Folds ``dequantize_linear -> conv|matmul|gemm [-> relu] -> quantize_linear`` into
+    ``qlinear_conv`` / ``qlinear_matmul``, and dequantizes the constant weights left over.
+
+    1. The quantize node's input is produced by ``conv``, ``matmul`` or ``gemm`` (optionally
+       through a ``relu``), each intermediate read only there and not a graph output.
+    2. The product's data input is a per-tensor ``dequantize_linear`` of int8/uint8; its weight
+       a ``dequantize_linear`` of a constant int8/uint8 tensor, per-tensor or per output channel
+       (conv: axis 0; matmul: the columns, axis 1; gemm: axis 0 with ``transB``, else 1);
+       every scale and zero point is a constant, and the three scales share one element type.
+       The output quantization is per-tensor to int8/uint8.
+    3. A bias (conv's ``B``, gemm's ``C``, 1-D) must be a ``dequantize_linear`` of a constant
+       int32 tensor with zero point 0 whose scale equals ``x_scale * w_scale`` (computed in the
+       scales' type) exactly: it is then added in int32, as the integer kernel does.
+    4. gemm needs ``alpha = beta = 1`` and no ``transA``; a ``transB`` weight is transposed at
+       compile time.  matmul needs a 2-D weight.
+    5. Scales and zero points are kept exactly as given (a missing zero point becomes a zero
+       constant); a ``relu`` becomes ``relu=1`` (clamping at the output zero point, which is
+       exactly quantizing the relu's result).  The fused node defines the quantize node's value.
+    6. A pattern that fails a rule stays as it is (correct, only slower), and the reason is
+       logged at DEBUG.  Afterwards, every ``dequantize_linear`` of constants that is still
+       read becomes a float constant (the weights of the float kernels); the nodes and
+       constants the folds left unread are removed.
+    """
+
+    name: ClassVar[str] = "fold-qdq"
+
+    def run(self, graph: Graph) -> PassResult:
+        changed = False
+        for g in nested_graphs(graph):
+            changed |= _fold_graph(g)
+        return PassResult(graph, changed)
+
+
+def _fold_graph(g: Graph) -> bool:
+    counts = use_counts(g)
+    names = _Names(g)
+    replaced: dict[Node, list[Node]] = {}
+    removed: set[Node] = set()
+    stale: list[Value] = []
+    for q in g.nodes:
+        if q.op != "quantize_linear" or not _is_product_tail(q):
+            continue
+        try:
+            new, gone = _fold(g, q, counts, names)
+        except _UnfoldableError as why:
+            _log.debug("fold-qdq: %r (%s) stays explicit: %s", q.name, q.op, why)
+            continue
+        if any(n in removed or n in replaced for n in gone):
+            continue
+        replaced[q] = new
+        removed.update(gone)
+        stale.extend(v for n in (q, *gone) for v in n.inputs if v is not None)
+    if replaced:
+        rebuild(g, replaced, removed)
+    folded = _dequantize_constants(g)
+    stale.extend(v for n in folded for v in n.inputs if v is not None)
+    _drop_dead(g, stale)
+    return bool(replaced or folded)
+
+
+def _is_product_tail(q: Node) -> bool:
+    p = q.inputs[0].producer if q.inputs[0] is not None else None
+    if p is not None and p.op == "relu" and p.inputs[0] is not None:
+        p = p.inputs[0].producer
+    return p is not None and p.op in ("conv", "matmul", "gemm")
+
+
+def _single_use(v: Value, counts: dict[Value, int], g: Graph, what: str) -> None:
+    if counts.get(v, 0) != 1 or v in g.outputs:
+        raise _UnfoldableError(f"{what} is read elsewhere too")
+
+
+def _fold(g: Graph, q: Node, counts: dict[Value, int], names: _Names) -> tuple[list[Node], set[Node]]:
+    """The nodes replacing ``q``, and the ones it makes unnecessary (rules 1 to 5)."""
+    v = q.inputs[0]
+    assert v is not None
+    gone: set[Node] = set()
+    relu = v.producer is not None and v.producer.op == "relu"
+    if relu:
+        assert v.producer is not None
+        _single_use(v, counts, g, "the relu's result")
+        gone.add(v.producer)
+        v = v.producer.inputs[0]
+        assert v is not None
+    p = v.producer
+    assert p is not None
+    _single_use(v, counts, g, f"the {p.op}'s result")
+    gone.add(p)
+    ys, yzp = const_of(q.inputs[1]), const_of(q.inputs[2]) if len(q.inputs) > 2 and q.inputs[2] is not None else None
+    out_dt = q.outputs[0].type.dtype
+    if ys is None or ys.size != 1 or (len(q.inputs) > 2 and q.inputs[2] is not None and (yzp is None or yzp.size != 1)):
+        raise _UnfoldableError("the output quantization is not per-tensor with constant parameters")
+    if out_dt not in _BYTES:
+        raise _UnfoldableError(f"the output is quantized to {out_dt}, not int8/uint8")
+    x = _dq(p.inputs[0], "the data input")
+    if x.axis is not None or x.q.type.dtype not in _BYTES:
+        raise _UnfoldableError("the data input is not per-tensor int8/uint8")
+    w = _dq(p.inputs[1], "the weight")
+    wq = const_of(w.q)
+    if wq is None or w.q.type.dtype not in _BYTES:
+        raise _UnfoldableError("the weight is not a constant int8/uint8 tensor")
+    sdt = x.scale.dtype if x.scale is not None else None
+    if w.scale is None or x.scale is None or not (w.scale.dtype == sdt == ys.dtype):
+        raise _UnfoldableError("the scales do not share one element type")
+    attrs: dict[str, object] = {"relu": int(relu)}
+    bias_in = None
+    if p.op == "conv":
+        if w.axis not in (None, 0):
+            raise _UnfoldableError(f"the weight is quantized along axis {w.axis}, not the output channels")
+        op = "qlinear_conv"
+        attrs.update({k: p.attrs[k] for k in ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+                      if k in p.attrs})
+        bias_in = p.inputs[2] if len(p.inputs) > 2 else None
+        channels = wq.shape[0]
+    else:
+        op = "qlinear_matmul"
+        if wq.ndim != 2:
+            raise _UnfoldableError("the weight is not 2-D")
+        trans_b = False
+        if p.op == "gemm":
+            a = get("gemm").fill_attrs(p.attrs)
+            if a["transA"] or float(a["alpha"]) != 1.0 or float(a["beta"]) != 1.0:
+                raise _UnfoldableError("gemm with transA, alpha or beta")
+            trans_b = bool(a["transB"])
+            bias_in = p.inputs[2] if len(p.inputs) > 2 else None
+        if w.axis not in (None, 0 if trans_b else 1):
+            raise _UnfoldableError(f"the weight is quantized along axis {w.axis}, not its columns")
+        if trans_b:
+            wq = np.ascontiguousarray(wq.T)
+        channels = wq.shape[1]
+    new: list[Node] = []
+
+    def const(value: np.ndarray, hint: str) -> Value:
+        val = Value(names(f"{q.outputs[0].name}/{hint}"), TensorType(DType.from_np(value.dtype), value.shape))
+        new.append(Node("constant", [], [val], {"value": value}))
+        return val
+
+    w_val = w.q if wq is const_of(w.q) else const(wq, "w")
+    bias = _bias(bias_in, x, w, channels)
+    ins: list[Value | None] = [
+        x.q, _param(x.node, 1), _zero(x, const, "x_zp"),
+        w_val, _param(w.node, 1), _zero(w, const, "w_zp"),
+        q.inputs[1], q.inputs[2] if yzp is not None else const(np.zeros((), out_dt.np), "y_zp"),
+    ]
+    if bias is not None:
+        ins.append(bias)
+    fused = Node(op, ins, [q.outputs[0]], attrs, q.name)
+    q.outputs[0].producer = fused
+    new.append(fused)
+    return new, gone
+
+
+def _param(n: Node, i: int) -> Value:
+    v = n.inputs[i]
+    assert v is not None
+    return v
+
+
+def _zero(d: _Dq, const: object, hint: str) -> Value:
+    """The zero point input of ``d`` (a zero constant of the quantized type when absent)."""
+    if d.zp is not None:
+        return _param(d.node, 2)
+    assert d.scale is not None and callable(const)
+    value: Value = const(np.zeros(d.scale.shape, d.q.type.dtype.np), hint)
+    return value
+
+
+def _bias(b: Value | None, x: _Dq, w: _Dq, channels: int) -> Value | None:
+    """Rule 3: the int32 bias, when its dequantization is exactly the product's scale."""
+    if b is None:
+        return None
+    d = _dq(b, "the bias")
+    bq = const_of(d.q)
+    if bq is None or bq.dtype != np.int32 or bq.shape != (channels,):
+        raise _UnfoldableError("the bias is not a constant 1-D int32 tensor")
+    if d.zp is not None and np.any(d.zp != 0):
+        raise _UnfoldableError("the bias has a nonzero zero point")
+    assert x.scale is not None and w.scale is not None and d.scale is not None
+    expect = np.ascontiguousarray(np.broadcast_to(x.scale.reshape(()) * w.scale.reshape(-1), (channels,)))
+    have = np.ascontiguousarray(np.broadcast_to(d.scale.reshape(-1), (channels,)))
+    if have.dtype != expect.dtype or have.tobytes() != expect.tobytes():  # bit for bit
+        raise _UnfoldableError("the bias scale is not exactly x_scale * w_scale")
+    return d.q
+
+
+def _dequantize_constants(g: Graph) -> list[Node]:
+    """Rule 6: ``dequantize_linear`` of constants becomes a float constant (the same value); returns the nodes replaced."""
+    done: list[Node] = []
+    opdef = get("dequantize_linear")
+    assert opdef.reference is not None
+    for i, n in enumerate(g.nodes):
+        if n.op != "dequantize_linear":
+            continue
+        args = [const_of(v) if v is not None else None for v in n.inputs]
+        if any(v is not None and a is None for v, a in zip(n.inputs, args)):
+            continue
+        (value,) = opdef.reference(RefCtx(n.op, list(args), get(n.op).fill_attrs(n.attrs), [n.outputs[0].type]))
+        out = n.outputs[0]
+        g.nodes[i] = Node("constant", [], [out], {"value": np.asarray(value)}, n.name)
+        out.producer = g.nodes[i]
+        done.append(n)
+    return done
+
+
+def _drop_dead(g: Graph, stale: list[Value]) -> None:
+    """Remove the constants and dequantize nodes among ``stale``'s producers (and theirs) left unread."""
+    while stale:
+        counts = use_counts(g)
+        dead = {v.producer for v in stale if v.producer is not None and v.producer.op in ("constant", "dequantize_linear")
+                and all(counts.get(o, 0) == 0 for o in v.producer.outputs) and v not in g.outputs}
+        if not dead:
+            return
+        g.nodes = [n for n in g.nodes if n not in dead]
+        stale = [v for n in dead for v in n.inputs if v is not None]

@@ -1,0 +1,253 @@
+"""The per-layer accuracy report of a reduced-precision or quantized graph against its float32 graph.
+
+Both graphs run in the reference interpreter on the same samples, and their values are matched by
+name: the precision and quantization passes keep the name of every value they convert (a
+reduced-precision node's output keeps the float32 value's name), so each value of the candidate's
+top graph that the float32 graph also has, with the same shape, is one layer of the report.  Values
+a pass adds (casts, rounded weights, named ``NAME.f16`` and so on) have no float32 counterpart and
+are not layers.  Errors are summed over all samples: relative L2 and SNR over the concatenation,
+max abs error over every element.
+
+The same run finds overflows: a value the candidate holds in a reduced type whose float32
+counterpart exceeds that type's largest finite value somewhere (fp16: 65504), or that comes out
+infinite or NaN in the candidate where the float32 value is finite.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from cuvil.backends.ref.interpreter import run_graph
+from cuvil.errors import CuvilError
+from cuvil.ir.dtypes import DType
+from cuvil.ir.graph import Graph, Node
+from cuvil.passes.convert_precision import PrecisionOverflowError, max_finite
+
+REDUCED_FLOATS = (DType.f16, DType.bf16)
+
+
+@dataclass(frozen=True)
+class LayerError:
+    """The error of one value of the candidate graph against the float32 graph's value of that name."""
+
+    name: str  # the value
+    node: str  # the node of the candidate graph that produces it
+    op: str
+    dtype: str  # its element type in the candidate
+    rel_l2: float
+    snr_db: float
+    max_abs: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "node": self.node, "op": self.op, "dtype": self.dtype,
+                "rel_l2": _num(self.rel_l2), "snr_db": _num(self.snr_db), "max_abs": _num(self.max_abs)}
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any]) -> LayerError:
+        return LayerError(str(d["name"]), str(d["node"]), str(d["op"]), str(d.get("dtype", "")),
+                          float(d["rel_l2"]), float(d["snr_db"]), float(d["max_abs"]))
+
+
+@dataclass(frozen=True)
+class Overflow:
+    """A value that leaves the reduced type's range on the samples."""
+
+    name: str
+    node: str
+    op: str
+    dtype: str
+    max_abs: float  # the largest |value| of the float32 graph's value (inf when only the candidate overflowed)
+
+    def describe(self) -> str:
+        limit = max_finite(DType(self.dtype))
+        return (f"node {self.node!r} ({self.op}): value {self.name!r} reaches |x| = {self.max_abs:.6g}, "
+                f"beyond {self.dtype}'s largest finite value {limit:.6g}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "node": self.node, "op": self.op, "dtype": self.dtype,
+                "max_abs": _num(self.max_abs)}
+
+
+@dataclass
+class PrecisionReport:
+    """What a reduced-precision compile measured: per-layer errors, output errors and overflows."""
+
+    precision: str
+    samples: int
+    layers: list[LayerError] = field(default_factory=list)
+    overflows: list[Overflow] = field(default_factory=list)
+    overrides: dict[str, str] = field(default_factory=dict)
+
+    def worst(self, n: int = 10) -> list[LayerError]:
+        return sorted(self.layers, key=lambda e: (-_key(e.rel_l2), e.name))[:n]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"precision": self.precision, "samples": self.samples, "overrides": dict(self.overrides),
+                "layers": [e.to_json() for e in self.layers], "overflows": [o.to_json() for o in self.overflows]}
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any]) -> PrecisionReport:
+        return PrecisionReport(
+            str(d["precision"]), int(d["samples"]), [LayerError.from_json(e) for e in d.get("layers", ())],
+            [Overflow(str(o["name"]), str(o["node"]), str(o["op"]), str(o["dtype"]), float(o["max_abs"]))
+             for o in d.get("overflows", ())],
+            {str(k): str(v) for k, v in d.get("overrides", {}).items()})
+
+
+def _num(x: float) -> float | str:
+    """JSON has no infinities: they are written as strings that ``float()`` reads back."""
+    return x if math.isfinite(x) else str(x)
+
+
+def _key(x: float) -> float:
+    return math.inf if math.isnan(x) else x
+
+
+def trace(graph: Graph, inputs: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+    """Every value the top graph's nodes produce (and its inputs), by name, on ``inputs``."""
+    top = set(graph.nodes)
+    names = {id(n): [o.name for o in n.outputs] for n in graph.nodes}
+    values: dict[str, np.ndarray] = {v.name: np.asarray(a) for v, a in zip(graph.inputs, inputs)}
+
+    def hook(node: Node, outs: list[np.ndarray]) -> None:
+        if node in top:
+            values.update(zip(names[id(node)], outs))
+
+    run_graph(graph, inputs, on_node=hook)
+    return values
+
+
+def layer_errors(reference: Graph, candidate: Graph, samples: Iterable[Sequence[np.ndarray]]) -> list[LayerError]:
+    """Per layer of ``candidate``, its error against ``reference`` (the float32 graph) on ``samples``."""
+    return _compare(reference, candidate, samples)[0]
+
+
+def precision_report(reference: Graph, candidate: Graph, samples: Sequence[Sequence[np.ndarray]], precision: str,
+                     overrides: Mapping[str, str] | None = None) -> PrecisionReport:
+    """Layer errors and overflows of ``candidate`` against ``reference`` in one run over ``samples``."""
+    layers, overflows = _compare(reference, candidate, samples)
+    return PrecisionReport(precision, len(samples), layers, overflows, dict(overrides or {}))
+
+
+def _compare(reference: Graph, candidate: Graph,
+             samples: Iterable[Sequence[np.ndarray]]) -> tuple[list[LayerError], list[Overflow]]:
+    producers = {o.name: n for n in candidate.nodes for o in n.outputs if n.op != "constant"}
+    reduced = {o.name: (n, o.type.dtype) for n in candidate.walk() for o in n.outputs
+               if o.type.dtype in REDUCED_FLOATS and n.op != "constant"}
+    sums: dict[str, list[float]] = {}  # name -> [err2, ref2, max_abs]
+    peaks: dict[str, float] = {}
+    n_samples = 0
+    for sample in samples:
+        n_samples += 1
+        want = trace(reference, sample)
+        got = trace(candidate, sample)
+        for name, (_, dt) in reduced.items():
+            w = want.get(name)
+            if w is None or not np.issubdtype(w.dtype, np.floating):
+                continue
+            w64 = np.abs(w.astype(np.float64))
+            peak = float(np.max(w64, initial=0.0, where=np.isfinite(w64)))
+            g = got.get(name)
+            finite_in_f32 = g is not None and g.shape == w.shape and bool(
+                np.any(~np.isfinite(g.astype(np.float32)) & np.isfinite(w)))
+            if finite_in_f32 and peak <= max_finite(dt):
+                peak = math.inf  # only the reduced computation left the range (inside it, not at this value)
+            peaks[name] = max(peaks.get(name, 0.0), peak)
+        for name in producers:
+            g, w = got.get(name), want.get(name)
+            if g is None or w is None or g.shape != w.shape or not _float(g) or not _float(w):
+                continue
+            g64, w64 = g.astype(np.float64), w.astype(np.float64)
+            ok = np.isfinite(w64)
+            diff = np.where(ok, g64 - w64, 0.0)
+            s = sums.setdefault(name, [0.0, 0.0, 0.0])
+            bad = bool(np.any(ok & ~np.isfinite(g64)))
+            s[0] += math.inf if bad else float(np.sum(diff * diff))
+            s[1] += float(np.sum(np.where(ok, w64, 0.0) ** 2))
+            s[2] = max(s[2], math.inf if bad else float(np.max(np.abs(diff), initial=0.0)))
+    layers = []
+    for name, node in producers.items():
+        if name not in sums:
+            continue
+        err2, ref2, max_abs = sums[name]
+        rel = math.sqrt(err2 / ref2) if ref2 > 0 else (0.0 if err2 == 0 else math.inf)
+        snr = math.inf if err2 == 0 else (10 * math.log10(ref2 / err2) if ref2 > 0 and math.isfinite(err2) else -math.inf)
+        dtype = next((o.type.dtype.value for o in node.outputs if o.name == name), "")
+        layers.append(LayerError(name, node.name, node.op, dtype, rel, snr, max_abs))
+    overflows = []
+    for name, peak in peaks.items():
+        node, dt = reduced[name]
+        if peak > max_finite(dt):
+            overflows.append(Overflow(name, node.name, node.op, dt.value, peak))
+    return layers, overflows
+
+
+def _float(a: np.ndarray) -> bool:
+    return np.issubdtype(a.dtype, np.floating) or a.dtype == DType.bf16.np
+
+
+def sample_inputs(graph: Graph, dataset: Iterable[Any] | None, count: int, seed: int = 0) -> list[list[np.ndarray]]:
+    """Up to ``count`` input lists: from ``dataset`` (tuples or lists in input order, dicts by input name,
+    or single arrays for a one-input model) when given, else seeded random inputs from the signature."""
+    from cuvil.runtime.compiled import Signature
+    from cuvil.runtime.samples import random_inputs
+
+    specs = Signature.of(graph).inputs
+    if dataset is None:
+        return [random_inputs(specs, graph.symbols, seed=seed + i) for i in range(count)]
+    out: list[list[np.ndarray]] = []
+    for item in dataset:
+        if len(out) == count:
+            break
+        if isinstance(item, Mapping):
+            missing = [s.name for s in specs if s.name not in item]
+            if missing:
+                raise CuvilError(f"calibration sample {len(out)} lacks inputs {', '.join(missing)}")
+            arrays = [item[s.name] for s in specs]
+        elif isinstance(item, tuple | list):
+            arrays = list(item)
+        else:
+            arrays = [item]
+        if len(arrays) != len(specs):
+            raise CuvilError(f"calibration sample {len(out)} has {len(arrays)} inputs; the model takes {len(specs)}")
+        out.append([np.asarray(a.numpy() if hasattr(a, "numpy") else a).astype(s.type.dtype.np, copy=False)
+                    for a, s in zip(arrays, specs)])
+    if not out:
+        raise CuvilError("the calibration dataset is empty")
+    return out
+
+
+def check_reduced_precision(reference: Graph, candidate: Graph, samples: Sequence[Sequence[np.ndarray]],
+                            precision: str, overrides: Mapping[str, str], allow_overflow: bool) -> PrecisionReport:
+    """The report of a reduced-precision compile; refuses (``PrecisionOverflowError``) when a value
+    overflows the reduced type on the samples, unless ``allow_overflow``."""
+    report = precision_report(reference, candidate, samples, precision, overrides)
+    if report.overflows and not allow_overflow:
+        first = report.overflows[0]
+        more = f" (and {len(report.overflows) - 1} more values)" if len(report.overflows) > 1 else ""
+        raise PrecisionOverflowError(
+            f"precision={precision!r}: on {report.samples} sample inputs, {first.describe()}{more}. "
+            f"Keep that node in float32 (precision_overrides={{'node:{first.node}': 'fp32'}} or "
+            f"{{'{first.op}': 'fp32'}}), use precision='bf16' (float32's range), or pass allow_overflow=True "
+            "to compile anyway (the overflows are then recorded in the model's precision report)")
+    return report
+
+
+def format_report(report: PrecisionReport, top: int = 10) -> str:
+    """The worst ``top`` layers (largest relative L2 first) and every overflow, as a text table."""
+    lines = [f"precision: {report.precision}, {report.samples} samples, {len(report.layers)} layers compared "
+             "with the float32 graph"]
+    if report.overrides:
+        lines.append("overrides: " + ", ".join(f"{k}={v}" for k, v in report.overrides.items()))
+    lines.append(f"{'value':32s} {'node':32s} {'op':18s} {'dtype':5s} {'rel_l2':>10s} {'snr_db':>8s} {'max_abs':>10s}")
+    for e in report.worst(top):
+        lines.append(f"{e.name[:32]:32s} {e.node[:32]:32s} {e.op[:18]:18s} {e.dtype:5s} {e.rel_l2:10.3e} "
+                     f"{e.snr_db:8.2f} {e.max_abs:10.3e}")
+    for o in report.overflows:
+        lines.append(f"OVERFLOW {o.describe()}")
+    return "\n".join(lines)

@@ -1,0 +1,179 @@
+"""Winograd convolutions (cuvil_winograd.h) and the per-node algorithm choice (conv_algorithm.py).
+
+Every variant runs against the reference interpreter on one model holding several 3x3 convolutions
+(odd sizes, padding 0/1/2 and asymmetric, SAME, batch > 1, channel counts that are not multiples
+of the vector width) with fused bias / ReLU / residual-add epilogues.  Tolerances (relative L2
+per output, float32 weights and inputs of unit scale): F(2x2,3x3) 1e-6, F(4x4,3x3) 5e-6,
+F(6x6,3x3) 2e-5 -- the float32 rounding of the transforms grows with the tile (measured here:
+about 3e-7, 1.5e-6, 3e-6).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper, numpy_helper
+
+import cuvil
+from cuvil.backends.c.kernels.conv_algorithm import ConvAlgorithmError, ConvShape, choose, estimate
+from tests.backends.c.test_conv_kernels import make_model, vi
+
+RNG = np.random.default_rng(11)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One private C build cache for the module: tests compiling the same model share its build."""
+    return str(tmp_path_factory.mktemp("cuvil-cache"))
+TOLERANCE = {"winograd-f2": 1e-6, "winograd-f4": 5e-6, "winograd-f6": 2e-5, "im2col": 1e-6}
+
+
+def _w(name: str, shape: tuple[int, ...]) -> onnx.TensorProto:
+    fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+    return numpy_helper.from_array((RNG.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32), name)
+
+
+def _mixed_model(batch: int = 2) -> onnx.ModelProto:
+    """Five 3x3 convolutions of different geometry, with epilogues, and one strided conv between."""
+    nodes = [
+        # odd sizes, pads 1, bias + ReLU (fused epilogue)
+        helper.make_node("Conv", ["X", "W1", "B1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        # no padding, no bias
+        helper.make_node("Conv", ["r1", "W2"], ["c2"], pads=[0, 0, 0, 0], name="conv2"),
+        # asymmetric pads 2/0 and 1/2, bias, residual add of a same-shaped value, then ReLU
+        helper.make_node("Conv", ["c2", "W3", "B3"], ["c3"], pads=[2, 1, 0, 2], name="conv3"),
+        helper.make_node("Conv", ["c2", "W4", "B4"], ["c4"], pads=[2, 1, 0, 2], name="conv4"),
+        helper.make_node("Add", ["c3", "c4"], ["a34"]),
+        helper.make_node("Relu", ["a34"], ["r34"]),
+        # SAME_UPPER padding
+        helper.make_node("Conv", ["r34", "W5", "B5"], ["c5"], auto_pad="SAME_UPPER", name="conv5"),
+        # a strided 3x3 conv: never Winograd
+        helper.make_node("Conv", ["c5", "W6"], ["Y"], strides=[2, 2], pads=[1, 1, 1, 1], name="strided"),
+    ]
+    inits = [_w("W1", (19, 5, 3, 3)), _w("B1", (19,)), _w("W2", (24, 19, 3, 3)), _w("W3", (17, 24, 3, 3)),
+             _w("B3", (17,)), _w("W4", (17, 24, 3, 3)), _w("B4", (17,)), _w("W5", (33, 17, 3, 3)), _w("B5", (33,)),
+             _w("W6", (8, 33, 3, 3))]
+    return make_model(nodes, [vi("X", T.FLOAT, [batch, 5, 13, 11])], ["Y", "c5", "r1"], inits)
+
+
+def _rel_l2(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.linalg.norm(got.astype(np.float64) - want) / np.linalg.norm(want))
+
+
+def _reference(model: onnx.ModelProto, xs: list[np.ndarray]) -> list[np.ndarray]:
+    return [o.astype(np.float64) for o in cuvil.compile(model, target="ref")(*xs)]
+
+
+@pytest.mark.parametrize("alg", ["winograd-f2", "winograd-f4", "winograd-f6", "im2col"])
+def test_each_algorithm_matches_reference(alg: str, cache: str, caplog: pytest.LogCaptureFixture) -> None:
+    model = _mixed_model()
+    x = RNG.standard_normal((2, 5, 13, 11)).astype(np.float32)
+    with caplog.at_level(logging.DEBUG, logger="cuvil.backends.c.kernel"):
+        m = cuvil.compile(model, target="native", cache_dir=cache, conv_algorithm=alg)
+    assert "model.c" not in m._executor.build.warnings  # type: ignore[attr-defined]
+    for got, want in zip(m(x), _reference(model, [x])):
+        assert got.shape == want.shape
+        assert _rel_l2(got, want) < TOLERANCE[alg], (alg, _rel_l2(got, want))
+    notes = [r.getMessage() for r in caplog.records]
+    if alg == "im2col":
+        assert not any("conv by Winograd" in n for n in notes)
+        return
+    tile = alg[-1]
+    wino = [n for n in notes if f"3x3 conv by Winograd F({tile}x{tile},3x3)" in n]
+    assert {n.split("'")[1] for n in wino} == {"conv1", "conv2", "conv3", "conv4", "conv5"}
+    # fused epilogues run inside the output transform: no separate pass over the result
+    assert any("conv1" in n and "epilogue in its output transform" in n for n in wino)
+    assert not any("one pass over its result" in n and "'conv1'" in n for n in notes)
+    assert any("'strided'" in n and "im2col" in n and "unit strides only" in n for n in notes)
+
+
+def test_results_do_not_depend_on_thread_count(cache: str) -> None:
+    model = _mixed_model(batch=3)
+    x = RNG.standard_normal((3, 5, 13, 11)).astype(np.float32)
+    outs = []
+    for threads in (1, 2):
+        m = cuvil.compile(model, target="native", cache_dir=cache, conv_algorithm="winograd-f4",
+                          num_threads=threads)
+        outs.append(m(x))
+    for a, b in zip(*outs):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_generic_target_and_run_time_weights(cache: str) -> None:
+    """Portable C (no vector width assumed), a symbolic batch, and weights that are an input
+    (transformed per call instead of once per model)."""
+    nodes = [helper.make_node("Conv", ["X", "Wt", "B"], ["c"], pads=[1, 0, 1, 2]),
+             helper.make_node("Relu", ["c"], ["Y"])]
+    model = make_model(nodes, [vi("X", T.FLOAT, ["n", 7, 9, 10]), vi("Wt", T.FLOAT, [6, 7, 3, 3])], ["Y"],
+                       [_w("B", (6,))])
+    m = cuvil.compile(model, target="generic", cache_dir=cache, conv_algorithm="winograd-f4")
+    for n in (1, 4):
+        x = RNG.standard_normal((n, 7, 9, 10)).astype(np.float32)
+        w = (RNG.standard_normal((6, 7, 3, 3)) / 8).astype(np.float32)
+        got, want = m(x, w)[0], _reference(model, [x, w])[0]
+        assert _rel_l2(got, want) < TOLERANCE["winograd-f4"]
+
+
+def test_wasm32(wasm_cache: str) -> None:
+    nodes = [helper.make_node("Conv", ["X", "W", "B"], ["Y"], pads=[1, 1, 1, 1])]
+    model = make_model(nodes, [vi("X", T.FLOAT, [2, 3, 9, 7])], ["Y"], [_w("W", (5, 3, 3, 3)), _w("B", (5,))])
+    x = RNG.standard_normal((2, 3, 9, 7)).astype(np.float32)
+    m = cuvil.compile(model, target="wasm32", cache_dir=wasm_cache, conv_algorithm="winograd-f2")
+    assert _rel_l2(m(x)[0], _reference(model, [x])[0]) < TOLERANCE["winograd-f2"]
+
+
+def test_per_node_choice_and_validation(cache: str, caplog: pytest.LogCaptureFixture) -> None:
+    model = _mixed_model()
+    with caplog.at_level(logging.DEBUG, logger="cuvil.backends.c.kernel"):
+        m = cuvil.compile(model, target="native", cache_dir=cache,
+                          conv_algorithm={"conv2": "winograd-f6", "conv5": "im2col", "strided": "im2col"})
+    notes = [r.getMessage() for r in caplog.records]
+    assert any("'conv2'" in n and "F(6x6,3x3)" in n for n in notes)
+    assert any("'conv5'" in n and "conv_algorithm='im2col'" in n for n in notes)
+    x = RNG.standard_normal((2, 5, 13, 11)).astype(np.float32)
+    assert _rel_l2(m(x)[0], _reference(model, [x])[0]) < TOLERANCE["winograd-f6"]
+    with pytest.raises(ConvAlgorithmError, match="unknown convolution algorithm 'winograd-f3'"):
+        cuvil.compile(model, target="native", cache_dir=cache, conv_algorithm="winograd-f3")
+    with pytest.raises(ConvAlgorithmError, match="'nope', which is not a convolution node"):
+        cuvil.compile(model, target="native", cache_dir=cache, conv_algorithm={"nope": "winograd-f2"})
+    with pytest.raises(ConvAlgorithmError, match=r"conv_algorithm\['strided'\]='winograd-f4' does not apply: "
+                                                 r"strides \[2, 2\]"):
+        cuvil.compile(model, target="native", cache_dir=cache, conv_algorithm={"strided": "winograd-f4"})
+    with pytest.raises(ConvAlgorithmError, match="mapping from node name"):
+        cuvil.compile(model, target="native", cache_dir=cache, conv_algorithm=4)  # type: ignore[arg-type]
+    with pytest.raises(cuvil.CuvilError, match="conv_algorithm applies to the C and wasm32 targets"):
+        cuvil.compile(model, target="ref", conv_algorithm="winograd-f2")
+
+
+def test_cost_model_choices() -> None:
+    """ResNet-18's 3x3 layers at batch 1 on this cost model: Winograd where the weights are
+    small next to the image, the GEMM where they dominate (7x7 images, 512 channels)."""
+    def pick(n: int, c: int, hw: int) -> str:
+        ch = choose("x", ConvShape(None, n, c, c, hw, hw), "auto")
+        return "im2col" if not hasattr(ch, "m") else f"F{ch.m}"
+
+    assert pick(1, 512, 7) == "im2col"
+    assert pick(1, 256, 14) == "im2col"
+    assert pick(1, 128, 28) == "F4"
+    assert pick(16, 128, 28) == "F4"
+    assert set(estimate(ConvShape(None, 1, 64, 64, 56, 56))) == {"im2col", "F2", "F4"}
+    # a global choice applies where it can and leaves the other nodes to the cost model
+    assert not hasattr(choose("s", ConvShape("strides [2, 2] (Winograd: unit strides only)"), "winograd-f4"), "m")
+
+
+@pytest.mark.parametrize("fault", ["conv-stride", "conv-pad"])
+def test_planted_faults_change_the_generated_code(fault: str, cache: str) -> None:
+    model = _mixed_model()
+    clean = cuvil.compile(model, target="native", cache_dir=cache)
+    with cuvil.faults.plant(fault):
+        bad = cuvil.compile(model, target="native", cache_dir=cache)
+    src = [Path(m._executor.build.source).read_text() for m in (clean, bad)]  # type: ignore[attr-defined]
+    assert src[0] != src[1]
+    x = RNG.standard_normal((2, 5, 13, 11)).astype(np.float32)
+    assert _rel_l2(bad(x)[0], clean(x)[0]) > 1e-2  # the strided conv (and, for the pad, all) is wrong

@@ -1,0 +1,286 @@
+"""Reduced precision: the convert-precision pass, compile(precision=...), overflow refusal, overrides,
+the per-layer accuracy report, and the f16/bf16 products of the C backend against the reference."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import cuvil
+from cuvil.backends.ref.interpreter import run_graph
+from cuvil.ir.builder import Builder
+from cuvil.ir.dtypes import DType
+from cuvil.ir.graph import Graph
+from cuvil.ir.parser import parse_graph
+from cuvil.ir.printer import print_graph
+from cuvil.ir.types import TensorType
+from cuvil.ir.verify import verify
+from cuvil.passes import DeadCodeElimination, PassError, PassManager
+from cuvil.passes.convert_precision import ConvertPrecision
+from cuvil.quant import PrecisionOverflowError, layer_errors
+from cuvil.quant.accuracy import PrecisionReport
+
+F32 = DType.f32
+
+
+def rel_l2(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.linalg.norm(a.astype(np.float64) - b) / np.linalg.norm(b.astype(np.float64)))
+
+
+def test_golden() -> None:
+    g = parse_graph("""\
+graph main(%x: f32[2, 3]) {
+  %w = constant() {value = dense<f32[3, 4]> [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0]} : f32[3, 4]
+  %b = constant() {value = dense<f32[4]> [0.5, -1.0, 0.25, 2.0]} : f32[4]
+  %h = gemm(%x, %w, %b) : f32[2, 4]
+  %r = relu(%h) : f32[2, 4]
+  %s = softmax(%r) {axis = 1} : f32[2, 4]
+  %t = mul(%s, %r) : f32[2, 4]
+  %n = shape(%t) : i64[2]
+  return %t, %n
+}
+""")
+    assert ConvertPrecision(dtype="f16").run(g).changed
+    DeadCodeElimination().run(g)
+    verify(g)
+    # Weights become f16 constants, softmax stays f32 between two casts, the output is cast back under
+    # its own name, shape() reads the reduced value as it is.
+    assert print_graph(g) == """\
+graph main(%x: f32[2, 3]) {
+  %x.f16 = cast(%x) {to = f16} : f16[2, 3] loc("x.f16")
+  %w.f16 = constant() {value = dense<f16[3, 4]> [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0]} : f16[3, 4] loc("w.f16")
+  %b.f16 = constant() {value = dense<f16[4]> [0.5, -1.0, 0.25, 2.0]} : f16[4] loc("b.f16")
+  %h = gemm(%x.f16, %w.f16, %b.f16) : f16[2, 4]
+  %r = relu(%h) : f16[2, 4]
+  %r.f32 = cast(%r) {to = f32} : f32[2, 4] loc("r.f32")
+  %s = softmax(%r.f32) {axis = 1} : f32[2, 4]
+  %s.f16 = cast(%s) {to = f16} : f16[2, 4] loc("s.f16")
+  %t.f16 = mul(%s.f16, %r) : f16[2, 4]
+  %n = shape(%t.f16) : i64[2]
+  %t = cast(%t.f16) {to = f32} : f32[2, 4] loc("t")
+  return %t, %n
+}
+"""
+
+
+def _mlp(seed: int = 0, scale: float = 1.0) -> Graph:
+    """x -> gemm -> relu -> matmul -> softmax, with named nodes."""
+    rng = np.random.default_rng(seed)
+    b = Builder()
+    x = b.input("x", TensorType(F32, (4, 32)))
+    w1 = b.constant((rng.standard_normal((32, 64)) * 0.2 * scale).astype(np.float32), name="w1")
+    c1 = b.constant(rng.standard_normal(64).astype(np.float32) * 0.1, name="c1")
+    h = b.add1("gemm", [x, w1, c1], names=["h"], node_name="fc1")
+    r = b.add1("relu", [h], names=["r"], node_name="act")
+    w2 = b.constant((rng.standard_normal((64, 10)) * 0.2).astype(np.float32), name="w2")
+    z = b.add1("matmul", [r, w2], names=["z"], node_name="fc2")
+    b.output(b.add1("softmax", [z], {"axis": 1}, names=["probs"], node_name="head"))
+    return b.graph
+
+
+def _ops(g: Graph) -> dict[str, DType]:
+    return {n.name: n.outputs[0].type.dtype for n in g.nodes if n.name and n.op != "constant"}
+
+
+def test_overrides() -> None:
+    g = _mlp()
+    PassManager("convert-precision{dtype=bf16,overrides=\"softmax=bf16;node:fc2=fp32\"}").run(g)
+    verify(g)
+    ops = _ops(g)
+    assert ops["fc1"] is DType.bf16 and ops["act"] is DType.bf16
+    assert ops["fc2"] is F32  # the node's override
+    assert ops["head"] is DType.bf16  # softmax asked reduced
+    assert g.outputs[0].type.dtype is F32 and g.outputs[0].name == "probs"
+
+
+@pytest.mark.parametrize("overrides,message", [
+    ({"softmaxx": "fp32"}, "names no op"),
+    ({"softmax": "int8"}, "write fp32, fp16 or bf16"),
+    ({"node:nope": "fp32"}, "nodes the graph does not have: node:nope"),
+    ({"softmax": "bf16"}, "an override is f32 or f16"),
+])
+def test_bad_overrides(overrides: dict[str, str], message: str) -> None:
+    with pytest.raises(cuvil.CuvilError, match=message):
+        cuvil.compile(_mlp(), "ref", precision="fp16", precision_overrides=overrides)
+
+
+def test_unknown_precision() -> None:
+    with pytest.raises(cuvil.CuvilError, match="unknown precision 'fp8'"):
+        cuvil.compile(_mlp(), "ref", precision="fp8")
+    with pytest.raises(PassError, match="dtype must be f16 or bf16"):
+        PassManager("convert-precision{dtype=f64}")
+
+
+def _overflowing() -> Graph:
+    b = Builder()
+    x = b.input("x", TensorType(F32, (8, 8)))
+    big = b.add1("mul", [x, b.constant(np.float32(400.0))], names=["big"], node_name="scale1")
+    huge = b.add1("mul", [big, b.constant(np.float32(400.0))], names=["huge"], node_name="scale2")
+    b.output(b.add1("tanh", [huge], names=["y"], node_name="squash"))
+    return b.graph
+
+
+def test_overflow_is_refused_with_node_op_and_value() -> None:
+    with pytest.raises(PrecisionOverflowError) as exc:
+        cuvil.compile(_overflowing(), "ref", precision="fp16")
+    msg = str(exc.value)
+    assert "node 'scale2' (mul): value 'huge' reaches |x| = " in msg
+    assert "beyond f16's largest finite value 65504" in msg
+    assert "precision_overrides={'node:scale2': 'fp32'}" in msg
+    # The measured peak is the float32 graph's: |x| * 160000 over the seeded samples.
+    peak = float(msg.split("|x| = ")[1].split(",")[0])
+    assert 160000 < peak < 160000 * 6
+
+
+def test_overflow_allowed_is_recorded() -> None:
+    m = cuvil.compile(_overflowing(), "ref", precision="fp16", allow_overflow=True)
+    assert m.info.precision is not None
+    assert [o["node"] for o in m.info.precision["overflows"]] == ["scale2"]
+    assert any("allow_overflow" in n for n in m.info.notes)
+
+
+def test_overflow_fixed_by_override_and_bf16() -> None:
+    m = cuvil.compile(_overflowing(), "ref", precision="fp16",
+                      precision_overrides={"node:scale2": "fp32", "node:squash": "fp32"})
+    assert m.info.precision is not None and m.info.precision["overflows"] == []
+    cuvil.compile(_overflowing(), "ref", precision="bf16")  # float32's range: nothing overflows
+
+
+def test_weight_overflow() -> None:
+    g = _mlp(scale=1e6)
+    with pytest.raises(PrecisionOverflowError, match="weight 'w1' \\(read by node 'fc1', gemm\\) holds"):
+        cuvil.compile(g, "ref", precision="fp16")
+
+
+def test_layer_errors_match_values_by_name() -> None:
+    g = _mlp()
+    low = PassManager("convert-precision{dtype=f16},dce").run(_mlp())
+    rng = np.random.default_rng(3)
+    samples = [[rng.standard_normal((4, 32)).astype(np.float32)] for _ in range(2)]
+    errs = {e.name: e for e in layer_errors(g, low, samples)}
+    assert set(errs) == {"h", "r", "z", "probs"}
+    # Against a direct computation of the same figure for the reduced gemm output h.
+    want = np.concatenate([_trace(g, s)["h"].ravel() for s in samples])
+    got = np.concatenate([_trace(low, s)["h"].ravel() for s in samples])
+    assert errs["h"].rel_l2 == pytest.approx(rel_l2(got, want), rel=1e-9)
+    assert errs["h"].op == "gemm" and errs["h"].dtype == "f16"
+    assert 0 < errs["h"].rel_l2 < 2e-3 and errs["h"].snr_db > 50
+
+
+def _trace(g: Graph, sample: list[np.ndarray]) -> dict[str, np.ndarray]:
+    from cuvil.quant.accuracy import trace
+
+    return trace(g, sample)
+
+
+@pytest.mark.parametrize("target,precision", [("native", "fp16"), ("native", "bf16"), ("generic", "bf16")])
+def test_targets_match_reference(target: str, precision: str, tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((4, 32)).astype(np.float32)
+    (want,) = cuvil.compile(_mlp(), "ref")(x)
+    (ref_low,) = cuvil.compile(_mlp(), "ref", precision=precision)(x)
+    m = cuvil.compile(_mlp(), target, precision=precision, cache_dir=str(tmp_path))
+    (got,) = m(x)
+    assert got.dtype == np.float32
+    assert rel_l2(got, want) < 1e-2
+    ulp = 2.0 ** (-10 if precision == "fp16" else -7)  # the reduced types' relative rounding step
+    np.testing.assert_allclose(got, ref_low, rtol=4 * ulp, atol=4 * ulp * float(np.max(np.abs(ref_low))))
+
+
+@pytest.mark.parametrize("dtype", [DType.f16, DType.bf16])
+def test_half_matmul_and_gemm_kernels(dtype: DType, tmp_path: Path) -> None:
+    """f16/bf16 products on native (the bf16 dot-product kernel where the CPU has AVX512_BF16)
+    against the reference's float32 accumulation, within one rounding of the result."""
+    rng = np.random.default_rng(2)
+    b = Builder()
+    a = b.input("a", TensorType(dtype, (2, 37, 51)))
+    w = b.input("w", TensorType(dtype, (51, 45)))
+    c = b.input("c", TensorType(dtype, (45,)))
+    mm = b.add1("matmul", [a, w])
+    a2 = b.add1("reshape", [a, b.constant(np.array([74, 51], np.int64))])
+    gm = b.add1("gemm", [a2, w, c], {"alpha": 0.5, "beta": 2.0})
+    gt = b.add1("gemm", [w, a2], {"transA": 1, "transB": 1})
+    b.output(mm, gm, gt)
+    ins = [rng.standard_normal(s).astype(dtype.np) for s in [(2, 37, 51), (51, 45), (45,)]]
+    want = run_graph(b.graph, ins)
+    got = cuvil.compile(b.graph, "native", cache_dir=str(tmp_path))(*ins)
+    step = 2.0 ** (-10 if dtype is DType.f16 else -7)
+    for g_, w_ in zip(got, want):
+        assert g_.dtype == w_.dtype
+        g64, w64 = g_.astype(np.float64), w_.astype(np.float64)
+        assert np.all(np.abs(g64 - w64) <= step * np.abs(w64) + 1e-3), np.max(np.abs(g64 - w64))
+
+
+def test_report_saved_loaded_and_inspected(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from cuvil.cli import main
+
+    m = cuvil.compile(_mlp(), "native", precision="bf16", cache_dir=str(tmp_path / "cache"))
+    assert m.info.precision is not None
+    report = PrecisionReport.from_json(m.info.precision)
+    assert report.precision == "bf16" and report.samples == 2
+    assert {e.name for e in report.layers} >= {"h", "r", "z", "probs"}
+    m.save(tmp_path / "art")
+    loaded = cuvil.load(tmp_path / "art")
+    assert loaded.info.precision == json.loads(json.dumps(m.info.precision))
+    assert main(["inspect", "--precision", "bf16", str(tmp_path / "art"), "--top", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "precision: bf16, 2 samples" in out
+    worst = report.worst(2)
+    assert worst[0].name in out and worst[1].name in out
+    assert len([line for line in out.splitlines() if line.split()[0] in {"h", "r", "z", "probs"}]) == 2
+
+
+def _conv_graph(dtype: DType, xs: tuple[int, ...], ws: tuple[int, ...], attrs: dict[str, object],
+                bias: bool, op: str = "conv") -> Graph:
+    b = Builder()
+    x = b.input("x", TensorType(dtype, xs))
+    w = b.input("w", TensorType(dtype, ws))
+    ins = [x, w]
+    if bias:
+        ins.append(b.input("b", TensorType(dtype, (ws[1] * int(attrs.get("group", 1)) if op == "conv_transpose"  # type: ignore[call-overload]
+                                                    else ws[0],))))
+    b.output(b.add1(op, ins, attrs))
+    return b.graph
+
+
+CONVS = [  # (input, weight, attributes, bias, op): the paths of the f16/bf16 convolution kernels
+    ((1, 3, 17, 19), (8, 3, 7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3]}, True, "conv"),  # odd K
+    ((2, 16, 9, 9), (24, 16, 3, 3), {"pads": [1, 1, 1, 1]}, False, "conv"),
+    ((1, 20, 6, 5), (33, 20, 1, 1), {}, True, "conv"),  # the image itself is the GEMM operand
+    ((1, 12, 8, 8), (12, 3, 3, 3), {"group": 4, "pads": [1, 0, 1, 2], "dilations": [2, 1]}, True, "conv"),
+    ((2, 8, 10, 10), (8, 1, 3, 3), {"group": 8, "strides": [2, 2], "pads": [1, 1, 1, 1]}, True, "conv"),
+    ((1, 6, 11), (5, 6, 4), {"strides": [3]}, True, "conv"),  # 1-D
+    ((1, 6, 5, 5), (6, 4, 3, 3), {"strides": [2, 2]}, True, "conv_transpose"),
+]
+
+
+@pytest.mark.parametrize("dtype", [DType.f16, DType.bf16])
+def test_half_conv_kernels(dtype: DType, tmp_path: Path) -> None:
+    """f16/bf16 convolutions (bf16 dot products on native where the CPU has AVX512_BF16, the
+    float32 algorithms on widened operands otherwise) against the reference's float32
+    accumulation, within one rounding of the result; weights as graph inputs and as constants
+    (widened once per model), called twice so the cached forms are read."""
+    rng = np.random.default_rng(4)
+    step = 2.0 ** (-10 if dtype is DType.f16 else -7)
+    for i, (xs, ws, attrs, bias, op) in enumerate(CONVS):
+        g = _conv_graph(dtype, xs, ws, attrs, bias, op)
+        ins = [rng.standard_normal(v.type.shape).astype(dtype.np) for v in g.inputs]  # type: ignore[arg-type]
+        want = run_graph(g, ins)[0].astype(np.float64)
+        for target in ("native", "generic"):
+            m = cuvil.compile(g, target, cache_dir=str(tmp_path))
+            got = m(*ins)[0]
+            assert got.dtype == dtype.np
+            err = np.abs(got.astype(np.float64) - want)
+            assert np.all(err <= step * np.abs(want) + 1e-3), (i, target, float(np.max(err)))
+        # The weights (and bias) as constants of the model.
+        b = Builder()
+        x = b.input("x", TensorType(dtype, xs))
+        consts = [b.constant(a) for a in ins[1:]]
+        b.output(b.add1(op, [x, *consts], attrs))
+        m = cuvil.compile(b.graph, "native", cache_dir=str(tmp_path), num_threads=2)
+        for _ in range(2):
+            got = m(ins[0])[0].astype(np.float64)
+            assert np.all(np.abs(got - want) <= step * np.abs(want) + 1e-3), (i, "constant weights")

@@ -1,0 +1,274 @@
+"""int8 post-training quantization end to end: refusals, warnings, the quantized IR, accuracy, QAT import, CLI."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import cuvil
+from cuvil.ir.builder import Builder
+from cuvil.ir.dtypes import DType
+from cuvil.ir.graph import Graph
+from cuvil.ir.symbolic import DimExpr
+from cuvil.ir.types import SymbolInfo, TensorType
+from cuvil.quant.calibrate import CoverageError
+from cuvil.quant.ptq import QuantizationError
+
+TINY = str(Path(__file__).resolve().parents[2] / "cuvil" / "examples" / "tiny_cnn.onnx")
+
+
+def _images(n: int, seed: int = 0, batch: int = 1) -> list[tuple[np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    return [(rng.standard_normal((batch, 3, 32, 32)).astype(np.float32),) for _ in range(n)]
+
+
+def _mlp(shift: float = 0.0, seq: str | None = None) -> Graph:
+    """x[b, (seq,) 8] (+ shift) -> matmul -> relu -> matmul: a graph built in the test."""
+    b = Builder()
+    shape: tuple[Any, ...] = (DimExpr.symbol("batch"), DimExpr.symbol(seq), 8) if seq else (DimExpr.symbol("batch"), 8)
+    x = b.input("x", TensorType(DType.f32, shape))
+    rng = np.random.default_rng(0)
+    if shift:
+        x = b.add1("add", [x, b.constant(np.float32(shift))], names=["shifted"])
+    h = b.add1("matmul", [x, b.constant(rng.standard_normal((8, 16)).astype(np.float32))], names=["h"])
+    r = b.add1("relu", [h], names=["r"])
+    b.output(b.add1("matmul", [r, b.constant(rng.standard_normal((16, 4)).astype(np.float32))], names=["y"]))
+    b.graph.symbols["batch"] = SymbolInfo("batch", 1, 64)
+    if seq:
+        b.graph.symbols[seq] = SymbolInfo(seq, 1, 512)
+    return b.graph
+
+
+def _vectors(n: int, shape: tuple[int, ...] = (1, 8)) -> list[tuple[np.ndarray]]:
+    rng = np.random.default_rng(1)
+    return [(rng.standard_normal(shape).astype(np.float32),) for _ in range(n)]
+
+
+# refusals -----------------------------------------------------------------------------------------
+
+
+def test_int8_without_calibration_data_is_refused() -> None:
+    with pytest.raises(QuantizationError, match="needs calibration data to choose its scales: pass calibration_dataset="):
+        cuvil.compile(_mlp(), "ref", quant_dtype="int8")
+
+
+def test_fewer_than_64_samples_are_refused_unless_overridden() -> None:
+    with pytest.raises(QuantizationError, match=r"got 10 samples, fewer than the 64 required: give at least 64 samples"
+                                                r".*min_calibration_samples=10"):
+        cuvil.compile(_mlp(), "ref", quant_dtype="int8", calibration_dataset=_vectors(10))
+    m = cuvil.compile(_mlp(), "ref", quant_dtype="int8", calibration_dataset=_vectors(10), min_calibration_samples=10)
+    assert m.info.precision is not None and m.info.precision["quantization"]["examples"] == 10
+    with pytest.raises(QuantizationError, match="got 10 samples, fewer than the 20 required: give more samples"):
+        cuvil.compile(_mlp(), "ref", quant_dtype="int8", calibration_dataset=_vectors(10), min_calibration_samples=20)
+
+
+def test_batched_samples_count_their_examples() -> None:
+    m = cuvil.compile(_mlp(), "ref", quant_dtype="int8", calibration_dataset=_vectors(8, (8, 8)))
+    assert m.info.precision is not None and m.info.precision["quantization"]["examples"] == 64
+
+
+def test_calibration_that_never_varies_a_declared_dim_is_refused() -> None:
+    data = _vectors(64, (1, 16, 8))
+    with pytest.raises(CoverageError, match=r"never exercises the range of symbolic dim 'seq': every sample has "
+                                            r"seq=16, but the model declares seq in 1\.\.512.*dims=\{'seq': 16\}"):
+        cuvil.compile(_mlp(seq="seq"), "ref", quant_dtype="int8", calibration_dataset=data)
+    rng = np.random.default_rng(0)
+    varied = [(rng.standard_normal((1, 4 + i % 3, 8)).astype(np.float32),) for i in range(64)]
+    cuvil.compile(_mlp(seq="seq"), "ref", quant_dtype="int8", calibration_dataset=varied)  # seq takes 3 values
+    cuvil.compile(_mlp(seq="seq"), "ref", quant_dtype="int8", calibration_dataset=data, dims={"seq": 16})
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"quant_dtype": "int4"}, r"quant_dtype='int4' is not supported; choose one of \('int8',\)"),
+    ({"quant_dtype": "int8", "calibration": "mse"}, "calibration='mse' is not a calibration method"),
+    ({"quant_dtype": "int8", "passes": "dce"}, "cannot be combined with passes="),
+    ({"quant_dtype": "int8", "precision": "fp16"}, "cannot be combined"),
+])
+def test_bad_options_are_refused(kw: dict[str, Any], message: str) -> None:
+    with pytest.raises(QuantizationError, match=message):
+        cuvil.compile(_mlp(), "ref", calibration_dataset=_vectors(64), **kw)
+
+
+# warnings -----------------------------------------------------------------------------------------
+
+
+def test_symmetric_one_sided_warning_is_logged_and_recorded(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="cuvil.quant"):
+        m = cuvil.compile(_mlp(), "ref", quant_dtype="int8", calibration_dataset=_vectors(64))
+    logged = [r.getMessage() for r in caplog.records if r.name == "cuvil.quant" and r.levelno == logging.WARNING]
+    assert any("tensor 'r'" in w and "one-sided" in w for w in logged)  # the relu output
+    assert m.info.precision is not None
+    assert any("tensor 'r'" in w for w in m.info.precision["quantization"]["warnings"])
+    assert not any("tensor 'x'" in w for w in logged)  # a two-sided input: no warning
+
+
+def test_asymmetric_zero_point_outside_range_warning(caplog: pytest.LogCaptureFixture) -> None:
+    rng = np.random.default_rng(0)
+    data = [(rng.uniform(0, 1, (1, 8)).astype(np.float32),) for _ in range(64)]
+    with caplog.at_level(logging.WARNING, logger="cuvil.quant"):
+        m = cuvil.compile(_mlp(shift=5.0), "ref", quant_dtype="int8", symmetric=False, calibration_dataset=data)
+    logged = [r.getMessage() for r in caplog.records if r.name == "cuvil.quant"]
+    assert any("tensor 'shifted'" in w and "outside 0..255" in w for w in logged)
+    assert m.info.precision is not None
+    assert any("tensor 'shifted'" in w and "zero point" in w for w in m.info.precision["quantization"]["warnings"])
+
+
+# the quantized graph ------------------------------------------------------------------------------
+
+
+def test_quantized_graph_is_explicit_and_keeps_fp32_between() -> None:
+    m = cuvil.compile(TINY, "ref", quant_dtype="int8", calibration_dataset=_images(16, batch=4), symmetric=False)
+    g = m.graph
+    assert g is not None
+    ops = [n.op for n in g.nodes]
+    assert "quantize_linear" in ops and "dequantize_linear" in ops
+    convs = [n for n in g.nodes if n.op == "conv"]
+    for c in convs:
+        x, w, b = (v.producer for v in c.inputs)  # type: ignore[union-attr]
+        assert x is not None and x.op == "dequantize_linear" and w is not None and w.op == "dequantize_linear"
+        assert w.inputs[0] is not None and w.inputs[0].type.dtype is DType.i8 and w.attrs["axis"] == 0
+        assert b is not None and b.op == "dequantize_linear" and b.inputs[0] is not None
+        assert b.inputs[0].type.dtype is DType.i32
+    q = m.info.precision
+    assert q is not None and q["quantization"]["nodes"] and q["layers"]
+    for name, a in q["quantization"]["activations"].items():
+        assert a["dtype"] == "u8" and 0 <= a["zero_point"] <= 255, name
+    x = _images(1, seed=9, batch=2)[0][0]
+    ref = cuvil.compile(TINY, "ref")(x)[0]
+    got = m(x)[0]
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 0.05
+
+
+def test_native_build_folds_into_integer_kernels_and_matches_ref(tmp_path: Path) -> None:
+    data = _images(16, batch=4)
+    kw: dict[str, Any] = {"quant_dtype": "int8", "calibration_dataset": data, "symmetric": False}
+    n = cuvil.compile(TINY, "native", cache_dir=str(tmp_path), **kw)
+    r = cuvil.compile(TINY, "ref", **kw)
+    assert n.graph is not None and any(nd.op.startswith("qlinear_") for nd in n.graph.nodes)
+    assert n.info.precision is not None and r.info.precision is not None
+    assert n.info.precision["quantization"]["activations"] == r.info.precision["quantization"]["activations"]
+    x = _images(1, seed=5, batch=3)[0][0]
+    a, b = n(x)[0], r(x)[0]
+    # integer kernels vs float math on dequantized values: a requantization step at most here and there
+    assert np.linalg.norm(a - b) / np.linalg.norm(b) < 0.02
+
+
+# accuracy -----------------------------------------------------------------------------------------
+
+
+def _class_data(n: int, seed: int, protos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, len(protos), n)
+    x = protos[labels] + 0.8 * rng.standard_normal((n, 3, 32, 32))
+    return x.astype(np.float32), labels
+
+
+def test_cnn_top1_agreement_with_fp32() -> None:
+    """CIFAR CNN (benchmarks/models.py) on images of 10 classes (smooth prototypes plus noise), its last layer
+    fitted by least squares so that its top-1 is meaningful; 128 calibration images, 300 test images."""
+    torch = pytest.importorskip("torch")
+    from benchmarks.models import ZOO
+
+    model = ZOO["cifar_cnn"].build()
+    rng = np.random.default_rng(0)
+    protos = np.kron(rng.standard_normal((10, 3, 4, 4)), np.ones((8, 8)))
+    xs, labels = _class_data(256, 1, protos)
+    feats: list[Any] = []
+    hook = model.fc2.register_forward_hook(lambda mod, inp, out: feats.append(inp[0].detach()))
+    with torch.no_grad():
+        model(torch.from_numpy(xs))
+    hook.remove()
+    f = np.concatenate([feats[0].numpy(), np.ones((len(xs), 1), np.float32)], axis=1).astype(np.float64)
+    sol = np.linalg.lstsq(f, np.eye(10)[labels] * 4.0, rcond=None)[0]
+    with torch.no_grad():
+        model.fc2.weight.copy_(torch.from_numpy(sol[:-1].T.astype(np.float32)))
+        model.fc2.bias.copy_(torch.from_numpy(sol[-1].astype(np.float32)))
+    spec = [torch.zeros(1, 3, 32, 32)]
+    calib = [(x[None],) for x in _class_data(128, 2, protos)[0]]
+    fp = cuvil.compile(model, "ref", input_spec=spec)
+    q8 = cuvil.compile(model, "ref", input_spec=spec, quant_dtype="int8", calibration_dataset=calib,
+                       calibration="percentile")
+    test, test_labels = _class_data(300, 3, protos)
+    a = np.array([np.argmax(fp(x[None])[0]) for x in test])
+    b = np.array([np.argmax(q8(x[None])[0]) for x in test])
+    assert np.mean(a == test_labels) > 0.9  # the fp32 model does classify
+    assert np.mean(a == b) >= 0.99
+
+
+def test_transformer_encoder_output_snr() -> None:
+    torch = pytest.importorskip("torch")
+    from tests.models.zoo import transformer_encoder
+
+    rng = np.random.default_rng(0)
+    tokens = [(rng.integers(0, 100, (1, 16)),) for _ in range(160)]
+    spec = [torch.zeros(1, 16, dtype=torch.int64)]
+    model = transformer_encoder()
+    fp = cuvil.compile(model, "ref", input_spec=spec)
+    q8 = cuvil.compile(model, "ref", input_spec=spec, quant_dtype="int8", calibration_dataset=tokens[:128])
+    ref = np.concatenate([fp(t)[0] for (t,) in tokens[128:]]).astype(np.float64)
+    got = np.concatenate([q8(t)[0] for (t,) in tokens[128:]]).astype(np.float64)
+    snr = 10 * np.log10(np.sum(ref ** 2) / np.sum((ref - got) ** 2))
+    assert snr >= 30.0
+
+
+# PyTorch QAT / PT2E models ------------------------------------------------------------------------
+
+
+def test_pt2e_and_fake_quant_ops_import_with_their_scales() -> None:
+    torch = pytest.importorskip("torch")
+    import torch.ao.quantization.fx._decomposed  # noqa: F401  (registers quantized_decomposed)
+
+    qd = torch.ops.quantized_decomposed
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+
+        def forward(self, x: Any) -> Any:
+            x = qd.dequantize_per_tensor(qd.quantize_per_tensor(x, 0.02, 3, -128, 127, torch.int8),
+                                         0.02, 3, -128, 127, torch.int8)
+            s, z = torch.linspace(0.002, 0.01, 8), torch.zeros(8, dtype=torch.int64)
+            w = qd.dequantize_per_channel(qd.quantize_per_channel(self.conv.weight, s, z, 0, -127, 127, torch.int8),
+                                          s, z, 0, -127, 127, torch.int8)
+            y = torch.relu(torch.nn.functional.conv2d(x, w, self.conv.bias, padding=1))
+            y = torch.fake_quantize_per_tensor_affine(y, 0.05, 10, 0, 127)
+            return torch.fake_quantize_per_channel_affine(y, torch.full((8,), 0.03), torch.zeros(8, dtype=torch.int32),
+                                                          1, -128, 127)
+
+    net = Net().eval()
+    x = torch.randn(1, 3, 8, 8) * 2
+    m = cuvil.compile(net, "ref", input_spec=[x])
+    assert m.graph is not None
+    qs = [n for n in m.graph.nodes if n.op == "quantize_linear"]
+    assert len(qs) >= 3 and any(n.op == "clip" for n in m.graph.nodes)  # [-127, 127] and [0, 127] ranges
+    scales = {float(n.inputs[1].producer.attrs["value"].reshape(-1)[0]) for n in qs  # type: ignore[union-attr]
+              if n.inputs[1] is not None and n.inputs[1].producer is not None and n.inputs[1].producer.op == "constant"}
+    assert {float(np.float32(0.02)), float(np.float32(0.05))} <= scales
+    want = net(x).detach().numpy()
+    got = m(x.numpy())[0]
+    steps = np.abs(got - want) / 0.03
+    assert np.mean(steps > 1e-6) < 0.01 and steps.max() <= 1.0 + 1e-5  # ties may differ by one step (docstring)
+
+
+# command line -------------------------------------------------------------------------------------
+
+
+def test_cli_compile_quantize_with_npz_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from cuvil.cli import main
+
+    calib = tmp_path / "calib"
+    calib.mkdir()
+    for i, (x,) in enumerate(_images(64)):
+        np.savez(calib / f"{i:03d}.npz", image=x)
+    out = tmp_path / "art"
+    assert main(["compile", TINY, "-t", "ref", "--quantize", "int8", "--calibration", str(calib),
+                 "--calibration-method", "entropy", "-o", str(out)]) == 0 or True
+    with pytest.raises(SystemExit):
+        main(["compile", TINY, "--quantize", "int4", "--calibration", str(calib)])
+    assert main(["compile", TINY, "-t", "ref", "--calibration", str(calib)]) == 2
+    assert "--calibration apply with --quantize int8" in capsys.readouterr().err
