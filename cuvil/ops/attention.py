@@ -118,9 +118,9 @@ def _infer(ctx: InferCtx) -> list[TensorType]:
             raise ctx.fail(f"attn_mask must be bool or {dt}, got {m}")
         if m.rank < 1 or m.rank > 4:
             raise ctx.fail(f"attn_mask must have rank 1 to 4, got {m}")
-        want = (b, hq, sq, total)[4 - m.rank :]
-        for j, (d, w) in enumerate(zip(m.shape[:-1], want[:-1])):
-            ctx.assume_broadcast_to(d, w, f"attn_mask's dim {j} and the scores' dim {j + 4 - m.rank}")
+        scores: tuple[Dim, ...] = (b, hq, sq, total)
+        for j, (d, e) in enumerate(zip(m.shape[:-1], scores[4 - m.rank : 3])):
+            ctx.assume_broadcast_to(d, e, f"attn_mask's dim {j} and the scores' dim {j + 4 - m.rank}")
         last, tot = _static(m.shape[-1]), _static(total)
         if last is not None and tot is not None and last > tot:
             raise ctx.fail(f"attn_mask's last dim {last} exceeds the {tot} keys")
@@ -222,9 +222,9 @@ def attention_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.nd
 
 
 def _reference(ctx: RefCtx) -> list[np.ndarray]:
-    opt = [ctx.input(i) if ctx.has(i) else None for i in range(3, 7)]
+    mask, past_k, past_v, nonpad = (ctx.input(i) if ctx.has(i) else None for i in range(3, 7))
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        outs = attention_reference(ctx.input(0), ctx.input(1), ctx.input(2), *opt, ctx.attrs)
+        outs = attention_reference(ctx.input(0), ctx.input(1), ctx.input(2), mask, past_k, past_v, nonpad, ctx.attrs)
     return list(outs)
 
 

@@ -198,9 +198,10 @@ binary(
 
 def _pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """A ** B in A's element type; B may have another element type."""
-    if a.dtype.kind == "f":  # NumPy promotes to the wider type; the caller rounds to A's type once
+    # Float tests by DType, not numpy's kind: ml_dtypes' bfloat16 has kind "V".
+    if DType.from_np(a.dtype).is_float:  # NumPy promotes to the wider type; the caller rounds to A's type once
         return np.asarray(np.power(a, b))
-    if b.dtype.kind == "f":  # integer base, float exponent: the float power truncated
+    if DType.from_np(b.dtype).is_float:  # integer base, float exponent: the float power truncated
         return np.trunc(np.power(a.astype(np.float64), b.astype(np.float64)))
     # integer ** integer wraps modulo 2**bits; computing in int64 then narrowing gives the same bits
     a64, b64 = a.astype(np.int64), b.astype(np.int64)

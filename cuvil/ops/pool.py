@@ -83,7 +83,8 @@ def _max_pool_infer(ctx: InferCtx) -> list[TensorType]:
 
 
 def _lowest(dtype: np.dtype) -> Any:
-    return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
+    # DType, not numpy's kind: ml_dtypes' bfloat16 has kind "V"
+    return -np.inf if DType.from_np(dtype).is_float else np.iinfo(dtype).min
 
 
 def _max_pool_ref(ctx: RefCtx) -> list[np.ndarray]:

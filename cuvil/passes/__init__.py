@@ -12,7 +12,7 @@ here.
 
 from __future__ import annotations
 
-from cuvil.passes.base import Pass, PassError, PassResult, all_passes, get_pass, register_pass
+from cuvil.passes.base import GraphPass, Pass, PassError, PassResult, all_passes, get_pass, register_pass
 from cuvil.passes.canonicalize import Canonicalize
 from cuvil.passes.convert_precision import ConvertPrecision
 from cuvil.passes.cse import CommonSubexpressionElimination
@@ -52,6 +52,7 @@ __all__ = [
     "FuseAttention",
     "FuseElementwise",
     "FuseEpilogue",
+    "GraphPass",
     "Instrument",
     "NumericEach",
     "Pass",

@@ -20,6 +20,11 @@ through instruments. Its docstring states its rules as a numbered list.
 
 Options are dataclass fields with defaults; in pipeline text they are
 written ``fuse{max-ops=16}`` (field ``max_ops``).
+
+A pass whose rules hold within one graph at a time (a pattern, a fusion: its
+nodes all in one graph) derives from :class:`GraphPass` and implements
+``run_on(graph) -> bool``; the base applies it to the top graph and to every
+control-flow region (:func:`nested_graphs`).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from typing import ClassVar, TypeVar
 
 from cuvil.errors import CuvilError
 from cuvil.ir.graph import Graph
+from cuvil.ops.fused import FUSED_OPS
 
 
 class PassError(CuvilError):
@@ -61,6 +67,39 @@ class Pass:
             if getattr(self, f.name) != f.default
         ]
         return f"{self.name}{{{','.join(opts)}}}" if opts else self.name
+
+
+@dataclass(frozen=True)
+class GraphPass(Pass):
+    """A pass applied to each graph on its own: the top graph, then every control-flow region.
+
+    1. ``run_on(g)`` rewrites the one graph ``g`` in place (its nodes, not its regions') and
+       says whether it changed anything; ``run`` reports a change when any call did.
+    2. The graphs are those of :func:`nested_graphs`, listed before the first call, outermost
+       first: a region is rewritten after the graph holding it, and regions the pass itself
+       creates (those of the fused ops it builds) are not visited.
+    3. The regions of fused ops are never visited: their contents are fixed by the fusion that
+       built them.
+    """
+
+    def run(self, graph: Graph) -> PassResult:
+        changed = False
+        for g in nested_graphs(graph):
+            changed |= self.run_on(g)
+        return PassResult(graph, changed)
+
+    def run_on(self, graph: Graph) -> bool:
+        raise NotImplementedError
+
+
+def nested_graphs(graph: Graph) -> list[Graph]:
+    """``graph`` and the regions of its control-flow nodes (not those of fused ops), outermost first."""
+    out = [graph]
+    for n in graph.nodes:
+        if n.op not in FUSED_OPS:
+            for _, g in n.regions():
+                out.extend(nested_graphs(g))
+    return out
 
 
 def _format_option(v: object) -> str:

@@ -14,8 +14,8 @@ from cuvil.ir.graph import Graph, Node, Value
 from cuvil.ir.types import TensorType
 from cuvil.ops.common import const_of
 from cuvil.ops.registry import get
-from cuvil.passes.base import Pass, PassResult, register_pass
-from cuvil.passes.fuse_elementwise import drop_unused_constants, nested_graphs, rebuild, use_counts
+from cuvil.passes.base import GraphPass, register_pass
+from cuvil.passes.fuse_elementwise import drop_unused_constants, rebuild, use_counts
 
 
 def _constant(name: str, value: np.ndarray) -> Node:
@@ -25,7 +25,7 @@ def _constant(name: str, value: np.ndarray) -> Node:
 
 @register_pass
 @dataclass(frozen=True)
-class FoldBatchNorm(Pass):
+class FoldBatchNorm(GraphPass):
     """Folds ``batch_norm`` into the ``conv``, ``gemm`` or ``matmul`` that produces its input.
 
     With ``s = scale / sqrt(var + epsilon)`` per channel (channel = axis 1 of the product's result):
@@ -46,13 +46,7 @@ class FoldBatchNorm(Pass):
 
     name: ClassVar[str] = "fold-batchnorm"
 
-    def run(self, graph: Graph) -> PassResult:
-        changed = False
-        for g in nested_graphs(graph):
-            changed |= self._run_one(g)
-        return PassResult(graph, changed)
-
-    def _run_one(self, g: Graph) -> bool:
+    def run_on(self, g: Graph) -> bool:
         counts = use_counts(g)
         here = set(g.nodes)
         replaced: dict[Node, list[Node]] = {}

@@ -174,6 +174,7 @@ def _fold(g: Graph, q: Node, counts: dict[Value, int], names: _Names) -> tuple[l
         raise _UnfoldableError("the scales do not share one element type")
     attrs: dict[str, object] = {"relu": int(relu)}
     bias_in = None
+    trans_b = False
     if p.op == "conv":
         if w.axis not in (None, 0):
             raise _UnfoldableError(f"the weight is quantized along axis {w.axis}, not the output channels")
@@ -186,7 +187,6 @@ def _fold(g: Graph, q: Node, counts: dict[Value, int], names: _Names) -> tuple[l
         op = "qlinear_matmul"
         if wq.ndim != 2:
             raise _UnfoldableError("the weight is not 2-D")
-        trans_b = False
         if p.op == "gemm":
             a = get("gemm").fill_attrs(p.attrs)
             if a["transA"] or float(a["alpha"]) != 1.0 or float(a["beta"]) != 1.0:
@@ -205,7 +205,7 @@ def _fold(g: Graph, q: Node, counts: dict[Value, int], names: _Names) -> tuple[l
         new.append(Node("constant", [], [val], {"value": value}))
         return val
 
-    w_val = w.q if wq is const_of(w.q) else const(wq, "w")
+    w_val = const(wq, "w") if trans_b else w.q
     bias = _bias(bias_in, x, w, channels)
     ins: list[Value | None] = [
         x.q, _param(x.node, 1), _zero(x, const, "x_zp"),

@@ -15,9 +15,9 @@ from typing import ClassVar
 
 from cuvil.ir.graph import Graph, Node, Value, captures
 from cuvil.ops.common import const_of
-from cuvil.ops.fused import FUSABLE_DTYPES, FUSED_OPS
+from cuvil.ops.fused import FUSABLE_DTYPES
 from cuvil.ops.registry import ELEMENTWISE, lookup
-from cuvil.passes.base import Pass, PassResult, register_pass
+from cuvil.passes.base import GraphPass, nested_graphs, register_pass
 
 # Helpers shared with fuse_epilogue.py ----------------------------------------------------------
 
@@ -100,16 +100,6 @@ def drop_unused_constants(graph: Graph, candidates: Iterable[Value]) -> None:
         graph.nodes = [n for n in graph.nodes if n not in dead]
 
 
-def nested_graphs(graph: Graph) -> list[Graph]:
-    """``graph`` and the regions of its control-flow nodes (not those of fused ops), outermost first."""
-    out = [graph]
-    for n in graph.nodes:
-        if n.op not in FUSED_OPS:
-            for _, g in n.regions():
-                out.extend(nested_graphs(g))
-    return out
-
-
 def scalar_const(v: Value | None) -> float | None:
     """The value of a one-element float constant, else None."""
     c = const_of(v)
@@ -140,7 +130,7 @@ def _other(node: Node, v: Value) -> Value | None:
 
 @register_pass
 @dataclass(frozen=True)
-class RecognizeGelu(Pass):
+class RecognizeGelu(GraphPass):
     """Turns GELU written out with Erf into the ``gelu`` op (one kernel, no cancellation).
 
     1. The pattern is ``x * 0.5 * (1 + erf(x / sqrt(2)))`` in any association and operand order
@@ -154,13 +144,7 @@ class RecognizeGelu(Pass):
 
     name: ClassVar[str] = "recognize-gelu"
 
-    def run(self, graph: Graph) -> PassResult:
-        changed = False
-        for g in nested_graphs(graph):
-            changed |= self._run_one(g)
-        return PassResult(graph, changed)
-
-    def _run_one(self, g: Graph) -> bool:
+    def run_on(self, g: Graph) -> bool:
         counts = use_counts(g)
         users = g.users()
         replaced: dict[Node, list[Node]] = {}
@@ -241,7 +225,7 @@ class RecognizeGelu(Pass):
 
 @register_pass
 @dataclass(frozen=True)
-class FuseElementwise(Pass):
+class FuseElementwise(GraphPass):
     """Fuses chains of elementwise ops into one ``fused_elementwise`` node (one loop).
 
     1. A group grows from its last node (the root) towards its operands: a producer joins when
@@ -260,13 +244,7 @@ class FuseElementwise(Pass):
     name: ClassVar[str] = "fuse-elementwise"
     max_ops: int = 16
 
-    def run(self, graph: Graph) -> PassResult:
-        changed = False
-        for g in nested_graphs(graph):
-            changed |= self._run_one(g)
-        return PassResult(graph, changed)
-
-    def _run_one(self, g: Graph) -> bool:
+    def run_on(self, g: Graph) -> bool:
         counts = use_counts(g)
         here = set(g.nodes)
         grouped: set[Node] = set()
@@ -308,4 +286,7 @@ def group_ops(node: Node) -> list[str]:
     return ops
 
 
-__all__ = ["FuseElementwise", "RecognizeGelu", "build_region", "fusable", "group_ops", "use_counts"]
+# ``nested_graphs`` lives in ``cuvil.passes.base`` (it drives :class:`GraphPass`); passes that walk
+# the graphs themselves still import it from here with the other helpers.
+__all__ = ["FuseElementwise", "RecognizeGelu", "build_region", "fusable", "group_ops", "nested_graphs",
+           "use_counts"]

@@ -15,12 +15,11 @@ from cuvil.ir.types import TensorType
 from cuvil.ops.common import const_of
 from cuvil.ops.fused import EPILOGUE_BASES, FUSABLE_DTYPES, extra_kind
 from cuvil.ops.registry import get
-from cuvil.passes.base import Pass, PassResult, register_pass
+from cuvil.passes.base import GraphPass, register_pass
 from cuvil.passes.fuse_elementwise import (
     build_region,
     drop_unused_constants,
     fusable,
-    nested_graphs,
     rebuild,
     use_counts,
 )
@@ -48,7 +47,7 @@ def _channel_bias(conv_out: Value, node: Node) -> np.ndarray | None:
 
 @register_pass
 @dataclass(frozen=True)
-class FuseEpilogue(Pass):
+class FuseEpilogue(GraphPass):
     """Fuses the elementwise tail of ``conv``, ``gemm`` and ``matmul`` into them.
 
     1. An anchor is a ``conv``, ``gemm`` or ``matmul`` whose result is f32 or f64.
@@ -70,13 +69,7 @@ class FuseEpilogue(Pass):
     name: ClassVar[str] = "fuse-epilogue"
     max_ops: int = 16
 
-    def run(self, graph: Graph) -> PassResult:
-        changed = False
-        for g in nested_graphs(graph):
-            changed |= self._run_one(g)
-        return PassResult(graph, changed)
-
-    def _run_one(self, g: Graph) -> bool:
+    def run_on(self, g: Graph) -> bool:
         changed = False
         replaced: dict[Node, list[Node]] = {}
         removed: set[Node] = set()

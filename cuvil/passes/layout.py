@@ -29,7 +29,6 @@ from typing import ClassVar
 
 import numpy as np
 
-from cuvil.errors import CuvilError
 from cuvil.ir.dtypes import DType
 from cuvil.ir.graph import Graph, Node, Value, reads
 from cuvil.ir.types import TensorType
@@ -43,20 +42,19 @@ LAYOUTS = ("nhwc",)
 POLICIES = ("all", "auto")
 
 
-class LayoutError(CuvilError):
-    """An option of ``convert-layout`` that names no layout or policy it knows."""
-
-
 @register_pass
 @dataclass(frozen=True)
 class ConvertLayout(Pass):
     """Runs 2-D convolutions in NHWC; layout changes only where NHWC and NCHW regions meet.
 
     1. A candidate is a ``conv`` with a float32 ``[N, C, H, W]`` input, a constant weight, and
-       a 1-D bias or none.  With ``convs=all`` every candidate converts; with ``convs=auto``
-       (the default) only depthwise convolutions (one input channel per group) and 1x1
-       convolutions do, the kinds the channels-last kernels run fastest; a k x k dense
-       convolution stays NCHW, where Winograd and the planar kernels serve it better.
+       a 1-D bias or none.  With ``convs=all`` every candidate converts.  With ``convs=auto``
+       (the default) a graph's candidates convert together, or none does: all of them when
+       more of their multiply-adds are in convolutions the channels-last kernels serve best
+       (depthwise, 1x1, strided, grouped, kernels other than 3x3) than in dense unit-stride
+       3x3 convolutions, which NCHW runs by Winograd with fewer multiply-adds.  Converting
+       every one (not a per-node choice) keeps the layout changes at the graph's edges; dims
+       known only at run time count as 1.
     2. A converted candidate becomes ``conv_nhwc`` on the NHWC twin of its input, with its
        weight transposed to ``[KH, KW, C/group, M]`` as a new constant; it defines the twin of
        its output.
@@ -81,9 +79,9 @@ class ConvertLayout(Pass):
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
-            raise LayoutError(f"convert-layout: unknown layout {self.layout!r} (known: {', '.join(LAYOUTS)})")
+            raise ValueError(f"unknown layout {self.layout!r} (known: {', '.join(LAYOUTS)})")
         if self.convs not in POLICIES:
-            raise LayoutError(f"convert-layout: convs={self.convs!r} is not one of {', '.join(POLICIES)}")
+            raise ValueError(f"convs={self.convs!r} is not one of {', '.join(POLICIES)}")
 
     def run(self, graph: Graph) -> PassResult:
         names = {v.name for n in graph.walk() for v in [*n.inputs, *n.outputs] if v is not None}
@@ -94,7 +92,7 @@ class ConvertLayout(Pass):
         return PassResult(graph, changed)
 
 
-def _is_candidate(node: Node, policy: str) -> bool:
+def _is_candidate(node: Node) -> bool:
     """Rule 1."""
     if node.op != "conv" or len(node.outputs) != 1:
         return False
@@ -102,13 +100,34 @@ def _is_candidate(node: Node, policy: str) -> bool:
     b = node.inputs[2] if len(node.inputs) > 2 else None
     if x is None or w is None or x.type.rank != 4 or x.type.dtype is not DType.f32 or const_of(w) is None:
         return False
-    if b is not None and b.type.rank != 1:
-        return False
-    if policy == "all":
+    return b is None or b.type.rank == 1
+
+
+def _macs(node: Node) -> int:
+    """Multiply-adds of a candidate (run-time dims count as 1)."""
+    w, y = node.inputs[1], node.outputs[0]
+    assert w is not None
+    dims = [*y.type.shape, *w.type.shape[1:]]
+    return int(np.prod([d if isinstance(d, int) else 1 for d in dims], dtype=np.int64))
+
+
+def _prefers_nchw(node: Node) -> bool:
+    """A dense unit-stride 3x3 convolution: Winograd's, in NCHW."""
+    a = node.attrs
+    w = node.inputs[1]
+    assert w is not None
+    return (int(a.get("group", 1)) == 1 and tuple(w.type.shape[2:]) == (3, 3)
+            and all(int(s) == 1 for s in a.get("strides") or (1, 1))
+            and all(int(d) == 1 for d in a.get("dilations") or (1, 1)))
+
+
+def _worth_converting(graph: Graph, policy: str) -> bool:
+    """Rule 1's choice for ``graph`` (its own nodes; each region chooses for itself)."""
+    candidates = [n for n in graph.nodes if _is_candidate(n)]
+    if policy == "all" or not candidates:
         return True
-    group = int(node.attrs.get("group", 1))
-    depthwise = group > 1 and w.type.shape[1] == 1
-    return depthwise or tuple(w.type.shape[2:]) == (1, 1)
+    nchw = sum(_macs(n) for n in candidates if _prefers_nchw(n))
+    return sum(_macs(n) for n in candidates) - nchw > nchw
 
 
 class _Rewriter:
@@ -117,7 +136,7 @@ class _Rewriter:
     def __init__(self, graph: Graph, names: set[str], policy: str) -> None:
         self.g = graph
         self.names = names
-        self.policy = policy
+        self.convert = _worth_converting(graph, policy)
         self.twin: dict[Value, Value] = {}  # NCHW value (or constant) -> its NHWC twin
         self.lazy: set[Value] = set()  # NCHW values that, so far, only their twin defines
         self.out: list[Node] = []
@@ -133,7 +152,7 @@ class _Rewriter:
     def run(self) -> bool:
         changed = False
         for node in self.g.nodes:
-            if _is_candidate(node, self.policy):
+            if self.convert and _is_candidate(node):
                 self.convert_conv(node)
                 changed = True
             elif self.convert_agnostic(node):

@@ -42,7 +42,10 @@ _BASIC = "canonicalize,fold-constants,cse,dce,fold-batchnorm,fold-qdq"
 # Fusion, in this order: GELU and LayerNorm written out become one op each, attention written out
 # becomes one op (before its matmuls can take the scale and mask as epilogues), then
 # Conv/Gemm/MatMul take their elementwise tails as epilogues, then the chains left become single loops.
-_FUSION = "recognize-gelu,recognize-layernorm,fuse-attention,fuse-epilogue,fuse-elementwise"
+# convert-layout goes before the epilogues, so they form on the channels-last convolutions, and
+# after where cuvil.compile puts convert-precision (before the first fusion pass): only float32
+# convolutions change layout.
+_FUSION = "recognize-gelu,convert-layout,recognize-layernorm,fuse-attention,fuse-epilogue,fuse-elementwise"
 # Last, once the schedule is final: every intermediate gets its offset in one arena.
 _MEMORY = "plan-memory"
 
@@ -54,7 +57,7 @@ def default_pipeline(target: str, *, enable_fusion: bool = True) -> str:
     the oracle every optimised target (and every pass, through ``numeric-each``) is checked
     against.  Every other target runs ``canonicalize,fold-constants,cse,dce,fold-batchnorm,fold-qdq``,
     then, unless ``enable_fusion`` is False,
-    ``recognize-gelu,recognize-layernorm,fuse-attention,fuse-epilogue,fuse-elementwise``,
+    ``recognize-gelu,convert-layout,recognize-layernorm,fuse-attention,fuse-epilogue,fuse-elementwise``,
     and last ``plan-memory`` (the intermediates in one arena per call)."""
     if target == "ref":
         return ""

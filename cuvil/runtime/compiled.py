@@ -1,4 +1,5 @@
-"""CompiledModel: the callable that ``cuvil.compile`` and ``cuvil.load`` return."""
+"""CompiledModel: the callable that ``cuvil.compile`` and ``cuvil.load`` return, and what it
+tells about its build (:class:`BuildInfo`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -24,6 +25,55 @@ class Executor(Protocol):
     """What a backend provides: run validated inputs, return outputs."""
 
     def run(self, inputs: list[np.ndarray], env: dict[str, int]) -> list[np.ndarray]: ...
+
+
+@dataclass(frozen=True)
+class BuildInfo:
+    """What a C or wasm32 build made and where it lies (``CompiledModel.build_info``).
+
+    For a model loaded from an artifact, the paths are the artifact's files and ``line_origins``
+    is None (the map is not saved)."""
+
+    target: str
+    folder: Path  # the build-cache folder, or the artifact folder of a loaded model
+    source: Path  # the generated C (model.c)
+    library: Path  # what runs: model.so, or model.wasm for wasm32
+    weights: Path  # the weights blob (weights.bin) the library loads at start-up
+    weights_bytes: int
+    cached: bool  # the build came from the build cache (always true for a loaded artifact)
+    # Per line of ``source`` (0-based), the name of the IR node it was generated for, or None.
+    line_origins: tuple[str | None, ...] | None = field(repr=False)
+    num_threads: int  # threads each call runs on, at the time of asking (1 for wasm32)
+
+    @property
+    def warnings(self) -> str:
+        """What the C compiler printed when building (empty when the code compiled cleanly)."""
+        log = self.folder / "build.log"
+        return log.read_text(encoding="utf-8") if log.is_file() else ""
+
+    def line_of(self, node_name: str) -> int | None:
+        """The 1-based line of ``source`` where the code of node ``node_name`` begins, or None
+        (unknown node, or no line map)."""
+        if self.line_origins is None:
+            return None
+        for i, origin in enumerate(self.line_origins):
+            if origin == node_name:
+                return i + 1
+        return None
+
+
+@runtime_checkable
+class BuildExecutor(Protocol):
+    """An executor that runs a build it can describe (the C and wasm32 backends)."""
+
+    def build_info(self, target: str) -> BuildInfo: ...
+
+
+@runtime_checkable
+class WeightsExecutor(Protocol):
+    """An executor whose loaded library can show its weights buffer (the native C backend)."""
+
+    def loaded_weights(self) -> bytes | None: ...
 
 
 class TensorSpec:
@@ -204,6 +254,19 @@ class CompiledModel:
         ``fragmentation()``, ``format()``, each at given ``dims`` or the symbols' maxima), or None when the
         pipeline had no ``plan-memory`` pass, or for a model loaded from an artifact."""
         return None if self.graph is None else self.graph.memory_plan
+
+    @property
+    def build_info(self) -> BuildInfo | None:
+        """The build this model runs (source, line map, weights, library, cache hit), or None for
+        targets without one (``ref``)."""
+        ex = self._executor
+        return ex.build_info(self.target) if isinstance(ex, BuildExecutor) else None
+
+    def loaded_weights(self) -> bytes | None:
+        """The weights as the loaded library holds them in memory now, or None where the backend
+        does not show them (only native C does): lets verification check that no run writes them."""
+        ex = self._executor
+        return ex.loaded_weights() if isinstance(ex, WeightsExecutor) else None
 
     def __call__(self, *arrays: Any) -> list[Any]:
         """Run on inputs in graph-input order: NumPy arrays (or array-likes) or torch tensors.

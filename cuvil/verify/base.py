@@ -87,6 +87,11 @@ class Check:
     def option(self, key: str, default: Any) -> Any:
         return self.options.get(key, default)
 
+    def settings(self, ctx: Any, defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """This check's settings for ``ctx``: ``defaults``, overridden by the configuration's
+        ``[checks.NAME]`` table, overridden by the options this check was made with."""
+        return {**(defaults or {}), **ctx.check_config(self.name), **self.options}
+
     def run(self, ctx: Any) -> list[CheckResult]:
         raise NotImplementedError
 

@@ -22,7 +22,6 @@ from cuvil.frontends.onnx import load_onnx
 from cuvil.passes import NumericEach, PassManager, VerifyEach, default_pipeline
 
 
-
 def _vi(name: str, shape: list[int], dt: int = T.FLOAT) -> onnx.ValueInfoProto:
     return h.make_tensor_value_info(name, dt, shape)
 

@@ -67,7 +67,7 @@ def test_entropy_threshold_ignores_outliers_and_relu_zeros() -> None:
     lo, hi = _observer([g], "entropy", True).clip_range("entropy", True, 99.99)
     assert 2.5 < hi < 12.0 and lo == -hi  # far below the outliers, well above the bulk's sigma
     relu = np.maximum(g, 0.0)  # half the values exactly 0: must not drag the threshold down
-    lo2, hi2 = _observer([relu], "entropy", True).clip_range("entropy", True, 99.99)
+    _, hi2 = _observer([relu], "entropy", True).clip_range("entropy", True, 99.99)
     assert hi2 > 2.5
 
 
@@ -158,7 +158,7 @@ def test_bad_samples_are_refused_with_what_is_wrong(data: object, message: str) 
 
 
 def test_npz_folder_errors(tmp_path: Path) -> None:
-    with pytest.raises(CalibrationDataError, match="holds no .npz files"):
+    with pytest.raises(CalibrationDataError, match=r"holds no \.npz files"):
         calibration_set(str(tmp_path), _graph())
     np.savez(tmp_path / "a.npz", z=np.zeros((1, 4), np.float32))
     with pytest.raises(CalibrationDataError, match=r"holds \['z'\]; expected the model's inputs \['x'\]"):

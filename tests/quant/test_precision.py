@@ -4,6 +4,7 @@ the per-layer accuracy report, and the f16/bf16 products of the C backend agains
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -233,54 +234,93 @@ def test_report_saved_loaded_and_inspected(tmp_path: Path, capsys: pytest.Captur
     assert len([line for line in out.splitlines() if line.split()[0] in {"h", "r", "z", "probs"}]) == 2
 
 
-def _conv_graph(dtype: DType, xs: tuple[int, ...], ws: tuple[int, ...], attrs: dict[str, object],
-                bias: bool, op: str = "conv") -> Graph:
-    b = Builder()
-    x = b.input("x", TensorType(dtype, xs))
-    w = b.input("w", TensorType(dtype, ws))
-    ins = [x, w]
-    if bias:
-        ins.append(b.input("b", TensorType(dtype, (ws[1] * int(attrs.get("group", 1)) if op == "conv_transpose"  # type: ignore[call-overload]
-                                                    else ws[0],))))
-    b.output(b.add1(op, ins, attrs))
-    return b.graph
 
-
-CONVS = [  # (input, weight, attributes, bias, op): the paths of the f16/bf16 convolution kernels
-    ((1, 3, 17, 19), (8, 3, 7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3]}, True, "conv"),  # odd K
-    ((2, 16, 9, 9), (24, 16, 3, 3), {"pads": [1, 1, 1, 1]}, False, "conv"),
-    ((1, 20, 6, 5), (33, 20, 1, 1), {}, True, "conv"),  # the image itself is the GEMM operand
-    ((1, 12, 8, 8), (12, 3, 3, 3), {"group": 4, "pads": [1, 0, 1, 2], "dilations": [2, 1]}, True, "conv"),
-    ((2, 8, 10, 10), (8, 1, 3, 3), {"group": 8, "strides": [2, 2], "pads": [1, 1, 1, 1]}, True, "conv"),
-    ((1, 6, 11), (5, 6, 4), {"strides": [3]}, True, "conv"),  # 1-D
-    ((1, 6, 5, 5), (6, 4, 3, 3), {"strides": [2, 2]}, True, "conv_transpose"),
+CONVS = [  # (input, weight, attributes, op): the paths of the f16/bf16 convolution kernels
+    ((1, 3, 17, 19), (8, 3, 7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3]}, "conv"),  # odd K
+    ((2, 16, 9, 9), (24, 16, 3, 3), {"pads": [1, 1, 1, 1]}, "conv"),  # Winograd on widened f16
+    ((1, 20, 6, 5), (33, 20, 1, 1), {}, "conv"),  # the image itself is the GEMM operand
+    ((1, 12, 8, 8), (12, 3, 3, 3), {"group": 4, "pads": [1, 0, 1, 2], "dilations": [2, 1]}, "conv"),
+    ((2, 8, 10, 10), (8, 1, 3, 3), {"group": 8, "strides": [2, 2], "pads": [1, 1, 1, 1]}, "conv"),  # depthwise
+    ((1, 6, 11), (5, 6, 4), {"strides": [3]}, "conv"),  # 1-D
+    ((1, 6, 5, 5), (6, 4, 3, 3), {"strides": [2, 2]}, "conv_transpose"),
 ]
+
+
+def _convs(dtype: DType, weights: list[np.ndarray] | None) -> Graph:
+    """Every case of CONVS in one graph: weights and biases as inputs, or as constants when given."""
+    b = Builder()
+    outs = []
+    for i, (xs, ws, attrs, op) in enumerate(CONVS):
+        x = b.input(f"x{i}", TensorType(dtype, xs))
+        cout = ws[1] * int(attrs.get("group", 1)) if op == "conv_transpose" else ws[0]  # type: ignore[call-overload]
+        if weights is None:
+            w, c = b.input(f"w{i}", TensorType(dtype, ws)), b.input(f"b{i}", TensorType(dtype, (cout,)))
+        else:
+            w, c = b.constant(weights[2 * i]), b.constant(weights[2 * i + 1])
+        # the first case has no bias
+        outs.append(b.add1(op, [x, w] if i == 0 else [x, w, c], attrs))
+    b.output(*outs)
+    return b.graph
 
 
 @pytest.mark.parametrize("dtype", [DType.f16, DType.bf16])
 def test_half_conv_kernels(dtype: DType, tmp_path: Path) -> None:
-    """f16/bf16 convolutions (bf16 dot products on native where the CPU has AVX512_BF16, the
-    float32 algorithms on widened operands otherwise) against the reference's float32
-    accumulation, within one rounding of the result; weights as graph inputs and as constants
-    (widened once per model), called twice so the cached forms are read."""
+    """f16/bf16 convolutions (bf16 dot products on native where the CPU has AVX512_BF16, the float32
+    algorithms on widened operands otherwise) against the reference's float32 accumulation, within one
+    rounding of the result; weights as graph inputs, and as constants (widened or paired once per
+    model: called twice, with bitwise-equal results)."""
     rng = np.random.default_rng(4)
+    g = _convs(dtype, None)
+    ins = [rng.standard_normal(v.type.shape).astype(dtype.np) for v in g.inputs]  # type: ignore[arg-type]
+    want = [w.astype(np.float64) for w in run_graph(g, ins)]
     step = 2.0 ** (-10 if dtype is DType.f16 else -7)
-    for i, (xs, ws, attrs, bias, op) in enumerate(CONVS):
-        g = _conv_graph(dtype, xs, ws, attrs, bias, op)
-        ins = [rng.standard_normal(v.type.shape).astype(dtype.np) for v in g.inputs]  # type: ignore[arg-type]
-        want = run_graph(g, ins)[0].astype(np.float64)
-        for target in ("native", "generic"):
-            m = cuvil.compile(g, target, cache_dir=str(tmp_path))
-            got = m(*ins)[0]
-            assert got.dtype == dtype.np
-            err = np.abs(got.astype(np.float64) - want)
-            assert np.all(err <= step * np.abs(want) + 1e-3), (i, target, float(np.max(err)))
-        # The weights (and bias) as constants of the model.
-        b = Builder()
-        x = b.input("x", TensorType(dtype, xs))
-        consts = [b.constant(a) for a in ins[1:]]
-        b.output(b.add1(op, [x, *consts], attrs))
-        m = cuvil.compile(b.graph, "native", cache_dir=str(tmp_path), num_threads=2)
-        for _ in range(2):
-            got = m(ins[0])[0].astype(np.float64)
-            assert np.all(np.abs(got - want) <= step * np.abs(want) + 1e-3), (i, "constant weights")
+
+    def check(got: Sequence[np.ndarray], what: str) -> None:
+        for i, (g_, w_) in enumerate(zip(got, want)):
+            assert g_.dtype == dtype.np
+            err = np.abs(g_.astype(np.float64) - w_)
+            assert np.all(err <= step * np.abs(w_) + 1e-3), (what, CONVS[i], float(np.max(err)))
+
+    for target in ("native", "generic"):
+        check(cuvil.compile(g, target, cache_dir=str(tmp_path))(*ins), target)
+    xs, params = ins[0::3], [a for i in range(len(CONVS)) for a in ins[3 * i + 1:3 * i + 3]]
+    const = _convs(dtype, params)
+    m = cuvil.compile(const, "native", cache_dir=str(tmp_path), num_threads=2)
+    first = m(*xs)
+    check(first, "constant weights")
+    again = m(*xs)  # from the cached forms of the weights
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(first, again))
+
+
+def _verify_context(graph: Graph, tmp_path: Path) -> object:
+    from cuvil.verify.context import ModelSource, VerifyContext
+
+    return VerifyContext(ModelSource("graph", graph), targets=["generic"], cache_dir=str(tmp_path / "cache"),
+                         work_dir=tmp_path, config={"checks": {}})
+
+
+def test_verify_precision_checks_fp16_and_bf16(tmp_path: Path) -> None:
+    import cuvil.verify.checks  # noqa: F401  (registers the checks)
+    from cuvil.verify.base import Status, get_check
+
+    (r,) = get_check("precision")().run(_verify_context(_mlp(), tmp_path))
+    assert r.status is Status.PASS, r.summary
+    assert r.details["precisions"]["fp16"] == r.details["precisions"]["bf16"] == "checked"
+    for p, bound in (("fp16", 2e-3), ("bf16", 1e-2)):
+        rows = r.details[p]["outputs"]
+        assert [row["output"] for row in rows] == ["probs"]
+        # reduced precision is far from float32's own error, and within the gate
+        assert rows[0]["source_rel_l2"] < 1e-6 < rows[0]["rel_l2"] < bound
+        assert r.figures[f"{p}_rel_l2"] == rows[0]["rel_l2"]
+    assert "fp16: relative L2 error" in r.summary and "bf16: relative L2 error" in r.summary
+
+
+def test_verify_precision_reports_an_overflow(tmp_path: Path) -> None:
+    import cuvil.verify.checks  # noqa: F401  (registers the checks)
+    from cuvil.verify.base import Status, get_check
+
+    (r,) = get_check("precision")().run(_verify_context(_overflowing(), tmp_path))
+    assert r.status is Status.FAIL
+    assert r.where == {"target": "generic", "precision": "fp16", "node": "scale2", "op": "mul"}
+    assert "value 'huge' reaches |x| = " in r.summary and "65504" in r.summary
+    assert "bf16" in r.details and "overflow" not in r.details["bf16"]  # bf16 has float32's range

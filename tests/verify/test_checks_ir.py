@@ -28,11 +28,11 @@ from cuvil.ir.parser import parse_graph
 from cuvil.ir.printer import print_graph
 from cuvil.passes import Pass, PassResult
 from cuvil.passes import base as passes_base
-from cuvil.verify.base import CheckResult, Status, get_check
-from cuvil.verify.context import ModelSource, VerifyContext
+from cuvil.verify.base import Status
 from cuvil.verify.render.json import write_json
 from cuvil.verify.report import Report
 from tests.conftest import REPO
+from tests.verify.models import context, f32, onnx_model, residual_softmax, run
 
 TINY_CNN = REPO / "cuvil" / "examples" / "tiny_cnn.onnx"
 
@@ -42,44 +42,26 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(tmp_path_factory.mktemp("cuvil-cache"))
 
 
-def context(model: object, targets: list[str], tmp_path: Path, cache: str) -> VerifyContext:
-    return VerifyContext(ModelSource("onnx", model), targets, work_dir=tmp_path, cache_dir=cache)
-
-
-def run(name: str, ctx: VerifyContext, **options: object) -> dict[str, CheckResult]:
-    return {r.target or "": r for r in get_check(name)(options).run(ctx)}
-
-
-def _model(nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto], outputs: list[onnx.ValueInfoProto],
-           inits: tuple[onnx.TensorProto, ...] = ()) -> onnx.ModelProto:
-    graph = helper.make_graph(nodes, "m", inputs, outputs, list(inits))
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-
-
-def _f32(name: str, shape: list[int | str]) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
-
-
 def if_on_input() -> onnx.ModelProto:
     """y = -x if c else x + x: the condition is a graph input."""
-    then_g = helper.make_graph([helper.make_node("Neg", ["x"], ["t"], name="neg")], "then", [], [_f32("t", [3])])
+    then_g = helper.make_graph([helper.make_node("Neg", ["x"], ["t"], name="neg")], "then", [], [f32("t", [3])])
     else_g = helper.make_graph([helper.make_node("Add", ["x", "x"], ["e"], name="double")], "else", [],
-                               [_f32("e", [3])])
-    return _model([helper.make_node("If", ["c"], ["y"], name="branch", then_branch=then_g, else_branch=else_g)],
-                  [helper.make_tensor_value_info("c", TensorProto.BOOL, []), _f32("x", [3])], [_f32("y", [3])])
+                               [f32("e", [3])])
+    return onnx_model([helper.make_node("If", ["c"], ["y"], name="branch", then_branch=then_g, else_branch=else_g)],
+                  [helper.make_tensor_value_info("c", TensorProto.BOOL, []), f32("x", [3])], [f32("y", [3])])
 
 
 def if_on_sum(threshold: float = 5.0) -> onnx.ModelProto:
     """y = x + x if sum(x) > threshold else x - 1: the condition depends on a float input."""
     consts = (numpy_helper.from_array(np.array(threshold, np.float32), "limit"),
               numpy_helper.from_array(np.array(1.0, np.float32), "one"))
-    then_g = helper.make_graph([helper.make_node("Add", ["x", "x"], ["t"], name="dbl")], "then", [], [_f32("t", [4])])
+    then_g = helper.make_graph([helper.make_node("Add", ["x", "x"], ["t"], name="dbl")], "then", [], [f32("t", [4])])
     else_g = helper.make_graph([helper.make_node("Sub", ["x", "one"], ["e"], name="dec")], "else", [],
-                               [_f32("e", [4])])
+                               [f32("e", [4])])
     nodes = [helper.make_node("ReduceSumSquare", ["x"], ["s"], name="sum", keepdims=0),
              helper.make_node("Greater", ["s", "limit"], ["c"], name="gt"),
              helper.make_node("If", ["c"], ["y"], name="big", then_branch=then_g, else_branch=else_g)]
-    return _model(nodes, [_f32("x", [4])], [_f32("y", [4])], consts)
+    return onnx_model(nodes, [f32("x", [4])], [f32("y", [4])], consts)
 
 
 def loop_with_if() -> onnx.ModelProto:
@@ -87,9 +69,9 @@ def loop_with_if() -> onnx.ModelProto:
     consts = [numpy_helper.from_array(np.array(v, dt), name) for name, v, dt in
               (("half", 0.5, np.float32), ("onef", 1.0, np.float32), ("two", 2, np.int64), ("zero", 0, np.int64))]
     then_g = helper.make_graph([helper.make_node("Mul", ["acc_in", "half"], ["m"], name="mul"),
-                                helper.make_node("Add", ["m", "onef"], ["t"], name="inc")], "even", [], [_f32("t", [3])])
+                                helper.make_node("Add", ["m", "onef"], ["t"], name="inc")], "even", [], [f32("t", [3])])
     else_g = helper.make_graph([helper.make_node("Sub", ["acc_in", "onef"], ["e"], name="dec")], "odd", [],
-                               [_f32("e", [3])])
+                               [f32("e", [3])])
     body = helper.make_graph(
         [helper.make_node("Mod", ["i", "two"], ["r"], name="mod"),
          helper.make_node("Equal", ["r", "zero"], ["even"], name="is_even"),
@@ -98,22 +80,11 @@ def loop_with_if() -> onnx.ModelProto:
          helper.make_node("Identity", ["acc_out"], ["scan"], name="scan_id")],
         "body",
         [helper.make_tensor_value_info("i", TensorProto.INT64, []),
-         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []), _f32("acc_in", [3])],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), _f32("acc_out", [3]), _f32("scan", [3])])
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []), f32("acc_in", [3])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), f32("acc_out", [3]), f32("scan", [3])])
     nodes = [helper.make_node("Loop", ["n", "", "x"], ["acc", "scans"], name="repeat", body=body)]
-    return _model(nodes, [helper.make_tensor_value_info("n", TensorProto.INT64, []), _f32("x", [3])],
-                  [_f32("acc", [3]), _f32("scans", ["k", 3])], tuple(consts))
-
-
-def residual_softmax() -> onnx.ModelProto:
-    """a = exp(x); b = softmax(a); c = softmax(b * k); y = c + a: ``a`` is read twice, so it lives long."""
-    k = numpy_helper.from_array(np.linspace(0.5, 2.0, 64, dtype=np.float32).reshape(1, 64), "k")
-    nodes = [helper.make_node("Exp", ["x"], ["a"], name="exp"),
-             helper.make_node("Softmax", ["a"], ["b"], name="sm1"),
-             helper.make_node("Mul", ["b", "k"], ["m"], name="scale"),
-             helper.make_node("Softmax", ["m"], ["c"], name="sm2"),
-             helper.make_node("Add", ["c", "a"], ["y"], name="residual")]
-    return _model(nodes, [_f32("x", [4, 64])], [_f32("y", [4, 64])], (k,))
+    return onnx_model(nodes, [helper.make_tensor_value_info("n", TensorProto.INT64, []), f32("x", [3])],
+                  [f32("acc", [3]), f32("scans", ["k", 3])], tuple(consts))
 
 
 def chain() -> onnx.ModelProto:
@@ -121,7 +92,7 @@ def chain() -> onnx.ModelProto:
     c = numpy_helper.from_array(np.float32([0.5, -1, 2, 0.25]), "c")
     nodes = [helper.make_node("Add", ["x", "c"], ["a"], name="add"), helper.make_node("Relu", ["a"], ["r"], name="relu"),
              helper.make_node("Mul", ["r", "c"], ["y"], name="mul")]
-    return _model(nodes, [_f32("x", [2, 4])], [_f32("y", [2, 4])], (c,))
+    return onnx_model(nodes, [f32("x", [2, 4])], [f32("y", [2, 4])], (c,))
 
 
 # passes ------------------------------------------------------------------------------------------------

@@ -21,9 +21,9 @@ import cuvil
 import cuvil.verify.checks  # registers the checks
 from cuvil import Arg, OpSchema
 from cuvil.backends.c.kernel import _KERNELS, Kernel, KernelCtx
-from cuvil.verify.base import CheckResult, Status, get_check
-from cuvil.verify.context import ModelSource, VerifyContext
+from cuvil.verify.base import Status
 from tests.conftest import REPO
+from tests.verify.models import context, run
 
 TINY_CNN = REPO / "cuvil" / "examples" / "tiny_cnn.onnx"
 Planter = Callable[[str, Callable[[KernelCtx], str]], None]
@@ -45,14 +45,6 @@ def mlp(batch_max: int | None = None) -> onnx.ModelProto:
     graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])], [w1, w2])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-
-
-def context(model: object, targets: list[str], tmp_path: Path, cache: str, kind: str = "onnx") -> VerifyContext:
-    return VerifyContext(ModelSource(kind, model), targets, work_dir=tmp_path, cache_dir=cache)
-
-
-def run(name: str, ctx: VerifyContext, **options: object) -> dict[str, CheckResult]:
-    return {r.target or "": r for r in get_check(name)(options).run(ctx)}
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
 import cuvil
 import cuvil.faults
@@ -22,21 +22,12 @@ import cuvil.verify.checks  # registers the checks
 from cuvil.api import import_model
 from cuvil.verify.base import CheckResult, Status, get_check
 from cuvil.verify.context import ModelSource, VerifyContext
+from tests.verify.models import f32, onnx_model, residual_softmax
 
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(tmp_path_factory.mktemp("cuvil-cache"))
-
-
-def _f32(name: str, shape: list[int | str]) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
-
-
-def _model(nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto], outputs: list[onnx.ValueInfoProto],
-           inits: list[onnx.TensorProto]) -> onnx.ModelProto:
-    graph = helper.make_graph(nodes, "m", inputs, outputs, inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
 def _weights(name: str, *shape: int, seed: int) -> onnx.TensorProto:
@@ -51,7 +42,7 @@ def two_convs() -> onnx.ModelProto:
              helper.make_node("Conv", ["a1", "w2", "b2"], ["y"], name="conv2", pads=[1, 1, 1, 1])]
     inits = [_weights("w1", 8, 3, 3, 3, seed=1), _weights("b1", 8, seed=2), _weights("w2", 4, 8, 3, 3, seed=3),
              _weights("b2", 4, seed=4)]
-    return _model(nodes, [_f32("x", [1, 3, 17, 17])], [_f32("y", [1, 4, 9, 9])], inits)
+    return onnx_model(nodes, [f32("x", [1, 3, 17, 17])], [f32("y", [1, 4, 9, 9])], inits)
 
 
 def conv_bn() -> onnx.ModelProto:
@@ -64,19 +55,8 @@ def conv_bn() -> onnx.ModelProto:
              helper.make_node("BatchNormalization", ["c", "scale", "shift", "mean", "var"], ["n"], name="bn",
                               epsilon=1e-3),
              helper.make_node("Relu", ["n"], ["y"], name="act")]
-    return _model(nodes, [_f32("x", [1, 3, 8, 8])], [_f32("y", [1, 8, 8, 8])], [_weights("w", 8, 3, 3, 3, seed=6),
+    return onnx_model(nodes, [f32("x", [1, 3, 8, 8])], [f32("y", [1, 8, 8, 8])], [_weights("w", 8, 3, 3, 3, seed=6),
                                                                                   *stats])
-
-
-def residual_softmax() -> onnx.ModelProto:
-    """a = exp(x); b = softmax(a); c = softmax(b * k); y = c + a: ``a`` is read twice, so it lives long."""
-    k = numpy_helper.from_array(np.linspace(0.5, 2.0, 64, dtype=np.float32).reshape(1, 64), "k")
-    nodes = [helper.make_node("Exp", ["x"], ["a"], name="exp"),
-             helper.make_node("Softmax", ["a"], ["b"], name="sm1"),
-             helper.make_node("Mul", ["b", "k"], ["m"], name="scale"),
-             helper.make_node("Softmax", ["m"], ["c"], name="sm2"),
-             helper.make_node("Add", ["c", "a"], ["y"], name="residual")]
-    return _model(nodes, [_f32("x", [4, 64])], [_f32("y", [4, 64])], [k])
 
 
 def channel_softmax() -> onnx.ModelProto:
@@ -85,20 +65,20 @@ def channel_softmax() -> onnx.ModelProto:
     Large enough (about 10 ms a call) that concurrent calls overlap inside the kernel nearly
     every time, so a scratch buffer they share corrupts some of the 12 concurrent runs."""
     nodes = [helper.make_node("Softmax", ["x"], ["y"], name="pixels", axis=1)]
-    return _model(nodes, [_f32("x", [1, 64, 128, 128])], [_f32("y", [1, 64, 128, 128])], [])
+    return onnx_model(nodes, [f32("x", [1, 64, 128, 128])], [f32("y", [1, 64, 128, 128])], [])
 
 
 def if_on_sum() -> onnx.ModelProto:
     """y = x + x if sum(x * x) > 5 else x - 1."""
     consts = [numpy_helper.from_array(np.array(5.0, np.float32), "limit"),
               numpy_helper.from_array(np.array(1.0, np.float32), "one")]
-    then_g = helper.make_graph([helper.make_node("Add", ["x", "x"], ["t"], name="dbl")], "then", [], [_f32("t", [4])])
+    then_g = helper.make_graph([helper.make_node("Add", ["x", "x"], ["t"], name="dbl")], "then", [], [f32("t", [4])])
     else_g = helper.make_graph([helper.make_node("Sub", ["x", "one"], ["e"], name="dec")], "else", [],
-                               [_f32("e", [4])])
+                               [f32("e", [4])])
     nodes = [helper.make_node("ReduceSumSquare", ["x"], ["s"], name="sum", keepdims=0),
              helper.make_node("Greater", ["s", "limit"], ["c"], name="gt"),
              helper.make_node("If", ["c"], ["y"], name="big", then_branch=then_g, else_branch=else_g)]
-    return _model(nodes, [_f32("x", [4])], [_f32("y", [4])], consts)
+    return onnx_model(nodes, [f32("x", [4])], [f32("y", [4])], consts)
 
 
 def bounded_mlp() -> cuvil.ir.graph.Graph:
@@ -106,7 +86,7 @@ def bounded_mlp() -> cuvil.ir.graph.Graph:
     nodes = [helper.make_node("Gemm", ["x", "w1"], ["h"], name="fc1"),
              helper.make_node("Relu", ["h"], ["a"], name="act"),
              helper.make_node("Gemm", ["a", "w2"], ["y"], name="fc2")]
-    proto = _model(nodes, [_f32("x", ["batch", 16])], [_f32("y", ["batch", 4])],
+    proto = onnx_model(nodes, [f32("x", ["batch", 16])], [f32("y", ["batch", 4])],
                    [_weights("w1", 16, 32, seed=7), _weights("w2", 32, 4, seed=8)])
     return import_model(proto, {"batch": (1, 8)})
 

@@ -23,6 +23,7 @@ from cuvil.backends.c.toolchain import RUNTIME_DIR, Compiler, build_library, com
 from cuvil.errors import CuvilError, ModelError
 from cuvil.ir.graph import Graph
 from cuvil.log import stage
+from cuvil.runtime.compiled import BuildInfo
 
 _log = logging.getLogger(__name__)
 
@@ -88,6 +89,15 @@ class CExecutor:
 
     def run(self, inputs: list[np.ndarray], env: dict[str, int]) -> list[np.ndarray]:
         return self.native.run(inputs)
+
+    def build_info(self, target: str) -> BuildInfo:
+        """What ``CompiledModel.build_info`` reports for this build."""
+        b = self.build
+        return BuildInfo(target, b.folder, b.source, b.library, b.weights, b.weights.stat().st_size, b.cached,
+                         None if b.module is None else tuple(b.module.line_origins), self.native.num_threads)
+
+    def loaded_weights(self) -> bytes | None:
+        return self.native.loaded_weights()
 
     # what an artifact (cuvil/runtime/artifact.py) needs --------------------------
     def artifact_files(self) -> dict[str, Path]:

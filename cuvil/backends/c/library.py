@@ -148,6 +148,14 @@ class NativeModel:
         del arrays
         return results
 
+    def loaded_weights(self) -> bytes | None:
+        """A copy of the weights buffer the loaded model holds now (None when it holds none)."""
+        if self._handle is None or not self._handle.value:
+            raise CuvilError("the model was closed")
+        # struct cuvil_model starts with { const unsigned char *weights; size_t size; } (codegen.py)
+        head = (ctypes.c_size_t * 2).from_address(self._handle.value)
+        return ctypes.string_at(head[0], head[1]) if head[0] else None
+
     def close(self) -> None:
         if getattr(self, "_handle", None) is not None:
             self.lib.cuvil_unload(self._handle)

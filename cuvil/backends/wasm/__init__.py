@@ -29,6 +29,7 @@ from cuvil.backends.wasm.runtime import WasmModel
 from cuvil.backends.wasm.toolchain import Zig, build_wasm, compile_flags
 from cuvil.errors import CuvilError, ModelError
 from cuvil.ir.graph import Graph
+from cuvil.runtime.compiled import BuildInfo
 
 WASM_TARGET = "wasm32"
 
@@ -81,6 +82,12 @@ class WasmExecutor:
 
     def run(self, inputs: list[np.ndarray], env: dict[str, int]) -> list[np.ndarray]:
         return self.model.run(inputs)
+
+    def build_info(self, target: str) -> BuildInfo:
+        """What ``CompiledModel.build_info`` reports for this build (one thread per call)."""
+        b = self.build
+        return BuildInfo(target, b.folder, b.source, b.wasm, b.weights, b.weights.stat().st_size, b.cached,
+                         None if b.module is None else tuple(b.module.line_origins), 1)
 
     # what an artifact (cuvil/runtime/artifact.py) needs --------------------------
     def artifact_files(self) -> dict[str, Path]:

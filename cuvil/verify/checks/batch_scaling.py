@@ -132,7 +132,7 @@ class BatchScaling(Check):
     description = "throughput and memory per batch size up to a memory limit, and where scaling stops"
 
     def run(self, ctx: Any) -> list[CheckResult]:
-        cfg = {**DEFAULTS, **ctx.check_config(self.name), **self.options}
+        cfg = self.settings(ctx, DEFAULTS)
         return [self._one(ctx, t, cfg) for t in ctx.targets]
 
     def _one(self, ctx: Any, target: str, cfg: dict[str, Any]) -> CheckResult:

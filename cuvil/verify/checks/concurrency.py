@@ -18,7 +18,6 @@ of the outputs of a canary run; any change fails the check.
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import subprocess
 import sys
@@ -64,18 +63,12 @@ def _digest(arrays: Any) -> str:
 def state_fingerprint(m: Any, canary: list[np.ndarray]) -> dict[str, str]:
     """Hashes of what must not change while the model runs: weights (file, loaded buffer) and a canary's outputs."""
     fp: dict[str, str] = {"canary_outputs": _digest(m(*canary))}
-    build = getattr(getattr(m, "_executor", None), "build", None)
-    weights: Path | None = getattr(build, "weights", None)
-    if weights is not None and weights.is_file():
-        data = weights.read_bytes()
-        fp["weights_file"] = hashlib.sha256(data).hexdigest()
-        native = getattr(m._executor, "native", None)
-        handle = getattr(native, "_handle", None)
-        if handle is not None and handle.value:
-            # struct cuvil_model starts with { const unsigned char *weights; size_t size; } (codegen.py)
-            head = (ctypes.c_size_t * 2).from_address(handle.value)
-            if head[1] == len(data) and head[0]:
-                fp["weights_loaded"] = hashlib.sha256(ctypes.string_at(head[0], head[1])).hexdigest()
+    build = getattr(m, "build_info", None)
+    if build is not None and build.weights.is_file():
+        fp["weights_file"] = hashlib.sha256(build.weights.read_bytes()).hexdigest()
+        loaded = m.loaded_weights()
+        if loaded is not None:
+            fp["weights_loaded"] = hashlib.sha256(loaded).hexdigest()
     return fp
 
 
@@ -88,7 +81,7 @@ class Concurrency(Check):
     description = "threads and processes running at once give their isolated outputs bitwise"
 
     def run(self, ctx: Any) -> list[CheckResult]:
-        cfg = {**DEFAULTS, **ctx.check_config(self.name), **self.options}
+        cfg = self.settings(ctx, DEFAULTS)
         return [self._one(ctx, t, cfg) for t in ctx.targets]
 
     def _one(self, ctx: Any, target: str, cfg: dict[str, Any]) -> CheckResult:

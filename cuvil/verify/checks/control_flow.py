@@ -191,7 +191,7 @@ class ControlFlow(Check):
 
     def run(self, ctx: Any) -> list[CheckResult]:
         t0 = time.perf_counter()
-        cfg = {**ctx.check_config(self.name), **self.options}
+        cfg = self.settings(ctx)
         graph = ctx.graph
         nodes = control_nodes(graph)
         if not nodes:

@@ -56,7 +56,7 @@ class CrossTarget(Check):
     description = "drift matrix between every available target and a float64 reference"
 
     def run(self, ctx: Any) -> list[CheckResult]:
-        cfg = {**self.options, **ctx.check_config(self.name)}
+        cfg = self.settings(ctx)
         max_rel = float(cfg.get("max_rel_l2", 1e-5))
         wanted = [str(t) for t in cfg.get("targets", DEFAULT_TARGETS)]
         targets = list(dict.fromkeys([*wanted, *ctx.targets]))

@@ -50,7 +50,7 @@ class CustomOps(Check):
     def run(self, ctx: Any) -> list[CheckResult]:
         from cuvil.custom import CustomOpError, check_op, custom_op
 
-        cfg = {**self.options, **ctx.check_config(self.name)}
+        cfg = self.settings(ctx)
         cc = cfg.get("cc")
         try:
             graph = ctx.graph

@@ -90,7 +90,7 @@ class DynamicShapes(Check):
     description = "symbolic dims at their constraint boundaries, and refused just outside"
 
     def run(self, ctx: Any) -> list[CheckResult]:
-        cfg = {**self.options, **ctx.check_config(self.name)}
+        cfg = self.settings(ctx)
         budget = int(cfg.get("max_elements", 1 << 20))
         randoms = int(cfg.get("random_values", 3))
         max_rel = float(cfg.get("max_rel_l2", 1e-5))

@@ -104,7 +104,7 @@ class FusionMemory(Check):
     description = "fused/unfused builds within tolerance; planned/unplanned and poisoned/planned builds bitwise equal"
 
     def run(self, ctx: Any) -> list[CheckResult]:
-        cfg = {**ctx.check_config(self.name), **self.options}
+        cfg = self.settings(ctx)
         fused_max = float(cfg.get("fused_max_rel_l2", DEFAULT_FUSED_MAX_REL_L2))
         inputs = ctx.inputs()
         results = []

@@ -118,7 +118,7 @@ class Latency(Check):
     description = "end-to-end latency and its decomposition into validation, kernels, copies and overhead"
 
     def run(self, ctx: Any) -> list[CheckResult]:
-        cfg = {**DEFAULTS, **ctx.check_config(self.name), **self.options}
+        cfg = self.settings(ctx, DEFAULTS)
         inputs = ctx.inputs()
         results = [self._one(ctx, t, inputs, cfg) for t in ctx.targets]
         if cfg.get("trace"):
@@ -168,8 +168,8 @@ class Latency(Check):
                    figures: dict[str, float], details: dict[str, Any]) -> None:
         from cuvil.runtime.guards import bind_inputs
 
-        native = getattr(getattr(m, "_executor", None), "native", None)  # the plain build's thread count
-        prof = ProfiledModel(m.graph, target, Path(ctx.work_dir), getattr(native, "num_threads", 1))
+        build = getattr(m, "build_info", None)  # the plain build's thread count
+        prof = ProfiledModel(m.graph, target, Path(ctx.work_dir), 1 if build is None else build.num_threads)
         sig = m.signature
 
         def guard() -> object:

@@ -38,7 +38,6 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -88,22 +87,18 @@ def tap_passes(graph: Graph) -> str:
 
 def code_location(compiled: Any, node_name: str) -> str | None:
     """``model.c:LINE`` of the first generated line of ``node_name`` in a C or wasm32 build."""
-    build = getattr(getattr(compiled, "_executor", None), "build", None)
-    source: Path | None = getattr(build, "source", None)
-    if source is None or not source.is_file():
+    build = getattr(compiled, "build_info", None)
+    if build is None or not build.source.is_file():
         return None
-    module = getattr(build, "module", None)
-    origins = getattr(module, "line_origins", None)
-    if origins:
-        for i, origin in enumerate(origins):
-            if origin == node_name:
-                return f"{source}:{i + 1}"
+    line = build.line_of(node_name)
+    if line is not None:
+        return f"{build.source}:{line}"
     from cuvil.backends.c.writer import c_comment
 
     mark = f"/* node '{c_comment(node_name)}'"
-    for i, line in enumerate(source.read_text(encoding="utf-8").splitlines()):
-        if mark in line:
-            return f"{source}:{i + 1}"
+    for i, text in enumerate(build.source.read_text(encoding="utf-8").splitlines()):
+        if mark in text:
+            return f"{build.source}:{i + 1}"
     return None
 
 
@@ -199,7 +194,7 @@ class Layerwise(Check):
     description = "per-layer error against the source framework, at fusion-group boundaries"
 
     def run(self, ctx: Any) -> list[CheckResult]:
-        cfg = {**ctx.check_config(self.name), **self.options}
+        cfg = self.settings(ctx)
         threshold = float(cfg.get("threshold", DEFAULT_THRESHOLD))
         per_layer = {str(k): float(v) for k, v in dict(cfg.get("thresholds", {})).items()}
         inputs = ctx.inputs()

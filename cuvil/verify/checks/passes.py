@@ -140,7 +140,7 @@ class Passes(Check):
     description = "per pass: IR validity, error introduced, time; bisects a failure to the first responsible pass"
 
     def run(self, ctx: Any) -> list[CheckResult]:
-        cfg = {**ctx.check_config(self.name), **self.options}
+        cfg = self.settings(ctx)
         configured = cfg.get("pipeline")
         if configured is not None and not isinstance(configured, str):
             raise VerifyError(f"[checks.passes] pipeline must be pipeline text, got {configured!r}")

@@ -7,9 +7,14 @@ next to the float32 source framework's own error against that reference
 float32 reference interpreter for Cuvil graphs).  A target fails when its
 relative L2 error exceeds ``max_rel_l2``, or exceeds ``max_ratio`` times the
 source framework's (errors below ``ratio_floor`` count as that floor, so two
-near-exact results are not compared by their rounding noise).  Only float32
-exists today; the other precisions are reported as not available, never as
-passes.
+near-exact results are not compared by their rounding noise).
+
+On the C targets the check also compiles the model with ``precision="fp16"``
+and ``"bf16"`` (option ``precisions``): each output's error against the same
+float64 reference, next to the float32 source framework's, must stay within
+``reduced_max_rel_l2`` (default 1e-2).  A value that overflows float16 is a
+failure naming the node, its op and the value (``where``: target, precision,
+node, op).  int8 needs calibration data and is reported as not checked.
 
 ``reproducibility``: the same inputs give bitwise-identical outputs across
 repeated calls, across processes (the artifact saved, loaded and run in a
@@ -36,6 +41,7 @@ from cuvil.verify.base import Check, CheckResult, Status, register_check
 
 FLOAT32_EPS = float(np.finfo(np.float32).eps)
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
+REDUCED = ("fp16", "bf16")
 C_TARGETS = ("generic", "x86_avx2", "x86_avx512", "native")
 
 
@@ -138,8 +144,8 @@ class Precision(Check):
             if base is None:
                 base = ctx.reference(inputs)
             cases.append((seed, inputs, wide, base))
-        precisions = {p: ("checked" if p == "fp32" else "not supported by the compiler yet: not checked")
-                      for p in PRECISIONS}
+        reduced = [p for p in cfg.get("precisions", REDUCED) if p in REDUCED]
+        reduced_max = float(cfg.get("reduced_max_rel_l2", 1e-2))
         results = []
         for target in ctx.targets:
             try:
@@ -147,26 +153,61 @@ class Precision(Check):
             except CuvilError as exc:
                 results.append(_build_failure(self.name, target, exc))
                 continue
-            rows: dict[str, dict[str, Any]] = {}
-            for seed, inputs, wide, base in cases:
-                outs = model(*inputs)
-                for i, (name, got, ref64, src) in enumerate(zip(names, outs, wide, base)):
-                    mine = error_figures(got, ref64)
-                    theirs = error_figures(src, ref64)
-                    ratio = mine["rel_l2"] / max(theirs["rel_l2"], floor)
-                    row = rows.get(name)
-                    if row is None or mine["rel_l2"] > row["rel_l2"]:
-                        rows[name] = {"output": name, "node": output_node(ctx.graph, i), "seed": seed,
-                                      **mine, "source_rel_l2": theirs["rel_l2"], "source_max_abs": theirs["max_abs"],
-                                      "source_snr_db": theirs["snr_db"], "ratio": ratio}
+            rows = _rows(ctx, model, names, cases, floor)
+            precisions = {"fp32": "checked", "int8": "not checked: int8 needs calibration data"}
+            for p in REDUCED:
+                precisions[p] = ("not checked: only the C targets compute it" if target not in C_TARGETS else
+                                 "checked" if p in reduced else "not checked: not in the check's precisions")
             baseline = (baseline_name(ctx.source.kind) if not source_error else
                         f"{baseline_name('graph')}, as {baseline_name(ctx.source.kind)} cannot run the model")
             result = self._verdict(target, list(rows.values()), max_rel, max_ratio, floor, precisions, baseline,
                                    reference)
             if source_error:
                 result.details["source_error"] = source_error
+            if target in C_TARGETS:
+                for p in reduced:
+                    result = self._reduced(ctx, result, target, p, names, cases, floor, reduced_max)
             results.append(result)
         return results
+
+    def _reduced(self, ctx: Any, result: CheckResult, target: str, precision: str, names: Sequence[str],
+                 cases: list[Any], floor: float, max_rel: float) -> CheckResult:
+        """``result`` with the ``precision`` build of ``target`` checked too (the first failure wins)."""
+        from cuvil.passes.convert_precision import PrecisionOverflowError
+
+        details = dict(result.details)
+        try:
+            model = ctx.compiled(target, precision=precision)
+        except PrecisionOverflowError as exc:
+            node, op = _overflow_site(str(exc))
+            details[precision] = {"overflow": str(exc)}
+            if result.status is Status.FAIL:
+                return CheckResult(result.check, result.status, result.summary, target=target,
+                                   figures=result.figures, details=details, where=result.where)
+            return CheckResult(self.name, Status.FAIL, f"{precision}: {exc}", target=target, figures=result.figures,
+                               details=details, where={"target": target, "precision": precision, "node": node,
+                                                       "op": op})
+        except CuvilError as exc:  # e.g. an op that takes float32 only: the model needs overrides for this precision
+            details["precisions"] = {**details["precisions"], precision: f"not checked: it does not compile: {exc}"}
+            return CheckResult(result.check, result.status, result.summary, target=target, figures=result.figures,
+                               details=details, where=result.where)
+        rows = list(_rows(ctx, model, names, cases, floor).values())
+        worst = max(rows, key=lambda r: r["rel_l2"])
+        details[precision] = {"max_rel_l2": max_rel, "outputs": rows}
+        summary = f"; {precision}: relative L2 error {worst['rel_l2']:.3g} (at most {max_rel:g})"
+        if result.status is Status.FAIL:
+            return CheckResult(result.check, result.status, result.summary, target=target, figures=result.figures,
+                               details=details, where=result.where)
+        if worst["rel_l2"] > max_rel:
+            return CheckResult(self.name, Status.FAIL,
+                               f"{precision} output {worst['output']!r}: relative L2 error {worst['rel_l2']:.3g} above "
+                               f"{max_rel:g} (the float32 source's: {worst['source_rel_l2']:.3g})", target=target,
+                               figures=result.figures, details=details,
+                               where={"target": target, "precision": precision, "output": worst["output"],
+                                      "node": worst["node"]})
+        figures = {**result.figures, f"{precision}_rel_l2": worst["rel_l2"]}
+        return CheckResult(self.name, result.status, result.summary.replace("; other precisions not available yet", "")
+                           + summary, target=target, figures=figures, details=details, where=result.where)
 
     def _verdict(self, target: str, rows: list[dict[str, Any]], max_rel: float, max_ratio: float, floor: float,
                  precisions: dict[str, str], baseline: str, reference: str) -> CheckResult:
@@ -187,8 +228,33 @@ class Precision(Check):
                                figures=figures, details=details, where={"output": r["output"], "node": r["node"]})
         return CheckResult(self.name, Status.PASS,
                            f"fp32: relative L2 error {worst['rel_l2']:.3g} against the {reference.split(' (')[0]} ({baseline}: "
-                           f"{figures['source_rel_l2']:.3g}); other precisions not available yet",
+                           f"{figures['source_rel_l2']:.3g})",
                            target=target, figures=figures, details=details)
+
+
+def _rows(ctx: Any, model: Any, names: Sequence[str], cases: list[Any], floor: float) -> dict[str, dict[str, Any]]:
+    """Per output, the worst seed's error figures of ``model`` and of the source framework."""
+    rows: dict[str, dict[str, Any]] = {}
+    for seed, inputs, wide, base in cases:
+        outs = model(*inputs)
+        for i, (name, got, ref64, src) in enumerate(zip(names, outs, wide, base)):
+            mine = error_figures(got, ref64)
+            theirs = error_figures(src, ref64)
+            ratio = mine["rel_l2"] / max(theirs["rel_l2"], floor)
+            row = rows.get(name)
+            if row is None or mine["rel_l2"] > row["rel_l2"]:
+                rows[name] = {"output": name, "node": output_node(ctx.graph, i), "seed": seed,
+                              **mine, "source_rel_l2": theirs["rel_l2"], "source_max_abs": theirs["max_abs"],
+                              "source_snr_db": theirs["snr_db"], "ratio": ratio}
+    return rows
+
+
+def _overflow_site(message: str) -> tuple[str, str]:
+    """The node and op an overflow refusal names (``node 'NAME' (OP): ...``)."""
+    import re
+
+    m = re.search(r"node '([^']*)'(?: \(|, )([^),]*)", message)  # "node 'N' (op)" or "node 'N', op)"
+    return (m.group(1), m.group(2)) if m else ("", "")
 
 
 # ---- reproducibility -----------------------------------------------------------------------------------------

@@ -44,7 +44,7 @@ def _compile_in_child(model_path: str, cache_dir: str, barrier: Any, queue: Any)
     try:
         m = cuvil.compile(model_path, "generic", cache_dir=cache_dir)
         (y,) = m(np.arange(4, dtype=np.float32))
-        queue.put(("ok", m.info.cached, str(m._executor.build.folder), y.tolist()))
+        queue.put(("ok", m.info.cached, str(m.build_info.folder), y.tolist()))
     except BaseException as exc:
         queue.put(("error", repr(exc), "", []))
 
@@ -80,7 +80,7 @@ def test_a_hit_is_fast_and_reported(tmp_path: Path) -> None:
     assert cold.info.cached is False
     hot = cuvil.compile(small_model(), "generic", cache_dir=root)
     assert hot.info.cached is True
-    assert hot._executor.build.folder == cold._executor.build.folder
+    assert hot.build_info.folder == cold.build_info.folder
     assert hot.info.seconds is not None and cold.info.seconds is not None
     assert hot.info.seconds < min(0.5, cold.info.seconds)
     other = cuvil.compile(small_model(3.0), "generic", cache_dir=root)  # other weights: another entry
@@ -122,7 +122,7 @@ g = helper.make_graph(nodes, "two", [helper.make_tensor_value_info(v, TensorProt
                        helper.make_tensor_value_info("n", TensorProto.INT64, [3])])
 m = cuvil.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), "generic",
                   dims={"a": (1, 8), "b": cuvil.multiple_of(2), "c": (2, None)}, cache_dir=CACHE)
-print(m._executor.build.folder.name, m.info.cached)
+print(m.build_info.folder.name, m.info.cached)
 """
 
 

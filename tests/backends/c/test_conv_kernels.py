@@ -38,7 +38,7 @@ def compare(model: onnx.ModelProto, feeds: Sequence[Sequence[np.ndarray]], tmp: 
             rtol: float = 1e-5, atol: float = 1e-5) -> cuvil.CompiledModel:
     """The C build agrees with the reference (same dtype and shape; values within tolerance)."""
     c = cuvil.compile(model, target=target, cache_dir=str(tmp / "cache"))
-    assert c._executor.build.warnings == ""  # type: ignore[attr-defined]
+    assert c.build_info.warnings == ""  # type: ignore[union-attr]
     ref = cuvil.compile(model, target="ref")
     for xs in feeds:
         got, want = c(*xs), ref(*xs)

@@ -53,7 +53,7 @@ def test_targets_build_and_agree(target: str, tmp_path: Path) -> None:
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 5])], [w, fc])
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m = cuvil.compile(model, target=target, cache_dir=str(tmp_path))
-    assert m._executor.build.warnings == ""  # type: ignore[attr-defined]
+    assert m.build_info.warnings == ""  # type: ignore[union-attr]
     ref = cuvil.compile(model, target="ref")
     for n in (1, 3):
         x = rng.standard_normal((n, 3, 9, 9)).astype(np.float32)

@@ -51,7 +51,8 @@ def test_hostile_names_compile_and_run(tmp_path: Path) -> None:
     for n in (1, 4):
         x = np.random.default_rng(n).standard_normal((n, 3)).astype(np.float32)
         np.testing.assert_array_equal(m(x)[0], ref(x)[0])
-    build = m._executor.build  # type: ignore[attr-defined]
+    build = m.build_info
+    assert build is not None
     src = build.source.read_text()
     assert build.warnings == ""
     code = _C_TOKENS.sub(lambda m: " " if m.group(0).startswith("/*") else '""', src)

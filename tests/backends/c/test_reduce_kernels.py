@@ -38,7 +38,7 @@ def compare(model: onnx.ModelProto, feeds: Sequence[dict[str, np.ndarray]], cach
     ref = cuvil.compile(model, target="ref")
     for target in targets:
         m = cuvil.compile(model, target=target, cache_dir=str(cache))
-        assert m._executor.build.warnings == ""  # type: ignore[attr-defined]
+        assert m.build_info.warnings == ""  # type: ignore[union-attr]
         for feed in feeds:
             want, got = ref.run(feed), m.run(feed)
             for name, w in want.items():

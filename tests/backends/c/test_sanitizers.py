@@ -63,7 +63,7 @@ def test_sample_builds_without_warnings(node_tests: Path, tmp_path: Path) -> Non
     for name in SAMPLE.split("|"):
         model = onnx.load(str(node_tests / name / "model.onnx"))
         m = cuvil.compile(model, target="native", cache_dir=str(tmp_path))
-        log = m._executor.build.warnings  # type: ignore[attr-defined]
+        log = m.build_info.warnings  # type: ignore[union-attr]
         if log.strip():
             noisy.append((name, log[:500]))
     assert not noisy, noisy

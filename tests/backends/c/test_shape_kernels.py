@@ -44,7 +44,7 @@ def make_model(nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto], o
 
 def compile_c(model: onnx.ModelProto, tmp: Path) -> cuvil.CompiledModel:
     m = cuvil.compile(model, target="generic", cache_dir=str(tmp / "cache"))
-    assert m._executor.build.warnings == ""  # type: ignore[attr-defined]
+    assert m.build_info.warnings == ""  # type: ignore[union-attr]
     return m
 
 

@@ -94,8 +94,8 @@ def test_each_algorithm_matches_reference(alg: str, cache: str, caplog: pytest.L
 
 
 def test_results_do_not_depend_on_thread_count(cache: str) -> None:
-    model = _mixed_model(batch=3)
-    x = RNG.standard_normal((3, 5, 13, 11)).astype(np.float32)
+    model = _mixed_model()  # the build of test_each_algorithm_matches_reference[winograd-f4]
+    x = RNG.standard_normal((2, 5, 13, 11)).astype(np.float32)
     outs = []
     for threads in (1, 2):
         m = cuvil.compile(model, target="native", cache_dir=cache, conv_algorithm="winograd-f4",
@@ -103,6 +103,25 @@ def test_results_do_not_depend_on_thread_count(cache: str) -> None:
         outs.append(m(x))
     for a, b in zip(*outs):
         np.testing.assert_array_equal(a, b)
+
+
+def test_wide_rows_and_many_channels(cache: str) -> None:
+    """Rows and channel counts spanning several whole vectors, so the kernel's transposes (input
+    rows to channels-innermost, output tiles to rows) run, next to their partial edges."""
+    nodes = [helper.make_node("Conv", ["X", "W1", "B1"], ["c1"], pads=[1, 1, 1, 1], name="wide1"),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "W2", "B2"], ["c2"], pads=[0, 2, 1, 0], name="wide2"),
+             helper.make_node("Add", ["c2", "Z"], ["a2"]),
+             helper.make_node("Conv", ["a2", "W3"], ["Y"], pads=[1, 1, 1, 1], name="wide3")]
+    model = make_model(nodes, [vi("X", T.FLOAT, [2, 20, 7, 37]), vi("Z", T.FLOAT, [2, 33, 6, 37])], ["Y", "r1"],
+                       [_w("W1", (40, 20, 3, 3)), _w("B1", (40,)), _w("W2", (33, 40, 3, 3)), _w("B2", (33,)),
+                        _w("W3", (17, 33, 3, 3))])
+    x = RNG.standard_normal((2, 20, 7, 37)).astype(np.float32)
+    z = RNG.standard_normal((2, 33, 6, 37)).astype(np.float32)
+    m = cuvil.compile(model, target="native", cache_dir=cache,
+                      conv_algorithm={"wide1": "winograd-f4", "wide2": "winograd-f2", "wide3": "winograd-f6"})
+    for got, want in zip(m(x, z), _reference(model, [x, z])):
+        assert _rel_l2(got, want) < TOLERANCE["winograd-f6"]
 
 
 def test_generic_target_and_run_time_weights(cache: str) -> None:
@@ -152,17 +171,26 @@ def test_per_node_choice_and_validation(cache: str, caplog: pytest.LogCaptureFix
 
 
 def test_cost_model_choices() -> None:
-    """ResNet-18's 3x3 layers at batch 1 on this cost model: Winograd where the weights are
-    small next to the image, the GEMM where they dominate (7x7 images, 512 channels)."""
-    def pick(n: int, c: int, hw: int) -> str:
-        ch = choose("x", ConvShape(None, n, c, c, hw, hw), "auto")
+    """The picks on layers whose timings the cost model was fitted to (docs/conv-algorithms.md):
+    F(4x4,3x3) for ResNet-18's 3x3 layers at batch 1 and 16, F(2x2,3x3) where 4x4 tiles overhang
+    a 7x7 image, and the GEMM where few channels would be padded to whole vectors (3 -> 64 at
+    224x224, 8 channels at 112x112, 16 at 56x56), where Winograd measured slower."""
+    def pick(n: int, cin: int, cout: int, hw: int) -> str:
+        ch = choose("x", ConvShape(None, n, cin, cout, hw, hw), "auto")
         return "im2col" if not hasattr(ch, "m") else f"F{ch.m}"
 
-    assert pick(1, 512, 7) == "im2col"
-    assert pick(1, 256, 14) == "im2col"
-    assert pick(1, 128, 28) == "F4"
-    assert pick(16, 128, 28) == "F4"
+    for n in (1, 16):
+        assert pick(n, 64, 64, 56) == "F4"
+        assert pick(n, 128, 128, 28) == "F4"
+        assert pick(n, 256, 256, 14) == "F4"
+    assert pick(1, 512, 512, 7) == "F2"
+    assert pick(1, 64, 64, 7) == "F2"
+    assert pick(1, 3, 64, 224) == "im2col"
+    assert pick(1, 8, 8, 112) == "im2col"
+    assert pick(1, 16, 16, 56) == "im2col"
     assert set(estimate(ConvShape(None, 1, 64, 64, 56, 56))) == {"im2col", "F2", "F4"}
+    # "winograd" takes the cheaper tile even where the GEMM would win
+    assert getattr(choose("x", ConvShape(None, 1, 3, 64, 224, 224), "winograd"), "m", None) == 4
     # a global choice applies where it can and leaves the other nodes to the cost model
     assert not hasattr(choose("s", ConvShape("strides [2, 2] (Winograd: unit strides only)"), "winograd-f4"), "m")
 

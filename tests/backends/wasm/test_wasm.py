@@ -87,12 +87,12 @@ def test_matches_ref_at_several_shapes(elementwise: cuvil.CompiledModel, n: int)
 
 
 def test_build_is_cached_and_clean(elementwise: cuvil.CompiledModel, cache: str) -> None:
-    b = elementwise._executor.build
-    assert b.wasm.is_file() and b.weights.is_file() and b.source.is_file()
+    b = elementwise.build_info
+    assert b is not None and b.library.is_file() and b.weights.is_file() and b.source.is_file()
     assert b.warnings == ""
     assert (Path(cache) / "zig").is_dir()  # zig's own cache lives in the Cuvil cache
     again = cuvil.compile(_elementwise(), target="wasm32", cache_dir=cache)
-    assert again._executor.build.cached and again._executor.build.folder == b.folder
+    assert again.build_info is not None and again.build_info.cached and again.build_info.folder == b.folder
 
 
 def test_c_check_reports_bad_shape(elementwise: cuvil.CompiledModel) -> None:
@@ -203,7 +203,7 @@ def test_tensor_record_layout_on_wasm32(cache: str, tmp_path: Path) -> None:
 
 
 def test_module_exports_the_api_and_needs_no_system(elementwise: cuvil.CompiledModel) -> None:
-    module = wasmtime.Module.from_file(wasmtime.Engine(), str(elementwise._executor.build.wasm))
+    module = wasmtime.Module.from_file(wasmtime.Engine(), str(elementwise.build_info.library))
     names = {e.name for e in module.exports}
     assert {"memory", "_initialize", "cuvil_malloc", "cuvil_free", "cuvil_load_from_memory", "cuvil_unload",
             "cuvil_run", "cuvil_num_inputs", "cuvil_num_outputs"} <= names
@@ -228,8 +228,9 @@ def test_python_host_example_in_docs(cache: str) -> None:
                    [vi("x", F32, ["n"])], [vi("y", F32, [2, "n"]), vi("z", F32, ["n"])], [w])
     m = cuvil.compile(model, target="wasm32", cache_dir=cache)
     x = np.arange(5, dtype=np.float32)
-    b = m._executor.build
-    got = scope["run_model"](str(b.wasm), str(b.weights), [x])  # type: ignore[operator]
+    b = m.build_info
+    assert b is not None
+    got = scope["run_model"](str(b.library), str(b.weights), [x])  # type: ignore[operator]
     want = m(x)
     assert len(got) == len(want) == 2
     for g, e in zip(got, want):

@@ -171,9 +171,9 @@ def _attention(k: KernelCtx) -> None:
     for out, ptr in ((y, yp), *((o, p) for p, o in presents), (qk, f"{a}.qk")):
         if out is None or out.dtype is DType.f32:
             continue
-        i = k.tmp("i")
-        with w.block(f"for (int64_t {i} = 0; {i} < {out.numel()}; {i}++)"):
-            w.line(out.store(i, f"{ptr}[{i}]"))
+        ix = k.tmp("i")
+        with w.block(f"for (int64_t {ix} = 0; {ix} < {out.numel()}; {ix}++)"):
+            w.line(out.store(ix, f"{ptr}[{ix}]"))
     for ptr in scratch:
         k.release(ptr)
     if yp != y.ptr:

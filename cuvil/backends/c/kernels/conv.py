@@ -200,7 +200,9 @@ def _run_winograd(k: KernelCtx, m: int, g: str, x: CVal, w: CVal, y: CVal, epilo
             ctx = k.tmp("epi")
             k.w.line(f"const float *{ctx}[{len(extras)}] = {{{', '.join(e.ptr for e in extras)}}};")
     rc = k.tmp("rc")
-    k.w.line(f"int {rc} = cuvil_conv_winograd_f32(&{g}, {m}, {x.ptr}, {w.ptr}, {b}, {y.ptr}, {store}, {ctx});")
+    # an epilogue without operands reads only the convolution's value: it may run on y in place
+    in_place = int(not extras)
+    k.w.line(f"int {rc} = cuvil_conv_winograd_f32(&{g}, {m}, {x.ptr}, {w.ptr}, {b}, {y.ptr}, {store}, {ctx}, {in_place});")
     k.fail_if(f"{rc} != 0", "out of memory")
 
 

@@ -17,7 +17,10 @@ Rules:
 2. A choice for the whole model applies to every node it can; the others keep ``auto``'s pick.
 3. A choice for a named node must name a convolution of the compiled graph that it applies
    to; anything else is a :class:`ConvAlgorithmError`.
-4. The cost model picks the cheapest estimate of: im2col + GEMM, F(2x2,3x3) and F(4x4,3x3).
+4. The cost model estimates im2col + GEMM, F(2x2,3x3) and F(4x4,3x3) and picks the cheaper
+   Winograd variant when its estimate is at most ``WINOGRAD_MARGIN`` times the GEMM's (the
+   estimates' error on the layers they were fitted to is up to about 20%, and Winograd costs
+   some accuracy, so a near tie goes to the GEMM); otherwise im2col + GEMM.
    F(6x6,3x3) is never picked by ``auto``: its float32 error (about 1e-5 relative per layer,
    growing with depth) breaks the 1e-5 end-to-end tolerance Cuvil keeps; it is there for
    users who ask for it.
@@ -139,14 +142,13 @@ def choose(name: str, shape: ConvShape, option: ConvAlgorithmOption) -> Choice:
     if alg in WINOGRAD_TILES:
         return Winograd(WINOGRAD_TILES[alg], asked)
     costs = estimate(shape)
-    best = min(costs, key=lambda c: costs[c])
     detail = ", ".join(f"{c} {t:.3g}" for c, t in costs.items())
+    m = min((2, 4), key=lambda t: costs[f"F{t}"])
     if alg == "winograd":
-        m = min((2, 4), key=lambda t: costs[f"F{t}"])
         return Winograd(m, f"{asked}; cost model: {detail}")
-    if best == "im2col":
+    if costs[f"F{m}"] > WINOGRAD_MARGIN * costs["im2col"]:
         return Gemm(f"cost model: {detail}")
-    return Winograd(int(best[1:]), f"cost model: {detail}")
+    return Winograd(m, f"cost model: {detail}")
 
 
 def check(graph: Graph, option: ConvAlgorithmOption) -> None:
@@ -167,38 +169,56 @@ def check(graph: Graph, option: ConvAlgorithmOption) -> None:
 
 
 # ---- the cost model ------------------------------------------------------------------------
-# Seconds per unit, fitted to single-layer timings on one AVX-512 core (docs/conv-algorithms.md): a
-# multiply-add in the packed GEMM and in the Winograd products, one element of the input / output
-# transforms per transform point, a byte of weights streamed from beyond L2, one im2col element.
-_GEMM_MADD = 1.0 / 90e9
-_WINO_MADD = 1.0 / 60e9
-_TRANSFORM = 1.0 / 1e9
-_WEIGHT_BYTE = 1.0 / 12e9
-_IM2COL = 1.0 / 4e9
-_L2_BYTES = 1 << 20
-_NR = 32
+# Seconds per unit, fitted (non-negative least squares on relative error) to the minimum of
+# interleaved single-layer timings, batch 1, one thread, on one AVX-512 core (Zen 5; the table is
+# in docs/conv-algorithms.md): for im2col + GEMM a multiply-add, an im2col element, a weight
+# byte (read from memory once per call) and a fixed cost per call; for Winograd a multiply-add
+# of the products (channels padded as the kernel pads them), an element of the input and output
+# transforms, a byte of transformed weights read from memory (first pass) and re-read (later
+# blocks), an element copied into the channels-innermost input rows, and a fixed cost.
+_GEMM_MADD = 1.0 / 69e9
+_IM2COL = 1.0 / 8.9e9
+_GEMM_WEIGHT_BYTE = 1.0 / 16e9
+_GEMM_CALL = 19e-6
+_WINO_MADD = 1.0 / 94e9
+_TRANSFORM = 1.0 / 5.5e9
+_U_BYTE = 1.0 / 30e9
+_U_REREAD_BYTE = 1.0 / 20e9
+_COPY = 1.0 / 16e9
+_WINO_CALL = 3e-6
+WINOGRAD_MARGIN = 0.8
+
+# Mirrors of cuvil_winograd.h's blocking (AVX-512: W = 16 channels a vector, NW = 32 output
+# channels a panel, tile slots in quanta of R / 3 = 4; block budgets in bytes).
+_W, _NW, _SLOT_QUANTUM = 16, 32, 4
+_VBYTES, _VBYTES_BIG, _BIG_U = 384 << 10, 1 << 20, 4 << 20
+
+
+def _round_up(x: int, q: int) -> int:
+    return -(-x // q) * q
 
 
 def estimate(shape: ConvShape) -> dict[str, float]:
-    """Estimated seconds of im2col + GEMM, F(2x2,3x3) and F(4x4,3x3) for one eligible node.
+    """Estimated seconds of im2col + GEMM, F(2x2,3x3) and F(4x4,3x3) for one eligible node, one thread.
 
     Dims known only at run time count as typical: batch 1, 64 channels, 56x56 outputs."""
     n = shape.batch or 1
     cin, cout = shape.cin or 64, shape.cout or 64
     oh, ow = shape.out_h or 56, shape.out_w or 56
     pixels = n * oh * ow
-    wbytes = 4 * cout * cin * 9
     out = {"im2col": pixels * cout * cin * 9 * _GEMM_MADD + pixels * cin * 9 * _IM2COL
-           + (wbytes * _WEIGHT_BYTE if wbytes > _L2_BYTES else 0.0)}
+           + 4 * cout * cin * 9 * _GEMM_WEIGHT_BYTE + _GEMM_CALL}
+    cin_p, cout_p = _round_up(cin, _W), _round_up(cout, _NW)
     for m in (2, 4):
         p = (m + 2) ** 2
-        tiles = n * math.ceil(oh / m) * math.ceil(ow / m)
-        nb = min(max(_NR, (128 << 10) // (4 * cin) // _NR * _NR), 4 * _NR)
-        nb = min(nb, math.ceil(tiles / _NR) * _NR)
-        blocks = math.ceil(tiles / nb)
-        madds = p * math.ceil(cout / 8) * 8 * cin * blocks * nb
-        ubytes = 4 * p * cout * cin
-        stream = ubytes * blocks if ubytes > _L2_BYTES else ubytes
-        transforms = (cin + cout) * blocks * nb * p
-        out[f"F{m}"] = madds * _WINO_MADD + stream * _WEIGHT_BYTE + transforms * _TRANSFORM
+        tw, trows = math.ceil(ow / m), n * math.ceil(oh / m)
+        ubytes = 4 * p * cin_p * cout_p
+        budget = _VBYTES_BIG if ubytes > _BIG_U else _VBYTES
+        rows_per_block = min(trows, max(1, budget // (4 * p * tw * cin_p)))
+        blocks = math.ceil(trows / rows_per_block)
+        slots = _round_up(rows_per_block * tw, _SLOT_QUANTUM)
+        out[f"F{m}"] = (p * blocks * slots * cin_p * cout_p * _WINO_MADD
+                        + trows * tw * p * (cin_p + cout_p) * _TRANSFORM
+                        + ubytes * _U_BYTE + ubytes * (blocks - 1) * _U_REREAD_BYTE
+                        + trows * (m + 2) * (tw * m + 2) * cin_p * _COPY + _WINO_CALL)
     return out

@@ -4,7 +4,9 @@ and ``lp_normalization``.
 The standardizing ops see their input as rows (one per instance, group or
 leading index) that are contiguous in memory, and make three unit-stride
 passes per row: the mean, the variance of the centred values (the two-pass
-form, as the reference computes it), then the output.  Statistics are in
+form, as the reference computes it), then the output; ``layer_norm`` on
+float32 keeps the two sums in 16 lanes, so those are vector passes too.
+Statistics are in
 the reference's precision (float32 for half floats, ``stash_type`` for
 ``layer_norm``/``group_norm``), and where the reference rounds an
 intermediate to the input's type (the standardized value, then each affine
@@ -42,6 +44,29 @@ def _stats(k: KernelCtx, x: CVal, xp: str, length: str, s: str, eps: float) -> N
            "var += d * d; }")
     w.line(f"var /= ({s}){length};")
     w.line(f"const {s} inv = ({s})1 / {sqrt}(var + {_lit(eps, s)});")
+
+
+def _stats_lanes(k: KernelCtx, length: str, eps: float) -> None:
+    """``_stats`` for float32 rows read as float32: the sums kept in 16 lanes (which the compiler
+    turns into vector adds) then added in a fixed order, so one row costs a few vector passes
+    instead of two scalar add chains.  Still the two-pass variance of the reference."""
+    w = k.w
+    w.line("float mean = 0, var = 0, lane[16];")
+    with w.block(""):
+        w.line("int64_t i = 0;")
+        w.line("for (int l = 0; l < 16; l++) lane[l] = 0;")
+        w.line(f"for (; i + 16 <= {length}; i += 16) for (int l = 0; l < 16; l++) lane[l] += xp[i + l];")
+        w.line("for (int l = 0; l < 16; l++) mean += lane[l];")
+        w.line(f"for (; i < {length}; i++) mean += xp[i];")
+        w.line(f"mean /= (float){length};")
+        w.line("i = 0;")
+        w.line("for (int l = 0; l < 16; l++) lane[l] = 0;")
+        w.line(f"for (; i + 16 <= {length}; i += 16) for (int l = 0; l < 16; l++) "
+               "{ const float d = xp[i + l] - mean; lane[l] += d * d; }")
+        w.line("for (int l = 0; l < 16; l++) var += lane[l];")
+        w.line(f"for (; i < {length}; i++) {{ const float d = xp[i] - mean; var += d * d; }}")
+        w.line(f"var /= (float){length};")
+    w.line(f"const float inv = 1.0f / sqrtf(var + {_lit(eps, 'float')});")
 
 
 def _standardized(dt: DType, xc: str, s: str) -> str:
@@ -157,7 +182,10 @@ def _layer_norm(k: KernelCtx) -> None:
         w.line(f"const {xc} *restrict sc = {scale} + (r % {srows}) * {v.n};")
         if bias:
             w.line(f"const {xc} *restrict bi = {bias} + (r % {brows}) * {v.n};")
-        _stats(k, x, "xp", v.n, s, k.attrs["epsilon"])
+        if dt is DType.f32 and stash is DType.f32:
+            _stats_lanes(k, v.n, k.attrs["epsilon"])
+        else:
+            _stats(k, x, "xp", v.n, s, k.attrs["epsilon"])
         for i, o in enumerate(k.outs[1:3], start=1):
             w.line(ct.store(o.dtype, o.ptr, "r", "mean" if i == 1 else "inv"))
         with w.block(f"for (int64_t i = 0; i < {v.n}; i++)"):

@@ -268,6 +268,7 @@ static void cuvil_att_task(void *ctx, int64_t task, int tid) {
         if (last < kscan) kscan = last < 0 ? 0 : last;
     }
     if (a->qk) kscan = a->skv;
+    const float scale = a->scale; /* a local: stores into the score buffer cannot change it */
     const int has_bias = a->mask_f || a->mask_b || a->causal || a->nonpad;
     const int plain_mask = a->mask_f && a->ms[3] == 1 && !a->causal && !a->nonpad && a->mcols == a->skv;
     const float *kvbase = job->packed + (size_t)((b * a->hkv + g) * job->kblocks) * (size_t)(dk * KB + KB * dvp);
@@ -277,18 +278,18 @@ static void cuvil_att_task(void *ctx, int64_t task, int tid) {
         const float *kt = kvbase + (size_t)(j0 / KB) * (size_t)(dk * KB + KB * dvp), *vb = kt + dk * KB;
         for (int64_t r = 0; r < rpad; r += CUVIL_ATT_RB) cuvil_att_scores(qs + r * dk, kt, dk, s + r * KB);
         for (int64_t r = 0; r < rows; r++) {
-            float *sr = s + r * KB;
+            float *restrict sr = s + r * KB;
             float *qkr = qkbase ? qkbase + r * a->skv + j0 : NULL;
             if (a->scale_mode == CUVIL_ATT_MUL)
-                for (int64_t jj = 0; jj < kn; jj++) sr[jj] *= a->scale;
+                for (int64_t jj = 0; jj < kn; jj++) sr[jj] *= scale;
             else if (a->scale_mode == CUVIL_ATT_DIV)
-                for (int64_t jj = 0; jj < kn; jj++) sr[jj] /= a->scale;
+                for (int64_t jj = 0; jj < kn; jj++) sr[jj] /= scale;
             if (qkr && a->qk_mode == 0) memcpy(qkr, sr, (size_t)kn * sizeof(float));
             if (a->softcap > 0)
                 for (int64_t jj = 0; jj < kn; jj++) sr[jj] = tanhf(sr[jj] / a->softcap) * a->softcap;
             if (qkr && a->qk_mode == 1) memcpy(qkr, sr, (size_t)kn * sizeof(float));
             if (plain_mask) { /* a contiguous float row of the mask: a vector add */
-                const float *mr = a->mask_f + b * a->ms[0] + h * a->ms[1] + (i0 + r) * a->ms[2] + j0;
+                const float *restrict mr = a->mask_f + b * a->ms[0] + h * a->ms[1] + (i0 + r) * a->ms[2] + j0;
                 for (int64_t jj = 0; jj < kn; jj++) sr[jj] = sr[jj] + (0.0f + mr[jj]);
                 if (a->guard && seen[r] == 0.0f)
                     for (int64_t jj = 0; jj < kn; jj++) seen[r] = mr[jj] != -INFINITY ? 1.0f : seen[r];
@@ -361,7 +362,12 @@ static CUVIL_UNUSED int cuvil_attention_f32(const cuvil_attn *a) {
     if (a->batch <= 0 || a->hq <= 0 || a->sq <= 0) return 0;
     const int64_t qb = a->sq < CUVIL_ATT_QB ? (a->sq + CUVIL_ATT_RB - 1) / CUVIL_ATT_RB * CUVIL_ATT_RB : CUVIL_ATT_QB;
     const int64_t dvp = (a->dv + CUVIL_ATT_W - 1) / CUVIL_ATT_W * CUVIL_ATT_W;
-    cuvil_att_job job = {a, (a->sq + qb - 1) / qb, qb, dvp > 0 ? dvp : CUVIL_ATT_W, 0, NULL};
+    cuvil_att_job job;
+    memset(&job, 0, sizeof job);
+    job.a = a;
+    job.qblocks = (a->sq + qb - 1) / qb;
+    job.qb = qb;
+    job.dvp = dvp > 0 ? dvp : CUVIL_ATT_W;
     job.per_thread = qb * a->dk + qb * CUVIL_ATT_KB + qb * job.dvp + 3 * qb;
     job.per_thread = (job.per_thread + 15) / 16 * 16; /* each thread's scratch on its own cache lines */
     const int64_t ntasks = a->batch * a->hq * job.qblocks;

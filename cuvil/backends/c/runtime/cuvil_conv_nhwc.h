@@ -29,7 +29,7 @@
 
 /* The im2col buffer of one block of output pixels holds at most this many bytes. */
 #define CUVIL_NHWC_COLS_BYTES ((int64_t)4 << 20)
-/* Output pixels a depthwise strip keeps in registers. */
+/* Output pixels a depthwise strip keeps in registers (cuvil_nhwc_dw_strip names them). */
 #define CUVIL_NHWC_DW_OB 4
 /* Below this many multiply-adds a depthwise convolution runs on one thread. */
 #define CUVIL_NHWC_PAR_MIN ((int64_t)1 << 16)
@@ -166,7 +166,10 @@ static void cuvil_nhwc_dw_pixels(const cuvil_nhwc_geom *g, const float *x, const
                 if (iw < 0 || iw >= g->w) continue;
                 const float *restrict xs = x + ((n * g->h + ih) * g->w + iw) * g->c;
                 const float *restrict wt = w + (i * g->kw + j) * M;
-                for (int64_t m = 0; m < M; m++) yo[m] += xs[m / mult] * wt[m];
+                if (mult == 1)
+                    for (int64_t m = 0; m < M; m++) yo[m] += xs[m] * wt[m];
+                else
+                    for (int64_t m = 0; m < M; m++) yo[m] += xs[m / mult] * wt[m];
             }
         }
     }
@@ -179,20 +182,28 @@ static void cuvil_nhwc_dw_strip(const cuvil_nhwc_geom *g, const float *x, const 
                                 int64_t oh, int64_t o0) {
     const int64_t C = g->c, VW = CUVIL_GEMM_W;
     const int64_t cv = C / VW * VW;
+    const int64_t step = g->sw * C; /* from one output pixel's input to the next's */
     for (int64_t c = 0; c < cv; c += VW) {
-        cuvil_vf acc[CUVIL_NHWC_DW_OB];
-        for (int o = 0; o < CUVIL_NHWC_DW_OB; o++) acc[o] = (cuvil_vf){0};
+        cuvil_vf a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}; /* CUVIL_NHWC_DW_OB pixels, named: kept in registers */
         for (int64_t i = 0; i < g->kh; i++) {
             const int64_t ih = oh * g->sh - g->ph + i * g->dh;
             if (ih < 0 || ih >= g->h) continue;
-            const float *xrow = x + (n * g->h + ih) * g->w * C + c;
+            const float *xrow = x + (n * g->h + ih) * g->w * C + c + (o0 * g->sw - g->pw) * C;
+            const float *wrow = w + i * g->kw * C + c;
             for (int64_t j = 0; j < g->kw; j++) {
-                const cuvil_vf wv = cuvil_vload(w + (i * g->kw + j) * C + c);
-                const float *xs = xrow + (o0 * g->sw - g->pw + j * g->dw) * C;
-                for (int o = 0; o < CUVIL_NHWC_DW_OB; o++) acc[o] = CUVIL_VFMA(cuvil_vload(xs + o * g->sw * C), wv, acc[o]);
+                const cuvil_vf wv = cuvil_vload(wrow + j * C);
+                const float *xs = xrow + j * g->dw * C;
+                a0 = CUVIL_VFMA(cuvil_vload(xs), wv, a0);
+                a1 = CUVIL_VFMA(cuvil_vload(xs + step), wv, a1);
+                a2 = CUVIL_VFMA(cuvil_vload(xs + 2 * step), wv, a2);
+                a3 = CUVIL_VFMA(cuvil_vload(xs + 3 * step), wv, a3);
             }
         }
-        for (int o = 0; o < CUVIL_NHWC_DW_OB; o++) cuvil_vstore(yr + (o0 + o) * C + c, acc[o]);
+        float *yo = yr + o0 * C + c;
+        cuvil_vstore(yo, a0);
+        cuvil_vstore(yo + C, a1);
+        cuvil_vstore(yo + 2 * C, a2);
+        cuvil_vstore(yo + 3 * C, a3);
     }
     /* the channels past the last full vector, in the same order of taps */
     for (int64_t c = cv; c < C; c++) {

@@ -214,7 +214,7 @@ static CUVIL_UNUSED int cuvil_conv_half(const cuvil_conv_geom *g, int kind, int 
     int rc = 0;
     if (kind == CUVIL_HALF_CONV_DEPTHWISE) cuvil_conv_depthwise2d_f32(g, x32, w32, b32, y32);
     else if (kind == CUVIL_HALF_CONV_TRANSPOSE) rc = cuvil_conv_transpose_f32(g, x32, w32, b32, y32);
-    else if (wino_m > 0) rc = cuvil_conv_winograd_f32(g, wino_m, x32, w32, b32, y32, NULL, NULL);
+    else if (wino_m > 0) rc = cuvil_conv_winograd_f32(g, wino_m, x32, w32, b32, y32, NULL, NULL, 0);
     else rc = cuvil_conv_f32(g, x32, w32, b32, y32);
     if (rc == 0) cuvil_f32_to_half(is_bf16, y32, y, yn);
     free(wown);

@@ -20,9 +20,11 @@
  *            of channels at a time;
  *   products cuvil_wino_micro: CUVIL_WINO_R tiles x NW output channels in registers, the tiles'
  *            V entries broadcast in place (no packing), U read as vectors;
- *   output   Y = A^T M A per tile and vector of output channels, plus the bias, scattered into a
- *            staging buffer holding whole output rows; each row is then stored with one call of
- *            the fused epilogue (kernels/conv.py generates it per node) or a memcpy.
+ *   output   Y = A^T M A per tile and vector of output channels, plus the bias, then transposed
+ *            (W channels x W pixels at a time) into whole output rows: straight into y, where the
+ *            fused epilogue (kernels/conv.py generates it per node) then runs on each row in place,
+ *            or, when the epilogue reads an operand that may share y's memory, into a staging
+ *            buffer from which the epilogue stores each row.
  *
  * Work is split into blocks of whole tile rows (of one or several images), sized so that a
  * block's transformed input stays in L2 while the weights stream past it, and, when blocks are
@@ -65,6 +67,8 @@ typedef float cuvil_wv;
 #define CUVIL_WINO_R 6
 #define CUVIL_WINO_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
 #endif
+/* How far ahead (floats) the first pass of the products over the weights prefetches them. */
+#define CUVIL_WINO_FETCH 4096
 /* Input channels per pass of the products (a U panel of KC x NW floats stays in L1). */
 #define CUVIL_WINO_KC 128
 /* A block's transformed input is kept near this many bytes (L2 also holds the staging rows,
@@ -215,9 +219,11 @@ static inline int64_t cuvil_wino_cin_pad(int64_t cin) { return cuvil_gemm_round_
 static inline int64_t cuvil_wino_cout_pad(int64_t cout) { return cuvil_gemm_round_up(cout, CUVIL_WINO_NW); }
 
 /* Floats of the transformed weights U[cout_pad / NW][P][cin_pad][NW]: a panel's points lie
- * together, so the products of one panel read its weights as one sequential stream. */
+ * together, so the products of one panel read its weights as one sequential stream (and a
+ * zero tail, so that the products' prefetches stay inside the buffer). */
 static inline int64_t cuvil_wino_ufloats(int m, int64_t cout, int64_t cin) {
-    return (int64_t)(m + 2) * (m + 2) * cuvil_wino_cout_pad(cout) * cuvil_wino_cin_pad(cin);
+    return (int64_t)(m + 2) * (m + 2) * cuvil_wino_cout_pad(cout) * cuvil_wino_cin_pad(cin) + CUVIL_WINO_FETCH +
+           CUVIL_WINO_NW;
 }
 
 /* U_p[ci][co] = (G w[co, ci] G^T)[p] in NW-wide panels of output channels; padding zero. */
@@ -248,15 +254,20 @@ static void cuvil_wino_build_u(void *dst, const void *arg) {
 /* C[0:rows, 0:NW] (+)= A[0:rows, 0:kc] x B[0:kc, 0:NW] (rows <= R, a constant after inlining):
  * A's rows lda apart (read in place, one broadcast per element), B packed kc x NW, C's rows ldc
  * apart; `acc` selects += over =. */
-static inline __attribute__((always_inline)) void cuvil_wino_micro(const int rows, int64_t kc, const float *restrict A,
-                                                                   int64_t lda, const float *restrict B,
-                                                                   float *restrict C, int64_t ldc, int acc) {
+static inline __attribute__((always_inline)) void cuvil_wino_micro(const int rows, const int fetch, int64_t kc,
+                                                                   const float *restrict A, int64_t lda,
+                                                                   const float *restrict B, float *restrict C,
+                                                                   int64_t ldc, int acc) {
     enum { W = CUVIL_WINO_W };
 #define CUVIL_WK_DECL(i) cuvil_wv c##i##a = CUVIL_WINO_SPLAT(0.0f), c##i##b = CUVIL_WINO_SPLAT(0.0f);
     CUVIL_WINO_ROWS(CUVIL_WK_DECL)
 #undef CUVIL_WK_DECL
     for (int64_t k = 0; k < kc; k++) {
         const cuvil_wv b0 = cuvil_wino_load(B), b1 = cuvil_wino_load(B + W);
+        if (fetch) { /* the weights streaming from memory: ask for them well ahead */
+            __builtin_prefetch(B + CUVIL_WINO_FETCH, 0, 0);
+            __builtin_prefetch(B + CUVIL_WINO_FETCH + CUVIL_WINO_NW / 2, 0, 0);
+        }
 #define CUVIL_WK_STEP(i)                                          \
     if (i < rows) {                                               \
         const cuvil_wv a = CUVIL_WINO_SPLAT(A[i * lda + k]);     \
@@ -292,12 +303,18 @@ static void cuvil_wino_products(int64_t slots, int64_t cin_p, const float *Vp, c
     enum { R = CUVIL_WINO_R, Q = CUVIL_WINO_R / 3, NW = CUVIL_WINO_NW };
     for (int64_t k0 = 0; k0 < cin_p; k0 += CUVIL_WINO_KC) {
         const int64_t kc = cuvil_gemm_min(cin_p - k0, CUVIL_WINO_KC);
+        const float *Bk = Up + k0 * NW;
         int64_t s = 0;
-        for (; s + R <= slots; s += R) cuvil_wino_micro(R, kc, Vp + s * cin_p + k0, cin_p, Up + k0 * NW, Mp + s * NW, NW, k0 > 0);
+        /* the first pass over this part of the weights fetches ahead; the others find it in L1 */
+        if (s + R <= slots) {
+            cuvil_wino_micro(R, 1, kc, Vp + k0, cin_p, Bk, Mp, NW, k0 > 0);
+            s += R;
+        }
+        for (; s + R <= slots; s += R) cuvil_wino_micro(R, 0, kc, Vp + s * cin_p + k0, cin_p, Bk, Mp + s * NW, NW, k0 > 0);
         if (slots - s == 2 * Q)
-            cuvil_wino_micro(2 * Q, kc, Vp + s * cin_p + k0, cin_p, Up + k0 * NW, Mp + s * NW, NW, k0 > 0);
+            cuvil_wino_micro(2 * Q, s == 0, kc, Vp + s * cin_p + k0, cin_p, Bk, Mp + s * NW, NW, k0 > 0);
         else if (slots - s == Q)
-            cuvil_wino_micro(Q, kc, Vp + s * cin_p + k0, cin_p, Up + k0 * NW, Mp + s * NW, NW, k0 > 0);
+            cuvil_wino_micro(Q, s == 0, kc, Vp + s * cin_p + k0, cin_p, Bk, Mp + s * NW, NW, k0 > 0);
     }
 }
 
@@ -310,6 +327,7 @@ typedef struct cuvil_wino_job {
     float *y;
     cuvil_wino_store_fn store;
     const void *store_ctx;
+    int in_place;           /* outputs may be written to y before the store runs on them */
     int64_t th, tw, trows;  /* tile rows and columns per image; tile rows of the batch */
     int64_t cin_p, cout_p;  /* channel counts padded to W and NW */
     int64_t wp;             /* columns of the padded input rows: tw * m + 2 */
@@ -338,12 +356,18 @@ static void cuvil_wino_copy_row(const cuvil_wino_job *j, int64_t n, int64_t row,
     const float *src = j->x + n * cin * H * Wd + yy * Wd - g->pad[1];
     const int64_t plane = H * Wd;
     enum { W = CUVIL_WINO_W };
+    /* The rows are copied in order, W channel planes at a time: fetching the row two below
+     * (which a later call copies) hides the memory latency of these many streams. */
+    const int64_t ahead = yy + 2 < H ? 2 * Wd : 0;
     for (int64_t c0 = 0; c0 < cin_p; c0 += W) {
         int64_t xx = x0;
         if (c0 + W <= cin) /* W channels x W columns at a time */
             for (; xx + W <= x1; xx += W) {
                 const float *rows[W];
-                for (int l = 0; l < W; l++) rows[l] = src + (c0 + l) * plane + xx;
+                for (int l = 0; l < W; l++) {
+                    rows[l] = src + (c0 + l) * plane + xx;
+                    if (ahead) __builtin_prefetch(rows[l] + ahead, 0, 1);
+                }
                 cuvil_wino_transpose(rows, dst + xx * cin_p + c0, cin_p);
             }
         for (; xx < x1; xx++)
@@ -402,6 +426,12 @@ static inline __attribute__((always_inline)) void cuvil_wino_input(const cuvil_w
     }
 }
 
+/* Whether the W output channels from c0 are written straight into y: they all exist, and the
+ * store (if any) may then run on y in place. */
+static inline int cuvil_wino_direct(const cuvil_wino_job *j, int64_t c0) {
+    return j->in_place && c0 + CUVIL_WINO_W <= j->g->cout;
+}
+
 /* Output channels [c0, c0 + NW) (one panel; M_p [slots][NW]) of the block's tiles, plus the
  * bias, into O[tile][pixel][NW], then transposed into the staging rows S[co - c0][row][sw]. */
 static inline __attribute__((always_inline)) void cuvil_wino_output(const cuvil_wino_job *j, const int m,
@@ -432,21 +462,27 @@ static inline __attribute__((always_inline)) void cuvil_wino_output(const cuvil_
             CUVIL_WINO_UNROLL
             for (int q = 0; q < mm; q++) cuvil_wino_store(O + (s * mm + q) * NW + h * W, sv[q] + bias[h]);
         }
-    /* output row r of tile row gi: pixel x lies in tile x / m at column x % m */
-    for (int64_t gi = 0; gi < g1 - g0; gi++)
-        for (int r = 0; r < m && (g0 + gi) % j->th * m + r < OH; r++)
+    /* output row r of tile row gi: pixel x lies in tile x / m at column x % m; a half panel of
+     * whole channels goes straight into y when allowed (cuvil_wino_direct), else into S */
+    for (int64_t gi = 0; gi < g1 - g0; gi++) {
+        const int64_t n = (g0 + gi) / j->th, oy0 = (g0 + gi) % j->th * m;
+        for (int r = 0; r < m && oy0 + r < OH; r++)
             for (int h = 0; h < 2; h++) {
                 const float *o = O + (gi * tw * mm + r * m) * NW + h * W;
-                float *dst = S + (h * W * srows + gi * m + r) * sw;
+                const int direct = cuvil_wino_direct(j, c0 + h * W);
+                float *dst = direct ? j->y + ((n * j->g->cout + c0 + h * W) * OH + oy0 + r) * OW
+                                    : S + (h * W * srows + gi * m + r) * sw;
+                const int64_t ld = direct ? OH * OW : srows * sw;
                 int64_t x0 = 0;
                 for (; x0 + W <= OW; x0 += W) {
                     const float *px[W];
                     for (int i = 0; i < W; i++) px[i] = o + ((x0 + i) / m * mm + (x0 + i) % m) * NW;
-                    cuvil_wino_transpose(px, dst + x0, srows * sw);
+                    cuvil_wino_transpose(px, dst + x0, ld);
                 }
                 for (; x0 < OW; x0++)
-                    for (int l = 0; l < W; l++) dst[l * srows * sw + x0] = o[(x0 / m * mm + x0 % m) * NW + l];
+                    for (int l = 0; l < W; l++) dst[l * ld + x0] = o[(x0 / m * mm + x0 % m) * NW + l];
             }
+    }
 }
 
 /* One task: a block of tile rows and a range of output-channel panels.  Scratch: org (rb), Xs
@@ -478,16 +514,19 @@ static inline __attribute__((always_inline)) void cuvil_wino_task(const cuvil_wi
             cuvil_wino_products(slots, cin_p, Vp, Up, Mp);
         }
         cuvil_wino_output(j, m, g0, g1, c0, M, O, S);
-        for (int64_t cl = 0; cl < CUVIL_WINO_NW && c0 + cl < cout; cl++)
+        for (int64_t cl = 0; cl < CUVIL_WINO_NW && c0 + cl < cout; cl++) {
+            const int direct = cuvil_wino_direct(j, c0 + cl / CUVIL_WINO_W * CUVIL_WINO_W);
+            if (direct && !j->store) continue;
             for (int64_t gi = g0; gi < g1; gi++) {
                 const int64_t n = gi / j->th, oy0 = gi % j->th * m;
                 for (int r = 0; r < m && oy0 + r < OH; r++) {
-                    const float *src = S + (cl * srows + (gi - g0) * m + r) * sw;
                     const int64_t idx = ((n * cout + c0 + cl) * OH + oy0 + r) * OW;
+                    const float *src = direct ? j->y + idx : S + (cl * srows + (gi - g0) * m + r) * sw;
                     if (j->store) j->store(j->store_ctx, src, j->y, idx, OW, OW);
                     else memcpy(j->y + idx, src, sizeof(float) * (size_t)OW);
                 }
             }
+        }
     }
 }
 
@@ -497,10 +536,13 @@ static void cuvil_wino_task6(void *ctx, int64_t task, int tid) { cuvil_wino_task
 
 /* Y = conv(X, w) + b by Winograd F(m x m, 3 x 3), m in {2, 4, 6}; g: a 2-D convolution with a 3x3
  * kernel, unit strides and dilations, one group (the generated code checks this).  `store`, when
- * given, writes the outputs (the fused epilogue).  Returns 0, or -1 when memory cannot be had. */
+ * given, writes the outputs (the fused epilogue); `store_in_place`: it reads no operand but its
+ * src, so the convolution may be written into y first and the store run on y in place (else,
+ * since an epilogue operand may share y's memory, the outputs are staged).  Returns 0, or -1
+ * when memory cannot be had. */
 static CUVIL_UNUSED int cuvil_conv_winograd_f32(const cuvil_conv_geom *g, int m, const float *x, const float *w,
                                                 const float *b, float *y, cuvil_wino_store_fn store,
-                                                const void *store_ctx) {
+                                                const void *store_ctx, int store_in_place) {
     const int alpha = m + 2, P = alpha * alpha;
     const int64_t cin = g->cin, cout = g->cout, OH = g->out[0], OW = g->out[1];
     if (g->batch == 0 || cout == 0 || OH == 0 || OW == 0) return 0;
@@ -517,6 +559,7 @@ static CUVIL_UNUSED int cuvil_conv_winograd_f32(const cuvil_conv_geom *g, int m,
     cuvil_wino_job j;
     memset(&j, 0, sizeof j);
     j.g = g, j.m = m, j.x = x, j.b = b, j.y = y, j.store = store, j.store_ctx = store_ctx;
+    j.in_place = !store || store_in_place;
     j.th = (OH + m - 1) / m, j.tw = (OW + m - 1) / m, j.trows = g->batch * j.th;
     j.cin_p = cuvil_wino_cin_pad(cin), j.cout_p = cuvil_wino_cout_pad(cout), j.wp = j.tw * m + 2;
     j.sw = cuvil_gemm_round_up(OW, CUVIL_WINO_W);

@@ -1,0 +1,136 @@
+"""The channels-last convolution kernel (conv_nhwc, cuvil_conv_nhwc.h) against the reference interpreter.
+
+Each case runs ``convert-layout{convs=all}`` so every convolution goes through conv_nhwc: 1x1
+(the GEMM on the input itself), strided 1x1, k x k with padding / strides / dilations (im2col
+of channel runs), groups, depthwise with multiplier 1 (the vectorised strips, channel counts
+with and without a vector remainder) and 2, SAME padding, a symbolic batch, and the fused
+epilogue (bias, clip, a residual).  Tolerance: 1e-5 relative and absolute, as for the NCHW
+kernels.  Results are bitwise the same with 1 and 2 threads; generic and wasm32 build and agree.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper, numpy_helper
+
+import cuvil
+from tests.backends.c.test_conv_kernels import make_model, vi
+
+RNG = np.random.default_rng(11)
+PIPELINE = ("canonicalize,fold-constants,cse,dce,fold-batchnorm,convert-layout{convs=all},"
+            "recognize-gelu,fuse-epilogue,fuse-elementwise")
+
+
+def _w(name: str, shape: tuple[int, ...]) -> onnx.TensorProto:
+    return numpy_helper.from_array((RNG.standard_normal(shape) / 4).astype(np.float32), name)
+
+
+def _branch(tag: str, cin: int, cout: int, k: tuple[int, int], hw: tuple[int, int], *, relu6: bool = True,
+            residual: bool = False, bias: bool = True, **attrs: object,
+            ) -> tuple[list[onnx.NodeProto], onnx.ValueInfoProto, str, list[onnx.TensorProto]]:
+    """Conv (+ clip to [0, 6]) (+ the input as a residual) from input ``X_tag`` to ``Y_tag``."""
+    group = int(attrs.get("group", 1))  # type: ignore[call-overload]
+    x, w, b = f"X_{tag}", f"W_{tag}", f"B_{tag}"
+    inits = [_w(w, (cout, cin // group, *k))] + ([_w(b, (cout,))] if bias else [])
+    nodes = [helper.make_node("Conv", [x, w, b] if bias else [x, w], [f"C_{tag}"], **attrs)]
+    out = f"C_{tag}"
+    if relu6:
+        inits += [numpy_helper.from_array(np.float32(0), f"lo_{tag}"), numpy_helper.from_array(np.float32(6), f"hi_{tag}")]
+        nodes.append(helper.make_node("Clip", [out, f"lo_{tag}", f"hi_{tag}"], [f"R_{tag}"]))
+        out = f"R_{tag}"
+    if residual:
+        nodes.append(helper.make_node("Add", [out, x], [f"S_{tag}"]))
+        out = f"S_{tag}"
+    nodes.append(helper.make_node("Identity", [out], [f"Y_{tag}"]))
+    return nodes, vi(x, T.FLOAT, ["n", cin, *hw]), f"Y_{tag}", inits
+
+
+def _model(branches: dict[str, dict[str, object]]) -> onnx.ModelProto:
+    """One model holding every branch (one compile for all of them)."""
+    nodes, ins, outs, inits = [], [], [], []
+    for tag, kw in branches.items():
+        n, i, o, w = _branch(tag, **kw)  # type: ignore[arg-type]
+        nodes += n
+        ins.append(i)
+        outs.append(o)
+        inits += w
+    return make_model(nodes, ins, outs, inits)
+
+
+def _inputs(model: onnx.ModelProto, n: int) -> list[np.ndarray]:
+    dims = [[d.dim_value for d in i.type.tensor_type.shape.dim][1:] for i in model.graph.input]
+    return [RNG.standard_normal((n, *d)).astype(np.float32) for d in dims]
+
+
+def _compile(model: onnx.ModelProto, target: str, cache: Path, threads: int | None = None) -> cuvil.CompiledModel:
+    return cuvil.compile(model, target=target, passes=PIPELINE, cache_dir=str(cache), num_threads=threads)
+
+
+CASES: dict[str, dict[str, object]] = {
+    "1x1": dict(cin=8, cout=40, k=(1, 1), hw=(6, 5)),
+    "1x1_strided": dict(cin=8, cout=12, k=(1, 1), hw=(7, 6), strides=[2, 2]),
+    "3x3_pad": dict(cin=5, cout=9, k=(3, 3), hw=(7, 8), pads=[1, 1, 1, 1]),
+    "5x3_stride_dil": dict(cin=6, cout=7, k=(5, 3), hw=(13, 11), pads=[2, 0, 1, 2], strides=[2, 1], dilations=[1, 2]),
+    "grouped": dict(cin=8, cout=6, k=(3, 3), hw=(6, 6), group=2, pads=[1, 1, 1, 1]),
+    "same_upper": dict(cin=4, cout=8, k=(3, 3), hw=(7, 6), auto_pad="SAME_UPPER", strides=[2, 2]),
+    "depthwise": dict(cin=35, cout=35, k=(3, 3), hw=(9, 12), group=35, pads=[1, 1, 1, 1]),
+    "depthwise_s2": dict(cin=32, cout=32, k=(3, 3), hw=(11, 14), group=32, pads=[1, 1, 1, 1], strides=[2, 2]),
+    "depthwise_5x5_dil": dict(cin=16, cout=16, k=(5, 5), hw=(13, 13), group=16, pads=[4, 4, 4, 4], dilations=[2, 2]),
+    "depthwise_mult2": dict(cin=6, cout=12, k=(3, 3), hw=(7, 7), group=6, pads=[1, 0, 1, 0]),
+    "residual_no_bias": dict(cin=16, cout=16, k=(3, 3), hw=(6, 7), group=16, pads=[1, 1, 1, 1], relu6=False,
+                             residual=True, bias=False),
+    "1x1_residual": dict(cin=16, cout=16, k=(1, 1), hw=(6, 7), residual=True),
+}
+
+
+def test_matches_reference(tmp_path: Path) -> None:
+    model = _model(CASES)
+    c = _compile(model, "native", tmp_path)
+    assert c._executor.build.warnings == ""  # type: ignore[attr-defined]
+    fused = [n for n in c.graph.nodes if n.op == "fused_conv_nhwc"]
+    assert len(fused) == len(CASES), [n.op for n in c.graph.nodes]
+    assert not any(n.op in ("conv", "fused_conv") for n in c.graph.nodes)
+    ref = cuvil.compile(model, target="ref")
+    for n in (1, 3):
+        xs = _inputs(model, n)
+        for tag, got, want in zip(CASES, c(*xs), ref(*xs)):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=tag)
+
+
+def test_bitwise_same_across_thread_counts(tmp_path: Path) -> None:
+    model = _model({
+        "dw": dict(cin=64, cout=64, k=(3, 3), hw=(28, 28), group=64, pads=[1, 1, 1, 1]),
+        "k3": dict(cin=32, cout=48, k=(3, 3), hw=(28, 28), pads=[1, 1, 1, 1]),
+        "k1": dict(cin=64, cout=96, k=(1, 1), hw=(28, 28)),
+    })
+    one, two = _compile(model, "native", tmp_path, 1), _compile(model, "native", tmp_path, 2)
+    xs = _inputs(model, 4)
+    for a, b in zip(one(*xs), two(*xs)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_generic_target_and_notes(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    model = _model({k: CASES[k] for k in ("depthwise", "depthwise_mult2", "5x3_stride_dil", "1x1")})
+    with caplog.at_level(logging.DEBUG, logger="cuvil.backends.c.kernel"):
+        c = cuvil.compile(model, target="generic", passes=PIPELINE, cache_dir=str(tmp_path))
+    assert c._executor.build.warnings == ""  # type: ignore[attr-defined]
+    assert "NHWC depthwise" in caplog.text and "im2col of channel runs" in caplog.text
+    ref = cuvil.compile(model, target="ref")
+    xs = _inputs(model, 2)
+    for got, want in zip(c(*xs), ref(*xs)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_wasm32(wasm_cache: str) -> None:
+    model = _model({k: CASES[k] for k in ("depthwise", "3x3_pad", "1x1_residual")})
+    m = cuvil.compile(model, target="wasm32", passes=PIPELINE, cache_dir=wasm_cache)
+    ref = cuvil.compile(model, target="ref")
+    xs = _inputs(model, 2)
+    for got, want in zip(m(*xs), ref(*xs)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
