@@ -10,10 +10,11 @@ from cuvil.custom import Arg, CustomOp, CustomOpError, OpSchema, register_op, un
 from cuvil.errors import CuvilError, InputError, IRError, ModelError, ShapeError, UnsupportedOpError
 from cuvil.log import set_log_level
 from cuvil.runtime.artifact import load
-from cuvil.runtime.compiled import CompiledModel, CompileInfo, TensorSpec
+from cuvil.runtime.compiled import BuildInfo, CompiledModel, CompileInfo, TensorSpec
 
 __all__ = [
     "Arg",
+    "BuildInfo",
     "CompileInfo",
     "CompiledModel",
     "CuvilError",

@@ -1,8 +1,10 @@
 """What every check sees: the model, its Cuvil graph, the targets, seeded inputs and oracles.
 
-The source is imported once (a PyTorch module exported once) and compiled
-models are cached per (target, options), so checks that need the same build
-share it. Oracles: the reference interpreter (Cuvil's semantics,
+The source is imported once (a PyTorch module exported once, with the torch front
+end's op-mapping log kept for the ``coverage`` check) and compiled models are cached
+per (target, options), so checks that need the same build share it; every build is
+timed in ``builds`` (the runner attributes them to the check that asked first).
+Oracles: the reference interpreter (Cuvil's semantics,
 optionally in float64), and the source framework the model came from
 (onnxruntime for ONNX files, eager PyTorch for PyTorch modules).
 """
@@ -10,6 +12,8 @@ optionally in float64), and the source framework the model came from
 from __future__ import annotations
 
 import copy
+import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +53,10 @@ class VerifyContext:
     _builds: dict[tuple[str, tuple[tuple[str, Any], ...]], CompiledModel] = field(default_factory=dict)
     _imported: Graph | None = None
     _torch: Any = None
+    _torch_log: list[logging.LogRecord] = field(default_factory=list)
+    #: Every build made through :meth:`compiled`, in order: target, options and seconds (import included
+    #: for the first one).
+    builds: list[dict[str, Any]] = field(default_factory=list)
 
     def check_config(self, name: str) -> dict[str, Any]:
         """The ``[checks.NAME]`` table of the configuration (thresholds and options)."""
@@ -71,10 +79,25 @@ class VerifyContext:
         if self.source.kind != "torch":
             raise VerifyError(f"{self.source.label} is not a PyTorch module")
         if self._torch is None:
-            from cuvil.frontends.torch import load_torch
+            from cuvil.frontends.torch import converter, load_torch
 
-            self._torch = load_torch(self.source.model, self.source.input_spec, self.source.dynamic_shapes)
+            # keep the front end's mapping decisions (one DEBUG record per converted FX node) while it converts
+            log, handler, level = converter._log, _Capture(), converter._log.level
+            log.addHandler(handler)
+            log.setLevel(logging.DEBUG)
+            try:
+                self._torch = load_torch(self.source.model, self.source.input_spec, self.source.dynamic_shapes)
+            finally:
+                log.removeHandler(handler)
+                log.setLevel(level)
+            self._torch_log = handler.records
         return self._torch
+
+    @property
+    def torch_mapping_log(self) -> list[logging.LogRecord]:
+        """The torch front end's log records from converting :attr:`torch_import` (the import is made if needed)."""
+        self.torch_import  # noqa: B018  (imports once, capturing the log)
+        return list(self._torch_log)
 
     def imported(self) -> Graph:
         """The source model as a Cuvil graph, imported once and shared by every build (compile copies it)."""
@@ -100,7 +123,10 @@ class VerifyContext:
             kw: dict[str, Any] = dict(options)
             if target != "ref" and self.cache_dir:
                 kw.setdefault("cache_dir", self.cache_dir)
+            t0 = time.perf_counter()
             self._builds[key] = cuvil.compile(self.imported(), target=target, **kw)
+            self.builds.append({"target": target, "options": {k: repr(v) for k, v in options.items()},
+                                "seconds": time.perf_counter() - t0})
         return self._builds[key]
 
     def inputs(self, seed: int | None = None, symbols: Mapping[str, int] | None = None) -> list[np.ndarray]:
@@ -121,3 +147,14 @@ class VerifyContext:
         from cuvil.verify.oracles import run_source
 
         return run_source(self.source, self.compiled("ref"), inputs)
+
+
+class _Capture(logging.Handler):
+    """Keeps every record it is given."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)

@@ -47,6 +47,9 @@ class Report:
     seconds: float = 0.0
     environment: dict[str, str] = field(default_factory=dict)
     config_path: str | None = None
+    #: Where the time went, per check in run order: wall seconds, and the shared builds it made first
+    #: (target, options, seconds; a later check reusing a build pays nothing).
+    timings: list[dict[str, Any]] = field(default_factory=list)
 
     def __iter__(self) -> Iterator[CheckResult]:
         return iter(self.results)
@@ -103,6 +106,7 @@ class Report:
             "counts": self.counts(),
             "exit_status": self.exit_status,
             "results": [r.to_json() for r in self.results],
+            "timings": list(self.timings),
         })
         return data
 

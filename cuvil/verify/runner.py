@@ -292,6 +292,7 @@ class Suite:
                         environment=environment(), config_path=self.config_path)
         for i, check in enumerate(self.checks):
             progress.start(i, len(self.checks), check.name, self.ctx.targets)
+            t_check, built = time.perf_counter(), len(self.ctx.builds)
             why = self.subject.not_applicable(type(check))
             if why is not None:
                 results = [CheckResult(check.name, Status.SKIP, f"does not apply to {self.subject.name}: {why}")]
@@ -303,6 +304,9 @@ class Suite:
             for r in results:
                 progress.result(r)
             report.results.extend(results)
+            builds = self.ctx.builds[built:]
+            report.timings.append({"check": check.name, "seconds": time.perf_counter() - t_check,
+                                   "builds": builds, "build_seconds": sum(b["seconds"] for b in builds)})
         report.seconds = time.perf_counter() - t0
         progress.finish(report)
         return report

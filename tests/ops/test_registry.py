@@ -34,6 +34,7 @@ NODE_DIR = str(NODE_TESTS)
 SAMPLES_PER_OP = 4
 # Ops that no single-op conformance case exercises on its own; each is covered by the named test.
 COVERED_ELSEWHERE = {
+    "attention": "tests/passes/test_fuse_attention.py (ONNX Attention is outside the core op list)",
     "constant": "every sample (weights are constants)",
     "conv_integer": "tests/ops/test_quant_ops.py (the quantization ops are outside the core op list)",
     "dequantize_linear": "tests/ops/test_quant_ops.py (the quantization ops are outside the core op list)",

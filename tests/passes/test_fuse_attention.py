@@ -20,6 +20,7 @@ from onnx import helper as h
 import cuvil
 from cuvil.frontends.onnx import load_onnx
 from cuvil.passes import NumericEach, PassManager, VerifyEach, default_pipeline
+from tests.conftest import NODE_TESTS
 
 
 def _vi(name: str, shape: list[int], dt: int = T.FLOAT) -> onnx.ValueInfoProto:
@@ -163,3 +164,30 @@ def test_attention_op_refuses_bad_input() -> None:
     model = _model([window], [_vi(n, [1, 2, 4, 8]) for n in "qkv"], [], _vi("y", [1, 2, 4, 8]), opset=23)
     with pytest.raises(cuvil.UnsupportedOpError, match="left_window_size"):
         load_onnx(model)
+
+
+@pytest.mark.skipif(not NODE_TESTS.is_dir(), reason="conformance data not found beside the repo")
+@pytest.mark.parametrize("case", ["test_attention_3d_gqa_with_past_and_present", "test_attention_4d_attn_mask_3d_causal",
+                                  "test_attention_4d_causal_nonpad_batch_prefill", "test_attention_4d_with_qk_matmul_softcap"])
+def test_attention_reference_agrees_with_inference(case: str) -> None:
+    # as tests/ops/test_registry.py does for the core ops: static and symbolic shapes
+    from cuvil.backends.ref.interpreter import run_graph
+    from cuvil.conformance import case_dirs, load_case
+    from cuvil.ir.symbolic import evaluate, is_unknown
+    from tests.ops.test_registry import _randomized, _symbolic
+
+    (folder,) = [c for c in case_dirs(str(NODE_TESTS)) if Path(c).name == case]
+    model, inputs, _ = load_case(folder)
+    assert isinstance(model, onnx.ModelProto)
+    data = _randomized(inputs, seed=len(case))
+    with np.errstate(all="ignore"):
+        static_out = run_graph(load_onnx(model), data, check_types=True)
+    sym_model, env = _symbolic(model)
+    sg = load_onnx(sym_model)
+    assert env
+    with np.errstate(all="ignore"):
+        sym_out = run_graph(sg, data, check_types=True)
+    for v, a, b in zip(sg.outputs, sym_out, static_out):
+        np.testing.assert_array_equal(a, b)
+        for d, n in zip(v.type.shape, a.shape):
+            assert is_unknown(d) or evaluate(d, env) == n

@@ -37,6 +37,19 @@ def residual_softmax() -> onnx.ModelProto:
     return onnx_model(nodes, [f32("x", [4, 64])], [f32("y", [4, 64])], [k])
 
 
+def if_on_sum(threshold: float = 5.0) -> onnx.ModelProto:
+    """y = x + x if sum(x * x) > threshold else x - 1: the condition depends on a float input."""
+    consts = (numpy_helper.from_array(np.array(threshold, np.float32), "limit"),
+              numpy_helper.from_array(np.array(1.0, np.float32), "one"))
+    then_g = helper.make_graph([helper.make_node("Add", ["x", "x"], ["t"], name="dbl")], "then", [], [f32("t", [4])])
+    else_g = helper.make_graph([helper.make_node("Sub", ["x", "one"], ["e"], name="dec")], "else", [],
+                               [f32("e", [4])])
+    nodes = [helper.make_node("ReduceSumSquare", ["x"], ["s"], name="sum", keepdims=0),
+             helper.make_node("Greater", ["s", "limit"], ["c"], name="gt"),
+             helper.make_node("If", ["c"], ["y"], name="big", then_branch=then_g, else_branch=else_g)]
+    return onnx_model(nodes, [f32("x", [4])], [f32("y", [4])], consts)
+
+
 def context(model: object, targets: list[str], tmp_path: Path, cache: str, kind: str = "onnx") -> VerifyContext:
     return VerifyContext(ModelSource(kind, model), targets, work_dir=tmp_path, cache_dir=cache)
 

@@ -32,7 +32,7 @@ from cuvil.verify.base import Status
 from cuvil.verify.render.json import write_json
 from cuvil.verify.report import Report
 from tests.conftest import REPO
-from tests.verify.models import context, f32, onnx_model, residual_softmax, run
+from tests.verify.models import context, f32, if_on_sum, onnx_model, residual_softmax, run
 
 TINY_CNN = REPO / "cuvil" / "examples" / "tiny_cnn.onnx"
 
@@ -49,19 +49,6 @@ def if_on_input() -> onnx.ModelProto:
                                [f32("e", [3])])
     return onnx_model([helper.make_node("If", ["c"], ["y"], name="branch", then_branch=then_g, else_branch=else_g)],
                   [helper.make_tensor_value_info("c", TensorProto.BOOL, []), f32("x", [3])], [f32("y", [3])])
-
-
-def if_on_sum(threshold: float = 5.0) -> onnx.ModelProto:
-    """y = x + x if sum(x) > threshold else x - 1: the condition depends on a float input."""
-    consts = (numpy_helper.from_array(np.array(threshold, np.float32), "limit"),
-              numpy_helper.from_array(np.array(1.0, np.float32), "one"))
-    then_g = helper.make_graph([helper.make_node("Add", ["x", "x"], ["t"], name="dbl")], "then", [], [f32("t", [4])])
-    else_g = helper.make_graph([helper.make_node("Sub", ["x", "one"], ["e"], name="dec")], "else", [],
-                               [f32("e", [4])])
-    nodes = [helper.make_node("ReduceSumSquare", ["x"], ["s"], name="sum", keepdims=0),
-             helper.make_node("Greater", ["s", "limit"], ["c"], name="gt"),
-             helper.make_node("If", ["c"], ["y"], name="big", then_branch=then_g, else_branch=else_g)]
-    return onnx_model(nodes, [f32("x", [4])], [f32("y", [4])], consts)
 
 
 def loop_with_if() -> onnx.ModelProto:

@@ -22,7 +22,7 @@ import cuvil.verify.checks  # registers the checks
 from cuvil.api import import_model
 from cuvil.verify.base import CheckResult, Status, get_check
 from cuvil.verify.context import ModelSource, VerifyContext
-from tests.verify.models import f32, onnx_model, residual_softmax
+from tests.verify.models import f32, if_on_sum, onnx_model, residual_softmax
 
 
 @pytest.fixture(scope="module")
@@ -66,19 +66,6 @@ def channel_softmax() -> onnx.ModelProto:
     every time, so a scratch buffer they share corrupts some of the 12 concurrent runs."""
     nodes = [helper.make_node("Softmax", ["x"], ["y"], name="pixels", axis=1)]
     return onnx_model(nodes, [f32("x", [1, 64, 128, 128])], [f32("y", [1, 64, 128, 128])], [])
-
-
-def if_on_sum() -> onnx.ModelProto:
-    """y = x + x if sum(x * x) > 5 else x - 1."""
-    consts = [numpy_helper.from_array(np.array(5.0, np.float32), "limit"),
-              numpy_helper.from_array(np.array(1.0, np.float32), "one")]
-    then_g = helper.make_graph([helper.make_node("Add", ["x", "x"], ["t"], name="dbl")], "then", [], [f32("t", [4])])
-    else_g = helper.make_graph([helper.make_node("Sub", ["x", "one"], ["e"], name="dec")], "else", [],
-                               [f32("e", [4])])
-    nodes = [helper.make_node("ReduceSumSquare", ["x"], ["s"], name="sum", keepdims=0),
-             helper.make_node("Greater", ["s", "limit"], ["c"], name="gt"),
-             helper.make_node("If", ["c"], ["y"], name="big", then_branch=then_g, else_branch=else_g)]
-    return onnx_model(nodes, [f32("x", [4])], [f32("y", [4])], consts)
 
 
 def bounded_mlp() -> cuvil.ir.graph.Graph:

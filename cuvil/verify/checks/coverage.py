@@ -3,8 +3,9 @@
 Source nodes come from the model itself: the ONNX graph (regions included,
 named as the importer names them), or, for a PyTorch module, the mapping
 decisions the torch front end logs while it converts (ATen target, FX node
-name).  Cuvil nodes keep their source node's name, so the imported graph
-says which Cuvil ops each source node became.  For each target the graph
+name), kept by the verification context from its one conversion of the module
+(the import every check shares).  Cuvil nodes keep their source node's name, so
+the imported graph says which Cuvil ops each source node became.  For each target the graph
 goes through that target's default pass pipeline, as ``cuvil.compile`` runs
 it, and each Cuvil node is looked up in the target's kernel table (the C
 backend's for the C targets and wasm32, the ops' NumPy references for
@@ -55,29 +56,10 @@ def onnx_source_nodes(model: Any) -> list[dict[str, str]]:
     return rows
 
 
-class _Capture(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
-def torch_source_nodes(source: Any) -> list[dict[str, str]]:
-    """(name, ATen target) of every converted FX node, from the torch front end's mapping log."""
-    from cuvil.frontends.torch import converter, load_torch
-
-    log = converter._log
-    handler, level = _Capture(), log.level
-    log.addHandler(handler)
-    log.setLevel(logging.DEBUG)
-    try:
-        load_torch(source.model, source.input_spec, source.dynamic_shapes, {})
-    finally:
-        log.removeHandler(handler)
-        log.setLevel(level)
-    return [{"name": str(r.args[1]), "op": str(r.args[0])} for r in handler.records
+def torch_source_nodes(records: list[logging.LogRecord]) -> list[dict[str, str]]:
+    """(name, ATen target) of every converted FX node, from the torch front end's mapping log (the
+    records the verification context kept while it converted the module, once for every check)."""
+    return [{"name": str(r.args[1]), "op": str(r.args[0])} for r in records
             if isinstance(r.args, tuple) and len(r.args) == 4 and str(r.msg).startswith("aten ")]
 
 
@@ -157,7 +139,7 @@ class Coverage(Check):
         if kind == "onnx":
             sources = onnx_source_nodes(ctx.source.model)
         elif kind == "torch":
-            sources = torch_source_nodes(ctx.source)
+            sources = torch_source_nodes(ctx.torch_mapping_log)
         else:
             sources = graph_source_nodes(graph)
         imported: dict[str, list[Node]] = {}

@@ -170,22 +170,22 @@ def check(graph: Graph, option: ConvAlgorithmOption) -> None:
 
 # ---- the cost model ------------------------------------------------------------------------
 # Seconds per unit, fitted (non-negative least squares on relative error) to the minimum of
-# interleaved single-layer timings, batch 1, one thread, on one AVX-512 core (Zen 5; the table is
-# in docs/conv-algorithms.md): for im2col + GEMM a multiply-add, an im2col element, a weight
-# byte (read from memory once per call) and a fixed cost per call; for Winograd a multiply-add
-# of the products (channels padded as the kernel pads them), an element of the input and output
-# transforms, a byte of transformed weights read from memory (first pass) and re-read (later
-# blocks), an element copied into the channels-innermost input rows, and a fixed cost.
-_GEMM_MADD = 1.0 / 69e9
-_IM2COL = 1.0 / 8.9e9
-_GEMM_WEIGHT_BYTE = 1.0 / 16e9
-_GEMM_CALL = 19e-6
-_WINO_MADD = 1.0 / 94e9
-_TRANSFORM = 1.0 / 5.5e9
-_U_BYTE = 1.0 / 30e9
-_U_REREAD_BYTE = 1.0 / 20e9
-_COPY = 1.0 / 16e9
-_WINO_CALL = 3e-6
+# interleaved single-layer timings, batch 1, one thread, on one AVX-512 core (Zen 5; the layers
+# and times are in docs/conv-algorithms.md).  im2col + GEMM: a multiply-add, an im2col element,
+# a weight byte (read from memory once per call), a fixed cost per call.  Winograd: a
+# multiply-add of the products with the channels padded as the kernel pads them (held at the
+# measured FMA peak, 100e9 per second, rather than fitted), an element of the input and output
+# transforms (the copy into channels-innermost rows included), a byte of transformed weights
+# read from memory (first block) and re-read (each later block), a fixed cost per call.
+_GEMM_MADD = 1.0 / 72e9
+_IM2COL = 1.0 / 9.6e9
+_GEMM_WEIGHT_BYTE = 1.0 / 14e9
+_GEMM_CALL = 27e-6
+_WINO_MADD = 1.0 / 100e9
+_TRANSFORM = 1.0 / 5.2e9
+_U_BYTE = 1.0 / 34e9
+_U_REREAD_BYTE = 1.0 / 46e9
+_WINO_CALL = 13e-6
 WINOGRAD_MARGIN = 0.8
 
 # Mirrors of cuvil_winograd.h's blocking (AVX-512: W = 16 channels a vector, NW = 32 output
@@ -219,6 +219,5 @@ def estimate(shape: ConvShape) -> dict[str, float]:
         slots = _round_up(rows_per_block * tw, _SLOT_QUANTUM)
         out[f"F{m}"] = (p * blocks * slots * cin_p * cout_p * _WINO_MADD
                         + trows * tw * p * (cin_p + cout_p) * _TRANSFORM
-                        + ubytes * _U_BYTE + ubytes * (blocks - 1) * _U_REREAD_BYTE
-                        + trows * (m + 2) * (tw * m + 2) * cin_p * _COPY + _WINO_CALL)
+                        + ubytes * _U_BYTE + ubytes * (blocks - 1) * _U_REREAD_BYTE + _WINO_CALL)
     return out

@@ -60,6 +60,13 @@ typedef int32_t cuvil_ai __attribute__((vector_size(16)));
 #ifndef CUVIL_ATT_FMA
 #define CUVIL_ATT_FMA(a, b, c) ((a) * (b) + (c))
 #endif
+/* Keep a vector loaded once in a register: GCC would otherwise fold its load into each of the
+ * four multiply-adds that read it, and the loads, not the multiply-adds, would set the pace. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define CUVIL_ATT_KEEP(v) __asm__("" : "+v"(v))
+#else
+#define CUVIL_ATT_KEEP(v) ((void)0)
+#endif
 
 #define CUVIL_ATT_KB (4 * CUVIL_ATT_W) /* keys per block: four vectors */
 #define CUVIL_ATT_QB 32                /* queries per task (at most) */
@@ -103,7 +110,7 @@ static inline cuvil_av cuvil_att_splat(float s) {
 }
 
 /* exp(x) per lane: Cephes expf.  x < -87.3 (and -inf) gives 0, x > 88.7 gives inf, NaN stays NaN. */
-static inline cuvil_av cuvil_att_exp(cuvil_av x) {
+static inline __attribute__((always_inline)) cuvil_av cuvil_att_exp(cuvil_av x) {
     const cuvil_av hi = cuvil_att_splat(88.3762626647949f), lo = cuvil_att_splat(-87.3365447504f);
     cuvil_av c = x;
     cuvil_ai over = c > hi, under = c < lo;
@@ -172,8 +179,12 @@ static inline void cuvil_att_scores(const float *qs, const float *kt, int64_t dk
     cuvil_av a20 = z, a21 = z, a22 = z, a23 = z, a30 = z, a31 = z, a32 = z, a33 = z;
     for (int64_t c = 0; c < dk; c++) {
         const float *kc = kt + c * CUVIL_ATT_KB;
-        const cuvil_av k0 = cuvil_att_load(kc), k1 = cuvil_att_load(kc + CUVIL_ATT_W),
-                       k2 = cuvil_att_load(kc + 2 * CUVIL_ATT_W), k3 = cuvil_att_load(kc + 3 * CUVIL_ATT_W);
+        cuvil_av k0 = cuvil_att_load(kc), k1 = cuvil_att_load(kc + CUVIL_ATT_W), k2 = cuvil_att_load(kc + 2 * CUVIL_ATT_W),
+                 k3 = cuvil_att_load(kc + 3 * CUVIL_ATT_W);
+        CUVIL_ATT_KEEP(k0);
+        CUVIL_ATT_KEEP(k1);
+        CUVIL_ATT_KEEP(k2);
+        CUVIL_ATT_KEEP(k3);
         CUVIL_ATT_ROW(0, cuvil_att_splat(qs[c]));
         CUVIL_ATT_ROW(1, cuvil_att_splat(qs[dk + c]));
         CUVIL_ATT_ROW(2, cuvil_att_splat(qs[2 * dk + c]));
@@ -195,7 +206,9 @@ static inline void cuvil_att_pv(const float *p, const float *vb, int64_t kn, int
                  a11 = cuvil_att_load(o1 + W), a20 = cuvil_att_load(o2), a21 = cuvil_att_load(o2 + W),
                  a30 = cuvil_att_load(o3), a31 = cuvil_att_load(o3 + W);
         for (int64_t j = 0; j < kn; j++) {
-            const cuvil_av v0 = cuvil_att_load(vb + j * dvp + c0), v1 = cuvil_att_load(vb + j * dvp + c0 + W);
+            cuvil_av v0 = cuvil_att_load(vb + j * dvp + c0), v1 = cuvil_att_load(vb + j * dvp + c0 + W);
+            CUVIL_ATT_KEEP(v0);
+            CUVIL_ATT_KEEP(v1);
             const cuvil_av p0 = cuvil_att_splat(p[j]), p1 = cuvil_att_splat(p[KB + j]),
                            p2 = cuvil_att_splat(p[2 * KB + j]), p3 = cuvil_att_splat(p[3 * KB + j]);
             a00 = CUVIL_ATT_FMA(p0, v0, a00), a01 = CUVIL_ATT_FMA(p0, v1, a01);
