@@ -147,6 +147,29 @@ class OrtModel:
         sess = ort.InferenceSession(proto.SerializeToString(), self._options("none"), providers=[PROVIDER])
         return sess, [o.name for o in sess.get_outputs()]
 
+    # batch-scaling -------------------------------------------------------------------------------------------
+    def peak_memory(self, input_sets: Sequence[Sequence[np.ndarray]]) -> list[int]:
+        """Measured memory of one run per input set: in a fresh process each (so no allocation survives
+        from another size), the session is made and the inputs loaded, the peak resident set is reset
+        (``/proc/self/clear_refs``), one run made, and the peak minus the resident set before the run
+        returned, in bytes: what the run needs on top of the loaded session (ORT's arena included)."""
+        import subprocess
+        import sys
+
+        model = self._work / "onnxruntime-memory.onnx"
+        model.write_bytes(self._bytes)
+        out: list[int] = []
+        with tempfile.TemporaryDirectory(prefix="ort-memory-", dir=self._work) as tmp:
+            for i, arrays in enumerate(input_sets):
+                feed = Path(tmp) / f"inputs{i}.npz"
+                np.savez(feed, **{n: np.asarray(a) for n, a in zip(self.input_names, arrays)})
+                proc = subprocess.run([sys.executable, "-c", _PEAK_MEMORY_SCRIPT, str(model), str(feed),
+                                       str(self._threads)], capture_output=True, text=True, timeout=600)
+                if proc.returncode != 0:
+                    raise OrtRunError(f"measuring onnxruntime's memory failed: {proc.stderr.strip()[-500:]}")
+                out.append(int(proc.stdout.split()[-1]))
+        return out
+
     # latency -------------------------------------------------------------------------------------------------
     def profile(self, inputs: Sequence[np.ndarray], runs: int) -> list[list[tuple[str, str, float]]]:
         """``runs`` profiled calls of a second session (same options, ORT's profiler on): per call, the
@@ -165,6 +188,34 @@ class OrtModel:
                 walls.append(time.perf_counter() - t0)
             events = json.loads(Path(sess.end_profiling()).read_text(encoding="utf-8"))
         return _spans(events, walls)
+
+
+_PEAK_MEMORY_SCRIPT = """
+import sys
+import numpy as np
+import onnxruntime as ort
+
+def status(key):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    raise SystemExit(f"/proc/self/status has no {key}")
+
+model, inputs, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
+opts = ort.SessionOptions()
+opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+opts.intra_op_num_threads = threads
+opts.log_severity_level = 3
+sess = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+with np.load(inputs) as data:
+    feed = {k: np.array(data[k]) for k in data.files}
+with open("/proc/self/clear_refs", "w") as f:  # resets the peak resident set (VmHWM) to the current one
+    f.write("5")
+before = status("VmRSS")
+sess.run(None, feed)
+print(max(status("VmHWM") - before, 0))
+"""
 
 
 def _spans(events: Sequence[Mapping[str, Any]], walls: Sequence[float]) -> list[list[tuple[str, str, float]]]:

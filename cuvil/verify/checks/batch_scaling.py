@@ -26,6 +26,19 @@ that size:
   ``allocated_bytes`` is their sum, ``peak_bytes`` is ``peak_live_bytes`` and
   the arena figures are None.
 
+A build that is not Cuvil's (the ``onnxruntime`` subject's session, which has a
+``peak_memory`` method) allocates by its own rules, so the figures above that
+come from Cuvil's graph or plan do not describe it: ``allocated_bytes``,
+``peak_live_bytes`` and the arena figures are None (``details["memory_source"]``
+says why), and ``peak_bytes`` is measured: ``peak_rss_delta_bytes``, the peak
+resident set of one run minus the resident set before it, in a fresh process
+per batch size with the session loaded (onnxruntime_subject.py).  The sizes
+to try are still chosen by the graph's value liveness (``peak_live_bytes`` of
+the imported graph, what any runtime holds live at once), as measuring every
+bisection probe would take a process each; a size whose measured footprint
+exceeds the limit is listed in ``details["over_limit"]`` and makes the result a
+warning (the estimate let the sweep past the limit).
+
 The batch sizes tried stop at the memory limit by ``peak_bytes + input_bytes +
 weights_bytes``.  The knee is the first size after which
 throughput improves by less than ``knee_gain`` (default 5%).
@@ -185,6 +198,7 @@ class BatchScaling(Check):
         rows: list[dict[str, Any]] = []
         worst: dict[str, Any] | None = None
         tol = float(cfg["tolerance"])
+        measured = self._measured_memory(m, ctx, name, sizes)
         for b in sizes:
             inputs = ctx.inputs(symbols={name: b})
             times = measure(functools.partial(m, *inputs), min_runs=int(cfg["min_runs"]),
@@ -193,6 +207,9 @@ class BatchScaling(Check):
             err, output = self._batch_agreement(m, graph, name, lo, inputs)
             row = {"batch": b, "median_ms": med * 1e3, "throughput": b / med if med > 0 else float("inf"),
                    "batch_vs_single_rel_l2": err, **footprint(b)}
+            if measured is not None:
+                rss = float(measured[b])
+                row.update(peak_rss_delta_bytes=rss, peak_bytes=rss, allocated_bytes=None, peak_live_bytes=None)
             rows.append(row)
             if err > tol and worst is None:
                 worst = {"batch": b, "output": output, "rel_l2": err}
@@ -202,14 +219,30 @@ class BatchScaling(Check):
             if c["throughput"] < a["throughput"] * (1 + gain):
                 knee = a["batch"]
                 break
-        figures = {"knee_batch": float(knee), "max_batch": float(rows[-1]["batch"]),
-                   "best_throughput": max(r["throughput"] for r in rows),
-                   "peak_live_bytes_at_max": rows[-1]["peak_live_bytes"]}
+        figures: dict[str, float] = {"knee_batch": float(knee), "max_batch": float(rows[-1]["batch"]),
+                                     "best_throughput": max(r["throughput"] for r in rows)}
+        details: dict[str, Any] = {"symbol": name, "series": rows, "stopped_by": stop, "memory_limit": limit}
+        over: list[int] = []
+        if measured is not None:
+            figures["peak_rss_delta_bytes_at_max"] = rows[-1]["peak_rss_delta_bytes"]
+            details["memory_source"] = (f"measured: {target} is not a Cuvil build, so Cuvil's plan says nothing of "
+                                        "its allocations; peak_bytes is the peak resident set of one run minus the "
+                                        "resident set before it (a fresh process per batch size); allocated, "
+                                        "peak-live and arena figures are n/a")
+            details["size_selection"] = "estimated from the imported graph's value liveness"
+            over = [r["batch"] for r in rows
+                    if r["peak_bytes"] + (r["input_bytes"] or 0.0) + (r["weights_bytes"] or 0.0) > limit]
+            if over:
+                details["over_limit"] = over
+        else:
+            figures["peak_live_bytes_at_max"] = rows[-1]["peak_live_bytes"]
+            details["memory_source"] = "computed from the build's graph and memory plan at each size"
         if rows[-1]["arena_bytes"] is not None:
             figures.update(arena_bytes_at_max=rows[-1]["arena_bytes"],
                            fragmentation_at_max=rows[-1]["fragmentation"])
-        details = {"symbol": name, "series": rows, "stopped_by": stop, "memory_limit": limit}
-        if rows[-1]["arena_bytes"] is None:
+        elif measured is not None:
+            details["fragmentation_note"] = f"not applicable: {target}'s arena is its own, not a Cuvil memory plan"
+        else:
             details["fragmentation_note"] = ("not applicable: the pipeline had no plan-memory pass, so each value "
                                              "is allocated on its own (no arena)")
         if worst is not None:
@@ -219,10 +252,22 @@ class BatchScaling(Check):
                                target=target, figures=figures, details=details,
                                where={"symbol": name, "batch": str(worst["batch"]), "output": str(worst["output"])},
                                seconds=time.perf_counter() - t_start)
+        if over:
+            return CheckResult(self.name, Status.WARN,
+                               f"at batch {over[0]}, {target}'s measured footprint exceeds the memory limit of "
+                               f"{limit} bytes (the sizes were chosen by the graph's liveness estimate)", target=target, figures=figures, details=details,
+                               where={"symbol": name, "batch": str(over[0])}, seconds=time.perf_counter() - t_start)
         summary = (f"batches {', '.join(str(r['batch']) for r in rows)} (stopped by {stop}); knee at {knee}; "
                    f"best {figures['best_throughput']:.1f} samples/s")
         return CheckResult(self.name, Status.PASS, summary, target=target, figures=figures, details=details,
                            seconds=time.perf_counter() - t_start)
+
+    def _measured_memory(self, m: Any, ctx: Any, name: str, sizes: list[int]) -> dict[int, int] | None:
+        """Measured memory per batch size for a build that measures its own (``peak_memory``), else None."""
+        measure = getattr(m, "peak_memory", None)
+        if not callable(measure):
+            return None
+        return dict(zip(sizes, measure([ctx.inputs(symbols={name: b}) for b in sizes])))
 
     @staticmethod
     def _default(m: Any, s: str) -> int:

@@ -7,9 +7,12 @@
  * masked), the causal mask (key j of query i is masked when j > i + offset) and the padding
  * mask (keys at or past nonpad[b] are masked).
  *
- * Flash-style: a task owns one (batch, query head, block of QB queries).  It walks the keys in
- * blocks of KB, computes the QB x KB score block into a small buffer (a register-blocked
- * product of the query block and a transposed copy of the key block, vectorised over keys),
+ * First the keys and values are packed once per call, per (batch, key/value head, block of KB
+ * keys): the key block transposed ([head_size][KB], scaled for the split scale) and the value
+ * block padded to whole vectors (O(seq) memory, like K and V themselves).
+ * Then, flash-style, a task owns one (batch, query head, block of QB queries).  It walks the
+ * key blocks, computes the QB x KB score block into a small buffer (a register-blocked
+ * product of the query block and the packed key block, vectorised over keys),
  * applies scale, softcap and bias, and folds the block into each row's running maximum m,
  * running sum l and unnormalised output O (online softmax: O and l are rescaled by
  * exp(m_old - m_new) when the maximum grows), then O += P V (vectorised over the value dims).
@@ -154,11 +157,19 @@ static void cuvil_att_pack(void *ctx, int64_t task, int tid) {
     float *kt = job->packed + (size_t)task * (size_t)(dk * KB + KB * dvp), *vb = kt + dk * KB;
     const float f = a->scale_mode == CUVIL_ATT_SPLIT ? a->scale : 1.0f;
     const int split = a->scale_mode == CUVIL_ATT_SPLIT;
-    for (int64_t jj = 0; jj < KB; jj++) {
+    for (int64_t jj = 0; jj < kn; jj++) {
         const float *kr = a->k + b * a->ks[0] + g * a->ks[1] + (j0 + jj) * a->ks[2];
         const float *vr = a->v + b * a->vs[0] + g * a->vs[1] + (j0 + jj) * a->vs[2];
-        for (int64_t c = 0; c < dk; c++) kt[c * KB + jj] = jj < kn ? (split ? kr[c] * f : kr[c]) : 0.0f;
-        for (int64_t c = 0; c < dvp; c++) vb[jj * dvp + c] = jj < kn && c < a->dv ? vr[c] : 0.0f;
+        if (split)
+            for (int64_t c = 0; c < dk; c++) kt[c * KB + jj] = kr[c] * f;
+        else
+            for (int64_t c = 0; c < dk; c++) kt[c * KB + jj] = kr[c];
+        memcpy(vb + jj * dvp, vr, (size_t)a->dv * sizeof(float));
+        for (int64_t c = a->dv; c < dvp; c++) vb[jj * dvp + c] = 0.0f;
+    }
+    for (int64_t jj = kn; jj < KB; jj++) { /* the block's missing keys: zeros, masked in the scores */
+        for (int64_t c = 0; c < dk; c++) kt[c * KB + jj] = 0.0f;
+        for (int64_t c = 0; c < dvp; c++) vb[jj * dvp + c] = 0.0f;
     }
 }
 
