@@ -293,11 +293,19 @@ def _precision_pass(precision: str, overrides: Mapping[str, str] | None) -> Pass
 
 
 def _with_precision(passes: list[Pass], convert: Pass) -> list[Pass]:
-    """``passes`` with ``convert`` before the first fusion pass (fused regions are not converted)."""
-    from cuvil.passes import FuseElementwise, FuseEpilogue, RecognizeGelu
+    """``passes`` with ``convert`` right after the clean-up passes and batch-norm folding: before any
+    pass that fuses, changes layout or plans memory (fused regions and NHWC kernels are float32-only
+    rewrites, and a memory plan must describe the final graph)."""
+    from cuvil.passes import (
+        Canonicalize,
+        CommonSubexpressionElimination,
+        DeadCodeElimination,
+        FoldBatchNorm,
+        FoldConstants,
+    )
 
-    at = next((i for i, p in enumerate(passes) if isinstance(p, FuseElementwise | FuseEpilogue | RecognizeGelu)),
-              len(passes))
+    basic = (Canonicalize, FoldConstants, CommonSubexpressionElimination, DeadCodeElimination, FoldBatchNorm)
+    at = next((i for i, p in enumerate(passes) if not isinstance(p, basic)), len(passes))
     return [*passes[:at], convert, *passes[at:]]
 
 

@@ -279,6 +279,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     import numpy as np
 
+    from cuvil.ir.dtypes import is_float_np
+
     t0 = time.perf_counter()
     if Path(args.model).is_dir():
         from cuvil.runtime.artifact import load
@@ -306,7 +308,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print(f"{how}; ran in {t2 - t1:.3f} s")
     for name, a in outs.items():
         stats = ""
-        if a.size and a.dtype.kind in "fiub":
+        if a.size and (is_float_np(a.dtype) or a.dtype.kind in "iub"):
             f = a.astype(np.float64)
             stats = f" min {f.min():.6g} max {f.max():.6g} mean {f.mean():.6g}"
         print(f"  {name}: {a.dtype}{list(a.shape)}{stats}")

@@ -14,7 +14,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.models import ZOO  # noqa: E402  (the repository root is on the path above)
+from benchmarks.models import ZOO  # the repository root is on the path above
 
 
 def resnet18() -> tuple[torch.nn.Module, list[torch.Tensor], dict[str, Any]]:

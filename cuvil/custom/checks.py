@@ -31,7 +31,7 @@ from cuvil.custom.schema import (
     fmt_shape,
     fmt_signature,
 )
-from cuvil.ir.dtypes import DType
+from cuvil.ir.dtypes import DType, is_float_np
 from cuvil.ir.symbolic import Dim, DimExpr, sym
 from cuvil.ops.registry import REQUIRED
 
@@ -282,7 +282,7 @@ def check_backward(op: str, schema: OpSchema, backward: Callable[..., Any], arra
     env: dict[str, np.ndarray] = {a.name: x for a, x in zip(schema.inputs, arrays)}
     for o, y in zip(schema.outputs, outs):
         env[o.name] = y
-        env[f"grad_{o.name}"] = rng.standard_normal(y.shape).astype(y.dtype) if y.dtype.kind == "f" else np.zeros_like(y)
+        env[f"grad_{o.name}"] = rng.standard_normal(y.shape).astype(y.dtype) if is_float_np(y.dtype) else np.zeros_like(y)
     where = fmt_inputs(schema, arrays)
     try:
         grads = as_outputs(backward(*[env[g] for g in schema.grad_inputs()], **attrs))

@@ -90,3 +90,11 @@ UNSIGNED_INTS = frozenset({DType.u8, DType.u16, DType.u32, DType.u64})
 INTS = SIGNED_INTS | UNSIGNED_INTS
 NUMERIC = FLOATS | INTS
 ALL = NUMERIC | {DType.bool}
+
+
+def is_float_np(dtype: object) -> builtins.bool:
+    """Whether a NumPy dtype is a float type, bfloat16 included.
+
+    ``dtype.kind == "f"`` is not this test: ml_dtypes' bfloat16 has kind ``"V"``."""
+    d = np.dtype(dtype)  # type: ignore[call-overload]
+    return d.kind == "f" or builtins.bool(d == _TO_NP[DType.bf16])

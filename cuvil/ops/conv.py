@@ -123,12 +123,14 @@ def resolve_pads(size: int, k: int, i: int, w: WindowAttrs, out: int) -> tuple[i
 
 def sliding_windows(
     x: np.ndarray, kernel: Sequence[int], w: WindowAttrs, out: Sequence[int], pads: Sequence[tuple[int, int]],
-    fill: Any,
+    fill: Any, *, channels_last: bool = False,
 ) -> np.ndarray:
     """A view ``[N, C, *out, *kernel]`` of the windows of ``x`` padded with ``fill``.
 
     The end padding is extended when ``ceil_mode`` makes the last window overhang it; the
-    overhang is filled with ``fill`` too (callers mask it out where it matters)."""
+    overhang is filled with ``fill`` too (callers mask it out where it matters).
+    ``channels_last``: the view is ``[N, *out, C, *kernel]``, over a padded copy of ``x`` whose
+    channels are innermost, so that copying it in that order (im2col) reads memory in runs."""
     n = len(kernel)
     widths = [(0, 0), (0, 0)]
     extents = tuple((kernel[i] - 1) * w.dilations[i] + 1 for i in range(n))
@@ -137,12 +139,18 @@ def sliding_windows(
         pb, pe = pads[i]
         need = (out[i] - 1) * w.strides[i] + dk - x.shape[2 + i] - pb
         widths.append((pb, max(pe, need, 0)))
+    spatial = tuple(slice(0, (out[i] - 1) * w.strides[i] + 1, w.strides[i]) for i in range(n))
+    taps = tuple(slice(None, None, w.dilations[i]) for i in range(n))
+    if channels_last:
+        xc = np.moveaxis(x, 1, -1)
+        widths = [widths[0], *widths[2:], widths[1]]
+        xp = (np.pad(xc, widths, mode="constant", constant_values=fill) if any(a or b for a, b in widths)
+              else np.ascontiguousarray(xc))
+        view = np.lib.stride_tricks.sliding_window_view(xp, extents, axis=tuple(range(1, 1 + n)))
+        return view[(slice(None), *spatial, slice(None), *taps)]
     xp = np.pad(x, widths, mode="constant", constant_values=fill) if any(a or b for a, b in widths) else x
     view = np.lib.stride_tricks.sliding_window_view(xp, extents, axis=tuple(range(2, 2 + n)))
-    index: tuple[slice, ...] = (slice(None), slice(None))
-    index += tuple(slice(0, (out[i] - 1) * w.strides[i] + 1, w.strides[i]) for i in range(n))
-    index += tuple(slice(None, None, w.dilations[i]) for i in range(n))
-    return view[index]
+    return view[(slice(None), slice(None), *spatial, *taps)]
 
 
 def acc_dtype(dtype: np.dtype) -> type[np.floating[Any]]:
@@ -225,14 +233,15 @@ def _conv_ref(ctx: RefCtx) -> list[np.ndarray]:
     w = window_attrs(ctx, n)
     out = [concrete(window_out_dim(x.shape[2 + i], kernel[i], i, w)) for i in range(n)]
     pads = [resolve_pads(x.shape[2 + i], kernel[i], i, w, out[i]) for i in range(n)]
-    cols = sliding_windows(x.astype(acc, copy=False), kernel, w, out, pads, 0)  # [N, C, *out, *kernel]
+    # [N, *out, C, *kernel], over a channels-innermost copy: the im2col copy below reads it in runs
+    cols = sliding_windows(x.astype(acc, copy=False), kernel, w, out, pads, 0, channels_last=True)
     batch, chans = x.shape[0], x.shape[1]
     m = wgt.shape[0]
     cg, mg = chans // group, m // group
     npix, nk = int(np.prod(out, dtype=np.int64)), int(np.prod(kernel, dtype=np.int64))
     # im2col: [G, N * pixels, Cg * taps] @ [G, Cg * taps, Mg] -> [G, N * pixels, Mg]
-    cols = cols.reshape(batch, group, cg, *out, *kernel)
-    perm = (1, 0, *range(3, 3 + n), 2, *range(3 + n, 3 + 2 * n))
+    cols = cols.reshape(batch, *out, group, cg, *kernel)
+    perm = (n + 1, 0, *range(1, 1 + n), n + 2, *range(n + 3, 2 * n + 3))
     a = np.ascontiguousarray(cols.transpose(perm)).reshape(group, batch * npix, cg * nk)
     b = wgt.astype(acc, copy=False).reshape(group, mg, cg * nk).transpose(0, 2, 1)
     y = np.matmul(a, b).reshape(group, batch, *out, mg)

@@ -18,9 +18,12 @@ Rules every fused region keeps (checked by inference, so by the verifier):
 
 1. Every region node is an elementwise op (:data:`~cuvil.ops.registry.ELEMENTWISE`)
    with no regions of its own; the region reads only its own inputs.
-2. Every value in the region has one float element type, f32 or f64
-   (:data:`FUSABLE_DTYPES`): storage and compute types agree, so keeping
-   intermediates in registers rounds exactly as storing them would.
+2. Every value in the region has a float element type (:data:`FUSABLE_DTYPES`).
+   Each region node means what it means outside a region: its result is rounded
+   to its element type.  For f32 and f64 the compute type is the storage type,
+   so an intermediate kept in a register is already rounded; an f16 or bf16
+   intermediate is computed in float32 and rounded to its type before it is
+   read, so the fused form gives exactly what the unfused ops give.
 3. An epilogue extra is, against the result's shape, one element (``scalar``),
    the same shape (``full``: a residual), or a vector along the last axis
    (``row``: a bias of a matmul); see :func:`extra_kind`.
@@ -33,7 +36,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from cuvil.ir.dtypes import DType
+from cuvil.ir.dtypes import FLOATS
 from cuvil.ir.graph import Graph, Value
 from cuvil.ir.symbolic import Dim, is_unknown
 from cuvil.ir.types import TensorType
@@ -42,7 +45,7 @@ from cuvil.ops import layout as _layout  # noqa: F401
 from cuvil.ops import linalg as _linalg  # noqa: F401
 from cuvil.ops.registry import ELEMENTWISE, AttrSpec, InferCtx, OpDef, RefCtx, get, lookup, register
 
-FUSABLE_DTYPES = frozenset({DType.f32, DType.f64})
+FUSABLE_DTYPES = FLOATS
 
 EPILOGUE_BASES = {"fused_conv": "conv", "fused_conv_nhwc": "conv_nhwc", "fused_gemm": "gemm",
                   "fused_matmul": "matmul"}
@@ -96,7 +99,7 @@ def region_problem(body: Graph, input_types: Sequence[TensorType | None], what: 
                 return f"{what}: {n.op} reads %{a.name}, which the region does not define"
         for b in [*n.inputs, *n.outputs]:
             if b is not None and b.type.dtype not in FUSABLE_DTYPES:
-                return f"{what}: %{b.name} has element type {b.type.dtype}; fused regions hold f32 or f64 only"
+                return f"{what}: %{b.name} has element type {b.type.dtype}; fused regions hold float values only"
         defined.update(n.outputs)
     if body.outputs[0] not in defined:
         return f"{what}'s output is not defined in it"

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cuvil.errors import ShapeError
-from cuvil.ir.dtypes import FLOATS, NUMERIC, DType
+from cuvil.ir.dtypes import FLOATS, NUMERIC, DType, is_float_np
 from cuvil.ir.symbolic import Dim, broadcast_dim
 from cuvil.ir.types import TensorType
 from cuvil.ops.common import broadcast_shapes
@@ -113,11 +113,11 @@ def _gemm_ref(ctx: RefCtx) -> list[np.ndarray]:
     # Skipping a factor of 1 keeps integer products exact.
     y = a @ b
     if alpha != 1.0:
-        y = y * np.asarray(alpha, y.dtype if y.dtype.kind == "f" else np.float64)
+        y = y * np.asarray(alpha, y.dtype if is_float_np(y.dtype) else np.float64)
     if ctx.has(2):
         c = _acc(ctx.input(2))
         if beta != 1.0:
-            c = c * np.asarray(beta, c.dtype if c.dtype.kind == "f" else np.float64)
+            c = c * np.asarray(beta, c.dtype if is_float_np(c.dtype) else np.float64)
         y = y + c
     return [np.asarray(y).astype(ctx.out_dtype())]
 

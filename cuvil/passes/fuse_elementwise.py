@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
+from cuvil.ir.dtypes import DType, is_float_np
 from cuvil.ir.graph import Graph, Node, Value, captures
 from cuvil.ops.common import const_of
 from cuvil.ops.fused import FUSABLE_DTYPES
@@ -103,7 +104,7 @@ def drop_unused_constants(graph: Graph, candidates: Iterable[Value]) -> None:
 def scalar_const(v: Value | None) -> float | None:
     """The value of a one-element float constant, else None."""
     c = const_of(v)
-    if c is None or c.size != 1 or c.dtype.kind != "f":
+    if c is None or c.size != 1 or not is_float_np(c.dtype):
         return None
     return float(c.reshape(()))
 
@@ -111,6 +112,7 @@ def scalar_const(v: Value | None) -> float | None:
 # recognize-gelu --------------------------------------------------------------------------------
 
 _SQRT2 = math.sqrt(2.0)
+_GELU_DTYPES = frozenset({DType.f32, DType.f64})  # rule 3
 
 
 def _close(x: float | None, want: float) -> bool:
@@ -158,7 +160,7 @@ class RecognizeGelu(GraphPass):
             return us[0]
 
         for erf in g.nodes:
-            if erf.op != "erf" or erf in removed or erf.outputs[0].type.dtype not in FUSABLE_DTYPES:
+            if erf.op != "erf" or erf in removed or erf.outputs[0].type.dtype not in _GELU_DTYPES:
                 continue
             scaled = erf.inputs[0]
             pre = scaled.producer if scaled is not None else None
@@ -229,7 +231,7 @@ class FuseElementwise(GraphPass):
     """Fuses chains of elementwise ops into one ``fused_elementwise`` node (one loop).
 
     1. A group grows from its last node (the root) towards its operands: a producer joins when
-       it is elementwise (the rules of ``cuvil/ops/fused.py``: float f32/f64 values, no regions),
+       it is elementwise (the rules of ``cuvil/ops/fused.py``: float values, no regions),
        its output is read exactly once (by the group) and is not a graph output, and its output
        has the root's type.  So a group is a tree, every intermediate is computed once per output
        element and no work is duplicated (a value read twice stays a tensor).

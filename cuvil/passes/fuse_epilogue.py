@@ -10,6 +10,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from cuvil.ir.dtypes import DType
 from cuvil.ir.graph import Graph, Node, Value
 from cuvil.ir.types import TensorType
 from cuvil.ops.common import const_of
@@ -25,6 +26,7 @@ from cuvil.passes.fuse_elementwise import (
 )
 
 _FUSED_FORM = {base: fused for fused, base in EPILOGUE_BASES.items()}
+_EXACT_BIAS = frozenset({DType.f16, DType.bf16})  # rule 2
 
 
 def _channel_bias(conv_out: Value, node: Node) -> np.ndarray | None:
@@ -45,17 +47,32 @@ def _channel_bias(conv_out: Value, node: Node) -> np.ndarray | None:
     return c.reshape(shape[1])
 
 
+def _bias_sum(conv: Node, add: np.ndarray) -> np.ndarray | None:
+    """``conv``'s bias (constant or absent) plus ``add``, in its element type: summed in float64 and
+    rounded once; None for f16/bf16 when that rounding changes the sum (rule 2)."""
+    old = const_of(conv.inputs[2]) if len(conv.inputs) > 2 else None
+    dtype = conv.outputs[0].type.dtype
+    total = add.astype(np.float64) + (old.astype(np.float64) if old is not None else 0.0)
+    rounded = total.astype(dtype.np)
+    if dtype in _EXACT_BIAS and not np.array_equal(rounded.astype(np.float64), total):
+        return None
+    return rounded
+
+
 @register_pass
 @dataclass(frozen=True)
 class FuseEpilogue(GraphPass):
     """Fuses the elementwise tail of ``conv``, ``gemm`` and ``matmul`` into them.
 
-    1. An anchor is a ``conv``, ``gemm`` or ``matmul`` whose result is f32 or f64.
+    1. An anchor is a ``conv``, ``gemm`` or ``matmul`` whose result is a float (f64, f32, f16,
+       bf16; an f16/bf16 epilogue rounds each result to its type, as the unfused ops do).
     2. A ``conv`` whose result is read once, by an ``add`` of a constant that is per output
        channel (``[M, 1, 1]``, ``[1, M, 1, 1]``, ...), takes that constant into its bias (added
-       in float64, rounded once) and the ``add`` goes; repeated while it applies.
+       in float64, rounded once) and the ``add`` goes; repeated while it applies.  For f16/bf16
+       only when the sum is exact in that type: a bias rounded to 11 or 8 bits would move the
+       result by far more than the rounding of the ``add`` it saves.
     3. Then, while the current result is read exactly once, is not a graph output, and its
-       reader is an elementwise op (f32/f64, see ``cuvil/ops/fused.py``) whose result has the
+       reader is an elementwise op (float values, see ``cuvil/ops/fused.py``) whose result has the
        anchor's type and whose other operands are each one element, the anchor's shape (a
        residual) or a vector along its last axis (a bias of ``[N]``), the reader joins the
        epilogue; at most ``max_ops`` of them.
@@ -88,9 +105,9 @@ class FuseEpilogue(GraphPass):
             if anchor.op == "conv" and (len(anchor.inputs) < 3 or anchor.inputs[2] is None
                                         or const_of(anchor.inputs[2]) is not None):
                 while (u := sole_reader(acc)) is not None and (bias := _channel_bias(acc, u)) is not None \
-                        and u.outputs[0].type == acc.type:
+                        and u.outputs[0].type == acc.type and (total := _bias_sum(anchor, bias)) is not None:
                     consts.extend(v for v in [*u.inputs, *anchor.inputs[2:3]] if v is not None and v is not acc)
-                    self._take_bias(anchor, bias, replaced)
+                    self._take_bias(anchor, total, replaced)
                     out = u.outputs[0]
                     anchor.outputs = [out]
                     out.producer = anchor
@@ -132,14 +149,12 @@ class FuseEpilogue(GraphPass):
         return True
 
     @staticmethod
-    def _take_bias(conv: Node, add: np.ndarray, replaced: dict[Node, list[Node]]) -> None:
-        """Give ``conv`` the bias ``B + add`` (a new constant placed just before it); B is constant or absent."""
-        m = add.shape[0]
-        old = const_of(conv.inputs[2]) if len(conv.inputs) > 2 else None
+    def _take_bias(conv: Node, total: np.ndarray, replaced: dict[Node, list[Node]]) -> None:
+        """Give ``conv`` the bias ``total`` (a new constant placed just before it)."""
+        m = total.shape[0]
         dtype = conv.outputs[0].type.dtype
-        total = add.astype(np.float64) + (old.astype(np.float64) if old is not None else 0.0)
         value = Value(f"{conv.name or 'conv'}_bias", TensorType(dtype, (m,)))
-        Node("constant", [], [value], {"value": total.astype(dtype.np)})
+        Node("constant", [], [value], {"value": total})
         assert value.producer is not None
         ins = list(conv.inputs) + [None] * (3 - len(conv.inputs))
         ins[2] = value

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from cuvil.backends.ref.interpreter import run_graph
-from cuvil.errors import CuvilError
-from cuvil.ir.dtypes import DType
+from cuvil.errors import CuvilError, InputError
+from cuvil.ir.dtypes import DType, is_float_np
 from cuvil.ir.graph import Graph, Node
 from cuvil.passes.convert_precision import PrecisionOverflowError, max_finite
 
@@ -148,7 +148,7 @@ def _compare(reference: Graph, candidate: Graph,
         got = trace(candidate, sample)
         for name, (_, dt) in reduced.items():
             w = want.get(name)
-            if w is None or not np.issubdtype(w.dtype, np.floating):
+            if w is None or not is_float_np(w.dtype):
                 continue
             w64 = np.abs(w.astype(np.float64))
             peak = float(np.max(w64, initial=0.0, where=np.isfinite(w64)))
@@ -188,13 +188,18 @@ def _compare(reference: Graph, candidate: Graph,
 
 
 def _float(a: np.ndarray) -> bool:
-    return np.issubdtype(a.dtype, np.floating) or a.dtype == DType.bf16.np
+    return is_float_np(a.dtype)
 
 
 def sample_inputs(graph: Graph, dataset: Iterable[Any] | None, count: int, seed: int = 0) -> list[list[np.ndarray]]:
     """Up to ``count`` input lists: from ``dataset`` (tuples or lists in input order, dicts by input name,
-    or single arrays for a one-input model) when given, else seeded random inputs from the signature."""
+    or single arrays for a one-input model) when given, else seeded random inputs from the signature.
+
+    A given sample must meet the model's input contract (element types, shapes: the checks of
+    ``cuvil/runtime/guards.py``); one that does not is an :class:`InputError` naming the sample and
+    the input."""
     from cuvil.runtime.compiled import Signature
+    from cuvil.runtime.guards import bind_inputs
     from cuvil.runtime.samples import random_inputs
 
     specs = Signature.of(graph).inputs
@@ -215,8 +220,12 @@ def sample_inputs(graph: Graph, dataset: Iterable[Any] | None, count: int, seed:
             arrays = [item]
         if len(arrays) != len(specs):
             raise CuvilError(f"calibration sample {len(out)} has {len(arrays)} inputs; the model takes {len(specs)}")
-        out.append([np.asarray(a.numpy() if hasattr(a, "numpy") else a).astype(s.type.dtype.np, copy=False)
-                    for a, s in zip(arrays, specs)])
+        sample = [np.asarray(a.numpy() if hasattr(a, "numpy") else a) for a in arrays]
+        try:  # the checks a compiled model makes of its inputs: no silent conversion of element types
+            bind_inputs([s.name for s in specs], [s.type for s in specs], sample, graph.symbols)
+        except InputError as exc:
+            raise InputError(f"calibration sample {len(out)}: {exc}") from None
+        out.append(sample)
     if not out:
         raise CuvilError("the calibration dataset is empty")
     return out

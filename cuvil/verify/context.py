@@ -4,6 +4,10 @@ The source is imported once (a PyTorch module exported once, with the torch fron
 end's op-mapping log kept for the ``coverage`` check) and compiled models are cached
 per (target, options), so checks that need the same build share it; every build is
 timed in ``builds`` (the runner attributes them to the check that asked first).
+Builds can be started ahead, in background threads (:meth:`VerifyContext.prefetch`:
+the C compiler and zig run as separate processes, so builds overlap each other and
+the checks that do not time anything); :meth:`VerifyContext.compiled` waits for a
+started build rather than making it again, and raises what the build raised.
 Oracles: the reference interpreter (Cuvil's semantics,
 optionally in float64), and the source framework the model came from
 (onnxruntime for ONNX files, eager PyTorch for PyTorch modules).
@@ -13,8 +17,11 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -57,6 +64,10 @@ class VerifyContext:
     #: Every build made through :meth:`compiled`, in order: target, options and seconds (import included
     #: for the first one).
     builds: list[dict[str, Any]] = field(default_factory=list)
+    _pending: dict[tuple[str, tuple[tuple[str, Any], ...]], Future[tuple[CompiledModel, float]]] = field(
+        default_factory=dict)
+    _pool: ThreadPoolExecutor | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def check_config(self, name: str) -> dict[str, Any]:
         """The ``[checks.NAME]`` table of the configuration (thresholds and options)."""
@@ -116,18 +127,68 @@ class VerifyContext:
 
     def compiled(self, target: str, **options: Any) -> CompiledModel:
         """The model compiled for ``target`` with ``options`` (cached; the source is imported once)."""
-        import cuvil
-
         key = (target, tuple(sorted(options.items())))
         if key not in self._builds:
-            kw: dict[str, Any] = dict(options)
-            if target != "ref" and self.cache_dir:
-                kw.setdefault("cache_dir", self.cache_dir)
             t0 = time.perf_counter()
-            self._builds[key] = cuvil.compile(self.imported(), target=target, **kw)
+            with self._lock:
+                pending = self._pending.pop(key, None)
+            if pending is not None:
+                model, seconds = pending.result()
+                waited: float | None = time.perf_counter() - t0
+            else:
+                model, seconds = self._build(target, options)
+                waited = None
+            self._builds[key] = model
             self.builds.append({"target": target, "options": {k: repr(v) for k, v in options.items()},
-                                "seconds": time.perf_counter() - t0})
+                                "seconds": seconds, "background": pending is not None,
+                                **({"waited": waited} if waited is not None else {})})
         return self._builds[key]
+
+    def prefetch(self, requests: Iterable[tuple[str, Mapping[str, Any]]], *, workers: int | None = None) -> None:
+        """Start building each (target, options) in a background thread, in the order given (``workers``
+        at a time, default: one per CPU).  The source is imported first, on this thread."""
+        todo: list[tuple[tuple[str, tuple[tuple[str, Any], ...]], dict[str, Any]]] = []
+        for target, options in requests:
+            key = (target, tuple(sorted(options.items())))
+            if key not in self._builds and key not in self._pending and key not in [k for k, _ in todo]:
+                todo.append((key, dict(options)))
+        if not todo:
+            return
+        try:
+            self.imported()
+        except Exception:
+            return  # the checks that need the import meet the same error and report it
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 2,
+                                            thread_name_prefix="cuvil-verify-build")
+        with self._lock:
+            for key, options in todo:
+                self._pending[key] = self._pool.submit(self._build, key[0], options)
+
+    def settle(self) -> None:
+        """Wait until every build started by :meth:`prefetch` has finished (failed ones fail when asked for)."""
+        with self._lock:
+            pending = list(self._pending.values())
+        for f in pending:
+            f.exception()
+
+    def close(self) -> None:
+        """Stop the background builds not yet started and wait for the running ones."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        with self._lock:  # a build cancelled before it started is made on demand again
+            self._pending = {k: f for k, f in self._pending.items() if not f.cancelled()}
+
+    def _build(self, target: str, options: Mapping[str, Any]) -> tuple[CompiledModel, float]:
+        import cuvil
+
+        kw: dict[str, Any] = dict(options)
+        if target != "ref" and self.cache_dir:
+            kw.setdefault("cache_dir", self.cache_dir)
+        t0 = time.perf_counter()
+        model = cuvil.compile(self.imported(), target=target, **kw)
+        return model, time.perf_counter() - t0
 
     def inputs(self, seed: int | None = None, symbols: Mapping[str, int] | None = None) -> list[np.ndarray]:
         """Seeded random inputs that satisfy the model's contract (symbols at small valid values)."""

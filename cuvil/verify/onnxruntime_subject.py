@@ -162,7 +162,8 @@ class OrtModel:
         with tempfile.TemporaryDirectory(prefix="ort-memory-", dir=self._work) as tmp:
             for i, arrays in enumerate(input_sets):
                 feed = Path(tmp) / f"inputs{i}.npz"
-                np.savez(feed, **{n: np.asarray(a) for n, a in zip(self.input_names, arrays)})
+                arrays_by_name: dict[str, Any] = {n: np.asarray(a) for n, a in zip(self.input_names, arrays)}
+                np.savez(feed, **arrays_by_name)
                 proc = subprocess.run([sys.executable, "-c", _PEAK_MEMORY_SCRIPT, str(model), str(feed),
                                        str(self._threads)], capture_output=True, text=True, timeout=600)
                 if proc.returncode != 0:

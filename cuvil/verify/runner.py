@@ -3,7 +3,13 @@
 The runner owns everything between "the user named a model" and "here is the report":
 
 - selection: check names or group names (a group may be abbreviated to a unique prefix:
-  ``compat`` is ``compatibility``), in the order given, each once;
+  ``compat`` is ``compatibility``), in the order given, each once; ``all`` (the default) runs
+  the groups in the order of :data:`GROUP_ORDER` (the checks that time builds last);
+- builds: before the first check, the builds the checks will ask for are started in the
+  background (a check says which with an optional ``builds(ctx)`` method returning
+  ``(target, options)`` pairs; one without it may use every target's default build), so
+  the compilers run while the static checks work; they are all finished before a check of
+  the ``runtime`` group starts, so that no build shares the CPU with what it measures;
 - targets: the ones asked for that are available here run; the ones that are not are
   reported as skipped results (one per check and target) with the reason, never dropped;
 - the subject: what is being verified on each target (a :class:`Subject`): Cuvil's own builds
@@ -36,6 +42,10 @@ from cuvil.verify.context import ModelSource, VerifyContext
 from cuvil.verify.report import Report, environment
 
 DEFAULT_TARGETS = ("ref", "native")
+#: The order ``all`` runs the groups in (others after them): the checks that measure time come last.
+GROUP_ORDER = ("compatibility", "ir-stability", "runtime")
+#: The group whose checks time the builds: background builds are finished before one of them starts.
+TIMED_GROUP = "runtime"
 
 
 # ---- targets ----------------------------------------------------------------------------------------------------
@@ -121,7 +131,8 @@ def select_checks(names: Iterable[str] | None) -> list[type[Check]]:
     groups = list(dict.fromkeys(c.group for c in known.values()))
     for name in wanted:
         if name == "all":
-            picked.update(known)
+            rank = {g: i for i, g in enumerate(GROUP_ORDER)}
+            picked.update(sorted(known.items(), key=lambda kv: rank.get(kv[1].group, len(rank))))
         elif name in known:
             picked[name] = known[name]
         else:
@@ -153,6 +164,9 @@ class Subject:
         """None when ``check`` applies to this subject, else why not (the check is reported as skipped)."""
         return None
 
+    def prefetch(self, ctx: VerifyContext, checks: Sequence[Check]) -> None:
+        """Start, in the background, the builds ``checks`` will ask for (nothing by default)."""
+
     def resolve_targets(self, explicit: Sequence[str] | None, configured: Sequence[str] | None
                         ) -> tuple[list[str], dict[str, str]]:
         """The targets to run (asked for by argument, else by the configuration) and the unavailable ones."""
@@ -168,6 +182,18 @@ class CuvilSubject(Subject):
                 cache_dir: str | None) -> VerifyContext:
         return VerifyContext(source=source, targets=targets, config=config.as_context_config(), seed=config.seed,
                              work_dir=work_dir, cache_dir=cache_dir)
+
+    def prefetch(self, ctx: VerifyContext, checks: Sequence[Check]) -> None:
+        requests: list[tuple[str, dict[str, Any]]] = []
+        for check in checks:
+            declared = getattr(check, "builds", None)
+            if callable(declared):
+                requests += [(t, dict(o)) for t, o in declared(ctx)]
+            else:
+                requests += [(t, {}) for t in ctx.targets]
+        # every check's default builds first (most checks share them), then the variants
+        requests.sort(key=lambda r: bool(r[1]))
+        ctx.prefetch(r for r in requests if r[0] != "ref")  # the reference "build" is the interpreter: instant
 
 
 def _onnxruntime() -> Subject:
@@ -290,6 +316,17 @@ class Suite:
         report = Report(model=self.ctx.source.label, targets=list(self.ctx.targets),
                         checks=[c.name for c in self.checks], strict=self.strict, subject=self.subject.name,
                         environment=environment(), config_path=self.config_path)
+        applicable = [c for c in self.checks if self.subject.not_applicable(type(c)) is None]
+        try:
+            self.subject.prefetch(self.ctx, applicable)
+            self._run_checks(report, progress)
+        finally:
+            self.ctx.close()
+        report.seconds = time.perf_counter() - t0
+        progress.finish(report)
+        return report
+
+    def _run_checks(self, report: Report, progress: Progress) -> None:
         for i, check in enumerate(self.checks):
             progress.start(i, len(self.checks), check.name, self.ctx.targets)
             t_check, built = time.perf_counter(), len(self.ctx.builds)
@@ -297,6 +334,8 @@ class Suite:
             if why is not None:
                 results = [CheckResult(check.name, Status.SKIP, f"does not apply to {self.subject.name}: {why}")]
             else:
+                if check.group == TIMED_GROUP:
+                    self.ctx.settle()
                 results = run_check(check, self.ctx)
             for target, reason in self.skipped_targets.items():
                 results.append(CheckResult(check.name, Status.SKIP, f"target {target} is not available here: {reason}",
@@ -307,9 +346,6 @@ class Suite:
             builds = self.ctx.builds[built:]
             report.timings.append({"check": check.name, "seconds": time.perf_counter() - t_check,
                                    "builds": builds, "build_seconds": sum(b["seconds"] for b in builds)})
-        report.seconds = time.perf_counter() - t0
-        progress.finish(report)
-        return report
 
 
 def plan(source: ModelSource, *, config: VerifyConfig, checks: Sequence[str] | None = None,

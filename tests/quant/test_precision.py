@@ -324,3 +324,54 @@ def test_verify_precision_reports_an_overflow(tmp_path: Path) -> None:
     assert r.where == {"target": "generic", "precision": "fp16", "node": "scale2", "op": "mul"}
     assert "value 'huge' reaches |x| = " in r.summary and "65504" in r.summary
     assert "bf16" in r.details and "overflow" not in r.details["bf16"]  # bf16 has float32's range
+
+
+def _half_tails() -> Graph:
+    """For f16 and bf16: conv + residual * scalar -> relu, matmul + row bias -> tanh -> clip, and an
+    elementwise chain (add, sigmoid, mul, sub) that no product heads."""
+    b = Builder()
+    outs = []
+    for dt in (DType.f16, DType.bf16):
+        x = b.input(f"x_{dt}", TensorType(dt, (1, 8, 6, 6)))
+        w = b.input(f"w_{dt}", TensorType(dt, (8, 8, 3, 3)))
+        c = b.input(f"c_{dt}", TensorType(dt, (8,)))
+        r = b.input(f"r_{dt}", TensorType(dt, (1, 8, 6, 6)))
+        k = b.constant(np.array(1.7, dt.np))
+        conv = b.add1("conv", [x, w, c], {"pads": [1, 1, 1, 1]})
+        outs.append(b.add1("relu", [b.add1("mul", [b.add1("add", [r, conv]), k])]))
+        a = b.input(f"a_{dt}", TensorType(dt, (5, 24)))
+        m = b.input(f"m_{dt}", TensorType(dt, (24, 7)))
+        bias = b.input(f"bias_{dt}", TensorType(dt, (7,)))
+        lo, hi = b.constant(np.array(-0.75, dt.np)), b.constant(np.array(0.75, dt.np))
+        t = b.add1("tanh", [b.add1("add", [b.add1("matmul", [a, m]), bias])])
+        outs.append(b.add1("clip", [t, lo, hi]))
+        e = b.input(f"e_{dt}", TensorType(dt, (3, 7)))
+        s = b.add1("sigmoid", [b.add1("add", [e, bias])])
+        outs.append(b.add1("sub", [b.add1("mul", [s, b.constant(np.array(2.5, dt.np))]), e]))
+    b.output(*outs)
+    return b.graph
+
+
+def test_half_epilogues_fuse_and_round_as_the_unfused_ops(tmp_path: Path) -> None:
+    """f16/bf16 epilogues and elementwise chains fuse, and the fused kernels give bitwise what the
+    unfused ones give (each op's result rounded to its type), as the reference's fused ops give
+    bitwise what its unfused ones give; and both are within one rounding of the reference."""
+    g = _half_tails()
+    fused = PassManager("fuse-epilogue,fuse-elementwise").run(_half_tails())
+    ops = sorted(n.op for n in fused.nodes if n.op != "constant")
+    assert ops == ["fused_conv", "fused_conv", "fused_elementwise", "fused_elementwise",
+                   "fused_matmul", "fused_matmul"], ops
+    rng = np.random.default_rng(5)
+    ins = [rng.standard_normal(v.type.shape).astype(v.type.dtype.np) for v in g.inputs]  # type: ignore[arg-type]
+    want = run_graph(g, ins)
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(run_graph(fused, ins), want))  # the same semantics
+    got = cuvil.compile(g, "native", passes="fuse-epilogue,fuse-elementwise", cache_dir=str(tmp_path))(*ins)
+    plain = cuvil.compile(g, "native", passes="", cache_dir=str(tmp_path))(*ins)
+    for i, (f, p, w_) in enumerate(zip(got, plain, want)):
+        assert f.dtype == p.dtype == w_.dtype
+        assert f.tobytes() == p.tobytes(), (i, np.max(np.abs(f.astype(np.float64) - p)))
+        step = 2.0 ** (-10 if w_.dtype == np.float16 else -7)
+        w64 = w_.astype(np.float64)
+        # one rounding of an intermediate (sigmoid, tanh: C's libm against NumPy's) moves the result by
+        # a step of that intermediate's magnitude, which the output's largest one bounds here
+        assert np.max(np.abs(f.astype(np.float64) - w64)) <= step * np.max(np.abs(w64)), i

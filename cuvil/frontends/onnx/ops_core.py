@@ -14,6 +14,7 @@ import numpy as np
 
 from cuvil.frontends.onnx.importer import ImportCtx, importer
 from cuvil.frontends.onnx.ops_elementwise import first_opset, input_value, modern_attrs
+from cuvil.ir.dtypes import is_float_np
 from cuvil.ir.graph import Value
 
 # Constant's value attributes: the element type each one gives (None: the tensor's own), and whether it is a list.
@@ -73,7 +74,7 @@ def _check_ratio(ctx: ImportCtx) -> None:
     if ratio is None:
         return
     r = np.asarray(ratio)
-    if r.size != 1 or r.dtype.kind != "f":
+    if r.size != 1 or not is_float_np(r.dtype):
         raise ctx.fail(f"ratio must be a float scalar, got {r.dtype} of shape {list(r.shape)}")
     if not 0 <= float(r.reshape(())) < 1:
         raise ctx.fail(f"ratio must be in [0, 1), got {float(r.reshape(()))}")

@@ -122,6 +122,10 @@ class Coverage(Check):
     group = "compatibility"
     description = "source op -> Cuvil op(s) -> kernel per target; unsupported ops fail with their nodes"
 
+    def builds(self, ctx: Any) -> list[tuple[str, dict[str, Any]]]:
+        """None but the reference interpreter's (the imported graph): kernels are looked up, not built."""
+        return [("ref", {})]
+
     def run(self, ctx: Any) -> list[CheckResult]:
         try:
             graph = ctx.graph

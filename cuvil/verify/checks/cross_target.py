@@ -55,15 +55,24 @@ class CrossTarget(Check):
     group = "compatibility"
     description = "drift matrix between every available target and a float64 reference"
 
-    def run(self, ctx: Any) -> list[CheckResult]:
-        cfg = self.settings(ctx)
-        max_rel = float(cfg.get("max_rel_l2", 1e-5))
-        wanted = [str(t) for t in cfg.get("targets", DEFAULT_TARGETS)]
+    def builds(self, ctx: Any) -> list[tuple[str, dict[str, Any]]]:
+        """The default build of every target :meth:`run` compares (so the runner can start them ahead)."""
+        return [(t, {}) for t in self._targets(ctx)[0]]
+
+    def _targets(self, ctx: Any) -> tuple[list[str], dict[str, str]]:
+        """The targets to compare, and the ones skipped with the reason."""
+        wanted = [str(t) for t in self.settings(ctx).get("targets", DEFAULT_TARGETS)]
         targets = list(dict.fromkeys([*wanted, *ctx.targets]))
         skipped: dict[str, str] = {}
         if "wasm32" in targets and (why := wasm_available()) is not None:
             targets.remove("wasm32")
             skipped["wasm32"] = why
+        return targets, skipped
+
+    def run(self, ctx: Any) -> list[CheckResult]:
+        cfg = self.settings(ctx)
+        max_rel = float(cfg.get("max_rel_l2", 1e-5))
+        targets, skipped = self._targets(ctx)
         inputs = ctx.inputs(seed=int(cfg.get("seed", ctx.seed)))
         wide, reference = wide_reference(ctx, inputs)
         names = ctx.compiled("ref").output_names

@@ -103,6 +103,25 @@ class FusionMemory(Check):
     group = "ir-stability"
     description = "fused/unfused builds within tolerance; planned/unplanned and poisoned/planned builds bitwise equal"
 
+    def builds(self, ctx: Any) -> list[tuple[str, dict[str, Any]]]:
+        """The builds :meth:`run` compares, so that the runner can start them ahead, all at once."""
+        return [(t, options) for t in ctx.targets if t != "ref" for options in self._variants(t).values()]
+
+    @staticmethod
+    def _variants(target: str) -> dict[str, dict[str, Any]]:
+        """Build options by variant: fused (the default build), unfused, and, with a plan-memory pass,
+        planned, unplanned and (when it can poison) poisoned."""
+        out: dict[str, dict[str, Any]] = {"fused": {}, "unfused": {"enable_fusion": False}}
+        has_plan, can_poison, _ = plan_support()
+        if has_plan:
+            base = default_pipeline(target)
+            planned, unplanned, poisoned = (format_pipeline(p) for p in plan_pipelines(base))
+            out["planned"] = {} if planned == base else {"passes": planned}
+            out["unplanned"] = {"passes": unplanned}
+            if can_poison:
+                out["poisoned"] = {"passes": poisoned}
+        return out
+
     def run(self, ctx: Any) -> list[CheckResult]:
         cfg = self.settings(ctx)
         fused_max = float(cfg.get("fused_max_rel_l2", DEFAULT_FUSED_MAX_REL_L2))

@@ -4,9 +4,11 @@ Conv/Gemm/MatMul with an elementwise epilogue.
 A fused region is a tree of elementwise ops (the fusion passes never put a value read twice
 inside one), so it composes into one C expression from the ops' scalar expressions
 (:data:`~cuvil.backends.c.kernels.elementwise.SCALAR`): the region's inputs are the loop's
-local variables, each intermediate is substituted where it is read.  Every value is f32 or
-f64, whose compute type is its storage type, so keeping intermediates in registers rounds
-exactly as the unfused kernels storing them do.
+local variables, each intermediate is substituted where it is read.  An f32 or f64 value's
+compute type is its storage type, so an intermediate kept in a register rounds exactly as the
+unfused kernel storing it does; an f16 or bf16 intermediate is computed in float32 and rounded to
+its type where it is defined (but for ops whose result is an operand's value), so fused and unfused
+kernels give bitwise the same result, the reference's (each op rounds its own result).
 
 The epilogue of ``fused_conv`` / ``fused_gemm`` / ``fused_matmul`` reads each extra operand
 as one element, a full tensor (a residual) or a vector along the last axis (a bias).  For a
@@ -29,6 +31,7 @@ from cuvil.backends.c.codegen import CodegenError
 from cuvil.backends.c.kernel import CVal, KernelCtx, find_kernel, kernel
 from cuvil.backends.c.kernels.common import elementwise
 from cuvil.backends.c.kernels.elementwise import MATH_HEADER, SCALAR, Scalar, nan_max, nan_min
+from cuvil.backends.c.kernels.half import HALF
 from cuvil.ir.dtypes import DType
 from cuvil.ir.graph import Graph, Node, Value
 from cuvil.ops.fused import EPILOGUE_BASES, extra_kind
@@ -51,19 +54,37 @@ def describe(k: KernelCtx, region: Graph) -> None:
         k.w.comment(f"  fused node '{n.name}': {', '.join(f'%{o.name}' for o in n.outputs)} = {n.op}({args})")
 
 
+# Ops whose result is one of their operands' values, or its negation: an f16/bf16 result of f16/bf16
+# operands is representable as it is, and rounding it would change nothing.
+_EXACT = frozenset({"relu", "max", "min", "clip", "neg", "abs", "sign"})
+
+
+def _rounded(dt: DType, expr: str) -> str:
+    """``expr`` (float32) rounded to the f16/bf16 ``dt`` and read back, as storing and loading it would."""
+    back = "cuvil_bf16_to_f32" if dt is DType.bf16 else "cuvil_f16_to_f32"
+    return f"{back}({ct.convert(dt, expr)})"
+
+
 def compose(body: Graph, leaves: Sequence[str]) -> str:
-    """The C expression of ``body``'s output with its inputs named ``leaves`` (compute-type locals)."""
+    """The C expression of ``body``'s output with its inputs named ``leaves`` (compute-type locals).
+
+    The output's expression is in its compute type (its store rounds it); an f16/bf16 intermediate
+    is rounded to its type where it is defined, as the unfused kernel storing it does."""
     names: dict[Value, str] = dict(zip(body.inputs, leaves))
     for n in body.nodes:
         present = [v for v in n.inputs if v is not None]
-        s = Scalar(tuple(v.type.dtype for v in present), n.outputs[0].type.dtype, get(n.op).fill_attrs(n.attrs))
+        out = n.outputs[0]
+        s = Scalar(tuple(v.type.dtype for v in present), out.type.dtype, get(n.op).fill_attrs(n.attrs))
         if n.op == "clip":
             expr = _clip(s, n, names)
         elif n.op in SCALAR:
             expr = SCALAR[n.op](s, [names[v] for v in present])
         else:
             raise CodegenError(f"{n.op} in a fused region has no scalar expression")
-        names[n.outputs[0]] = f"({expr})"
+        exact = n.op in _EXACT and all(v.type.dtype is out.type.dtype for v in present)
+        if out.type.dtype in HALF and out is not body.outputs[0] and not exact:
+            expr = _rounded(out.type.dtype, expr)
+        names[out] = f"({expr})"
     return names[body.outputs[0]]
 
 
@@ -202,7 +223,7 @@ def _apply_epilogue(k: KernelCtx, epilogue: Graph, y: CVal, extras: Sequence[CVa
             elif kind in ("full", "row"):
                 p = k.tmp("pe")
                 row_ptrs.append((p, e, kind))
-                leaves.append(f"{p}[{j}]")
+                leaves.append(ct.load(e.dtype, p, j))
             else:
                 raise CodegenError(f"node {k.node.name!r}: epilogue operand {e.value} does not fit {y.value}")
         r = k.tmp("r")
@@ -212,5 +233,5 @@ def _apply_epilogue(k: KernelCtx, epilogue: Graph, y: CVal, extras: Sequence[CVa
                 offset = f" + {r} * {n_last}" if kind == "full" else ""
                 w.line(f"const {e.ctype} *{p} = {e.ptr}{offset};")
             with w.block(f"for (int64_t {j} = 0; {j} < {n_last}; {j}++)"):
-                w.line(f"const {y.ctype_compute} {acc} = {py}[{j}];")
-                w.line(f"{py}[{j}] = {compose(epilogue, leaves)};")
+                w.line(f"const {y.ctype_compute} {acc} = {ct.load(y.dtype, py, j)};")
+                w.line(ct.store(y.dtype, py, j, compose(epilogue, leaves)))
