@@ -221,11 +221,19 @@ def test_graph_outputs_and_max_ops_bound_groups() -> None:
     assert str(FuseElementwise(max_ops=2)) == "fuse-elementwise{max-ops=2}"
 
 
-def test_half_precision_is_not_fused() -> None:
-    b = Builder()
-    x = b.input("x", TensorType(DType.f16, (8,)))
-    b.output(b.add1("relu", [b.add1("exp", [x])]))
-    assert not run_pass(FuseElementwise(), b.graph)
+@pytest.mark.parametrize("dtype", [DType.f16, DType.bf16])
+def test_half_precision_fuses_with_each_result_rounded(dtype: DType) -> None:
+    def graph() -> Graph:
+        b = Builder()
+        x = b.input("x", TensorType(dtype, (64,)))
+        b.output(b.add1("relu", [b.add1("mul", [b.add1("exp", [x]), x])]))
+        return b.graph
+
+    g = graph()
+    assert run_pass(FuseElementwise(), g)
+    assert [n.op for n in g.nodes] == ["fused_elementwise"]
+    x = np.random.default_rng(0).standard_normal(64).astype(dtype.np)
+    assert run_graph(g, [x])[0].tobytes() == run_graph(graph(), [x])[0].tobytes()
 
 
 def test_every_fusable_op_has_a_c_scalar_expression() -> None:

@@ -222,7 +222,10 @@ def test_report_saved_loaded_and_inspected(tmp_path: Path, capsys: pytest.Captur
     assert m.info.precision is not None
     report = PrecisionReport.from_json(m.info.precision)
     assert report.precision == "bf16" and report.samples == 2
-    assert {e.name for e in report.layers} >= {"h", "r", "z", "probs"}
+    # the bf16 gemm and its relu are one fused_gemm giving %r: %h is no value of the compiled graph
+    layers = {e.name: e for e in report.layers}
+    assert set(layers) >= {"r", "z", "probs"} and "h" not in layers
+    assert layers["r"].op == "fused_gemm" and layers["r"].dtype == "bf16"
     m.save(tmp_path / "art")
     loaded = cuvil.load(tmp_path / "art")
     assert loaded.info.precision == json.loads(json.dumps(m.info.precision))
@@ -231,7 +234,7 @@ def test_report_saved_loaded_and_inspected(tmp_path: Path, capsys: pytest.Captur
     assert "precision: bf16, 2 samples" in out
     worst = report.worst(2)
     assert worst[0].name in out and worst[1].name in out
-    assert len([line for line in out.splitlines() if line.split()[0] in {"h", "r", "z", "probs"}]) == 2
+    assert len([line for line in out.splitlines() if line.split()[0] in {"r", "z", "probs"}]) == 2
 
 
 
@@ -375,3 +378,14 @@ def test_half_epilogues_fuse_and_round_as_the_unfused_ops(tmp_path: Path) -> Non
         # one rounding of an intermediate (sigmoid, tanh: C's libm against NumPy's) moves the result by
         # a step of that intermediate's magnitude, which the output's largest one bounds here
         assert np.max(np.abs(f.astype(np.float64) - w64)) <= step * np.max(np.abs(w64)), i
+
+
+def test_samples_of_the_wrong_element_type_are_refused() -> None:
+    from cuvil.errors import InputError
+
+    x = np.random.default_rng(0).standard_normal((4, 32))
+    with pytest.raises(InputError, match=r"calibration sample 0: input 'x': expected element type f32, got float64"):
+        cuvil.compile(_mlp(), "ref", precision="fp16", calibration_dataset=[(x,)])
+    with pytest.raises(InputError, match=r"calibration sample 1: input 'x': expected shape \[4, 32\]"):
+        cuvil.compile(_mlp(), "ref", precision="fp16", calibration_dataset=[(x.astype(np.float32),)] * 1
+                      + [(x[:2].astype(np.float32),)])

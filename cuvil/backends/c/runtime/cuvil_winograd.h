@@ -310,7 +310,8 @@ static void cuvil_wino_products(int64_t slots, int64_t cin_p, const float *Vp, c
             cuvil_wino_micro(R, 1, kc, Vp + k0, cin_p, Bk, Mp, NW, k0 > 0);
             s += R;
         }
-        for (; s + R <= slots; s += R) cuvil_wino_micro(R, 0, kc, Vp + s * cin_p + k0, cin_p, Bk, Mp + s * NW, NW, k0 > 0);
+        for (; s + R <= slots; s += R)
+            cuvil_wino_micro(R, 0, kc, Vp + s * cin_p + k0, cin_p, Bk, Mp + s * NW, NW, k0 > 0);
         if (slots - s == 2 * Q)
             cuvil_wino_micro(2 * Q, s == 0, kc, Vp + s * cin_p + k0, cin_p, Bk, Mp + s * NW, NW, k0 > 0);
         else if (slots - s == Q)
@@ -333,7 +334,7 @@ typedef struct cuvil_wino_job {
     int64_t wp;             /* columns of the padded input rows: tw * m + 2 */
     int64_t rb, slots;      /* tile rows per block; tile slots per block (rb * tw rounded up to R / 3) */
     int64_t cparts;         /* ranges of output-channel panels per block */
-    float *scratch;         /* per thread: org, Xs, V, M, S (see cuvil_wino_task) */
+    float *scratch;         /* per thread: org, Xs, V, M, O, S (see cuvil_wino_task) */
     int64_t sfloats;        /* floats per thread */
     int64_t sw;             /* floats per staging row: OW rounded up to W */
     const float *bias;      /* cout_p floats (zero past cout) */
@@ -353,8 +354,9 @@ static void cuvil_wino_copy_row(const cuvil_wino_job *j, int64_t n, int64_t row,
     const int64_t x0 = cuvil_gemm_min(g->pad[1], wp), x1 = cuvil_gemm_min(g->pad[1] + Wd, wp);
     memset(dst, 0, sizeof(float) * (size_t)(x0 * cin_p));
     if (x1 < wp) memset(dst + x1 * cin_p, 0, sizeof(float) * (size_t)((wp - x1) * cin_p));
-    const float *src = j->x + n * cin * H * Wd + yy * Wd - g->pad[1];
-    const int64_t plane = H * Wd;
+    /* image column xx - pad of channel c: src[c * plane + xx - pad] */
+    const float *src = j->x + n * cin * H * Wd + yy * Wd;
+    const int64_t plane = H * Wd, pad = g->pad[1];
     enum { W = CUVIL_WINO_W };
     /* The rows are copied in order, W channel planes at a time: fetching the row two below
      * (which a later call copies) hides the memory latency of these many streams. */
@@ -365,13 +367,13 @@ static void cuvil_wino_copy_row(const cuvil_wino_job *j, int64_t n, int64_t row,
             for (; xx + W <= x1; xx += W) {
                 const float *rows[W];
                 for (int l = 0; l < W; l++) {
-                    rows[l] = src + (c0 + l) * plane + xx;
+                    rows[l] = src + (c0 + l) * plane + xx - pad;
                     if (ahead) __builtin_prefetch(rows[l] + ahead, 0, 1);
                 }
                 cuvil_wino_transpose(rows, dst + xx * cin_p + c0, cin_p);
             }
         for (; xx < x1; xx++)
-            for (int64_t c = c0; c < c0 + W; c++) dst[xx * cin_p + c] = c < cin ? src[c * plane + xx] : 0.0f;
+            for (int64_t c = c0; c < c0 + W; c++) dst[xx * cin_p + c] = c < cin ? src[c * plane + xx - pad] : 0.0f;
     }
 }
 
