@@ -81,6 +81,9 @@ class FuseEpilogue(GraphPass):
        the last reader's output value (its name stays); its operands are the anchor's, then the
        other operands of the readers in order of first reading.
     5. Regions of control-flow nodes are fused on their own.
+    6. A reader joins at most one epilogue: of two products added together (``conv(x) + conv(x)``)
+       the first in schedule order takes the ``add``, and the other stays a plain product that the
+       fused node reads as its residual.
     """
 
     name: ClassVar[str] = "fuse-epilogue"
@@ -90,6 +93,7 @@ class FuseEpilogue(GraphPass):
         changed = False
         replaced: dict[Node, list[Node]] = {}
         removed: set[Node] = set()
+        claimed: set[Node] = set()  # readers already in an epilogue: two anchors never share one (rule 6)
         consts: list[Value] = []
         counts = use_counts(g)
         users = g.users()
@@ -100,7 +104,8 @@ class FuseEpilogue(GraphPass):
 
             def sole_reader(v: Value) -> Node | None:
                 us = users.get(v, [])
-                return us[0] if counts.get(v, 0) == 1 and len(us) == 1 and us[0] not in removed else None
+                ok = counts.get(v, 0) == 1 and len(us) == 1 and us[0] not in removed and us[0] not in claimed
+                return us[0] if ok else None
 
             if anchor.op == "conv" and (len(anchor.inputs) < 3 or anchor.inputs[2] is None
                                         or const_of(anchor.inputs[2]) is not None):
@@ -140,6 +145,7 @@ class FuseEpilogue(GraphPass):
             else:
                 removed.add(anchor)
             removed.update(chain[:-1])
+            claimed.update(chain)
             replaced[chain[-1]] = [fused]
             changed = True
         if not changed:

@@ -267,6 +267,24 @@ def test_conv_with_computed_bias_keeps_it() -> None:
     assert not run_pass(FuseEpilogue(), b.graph)  # the constant add is per channel: an unsupported extra
 
 
+def test_two_products_added_share_no_reader() -> None:
+    """conv(x) + conv(x): one anchor takes the add, the other stays a product read as the residual."""
+    b = Builder()
+    x = b.input("x", TensorType(F32, (1, 4, 5, 5)))
+    rng = np.random.default_rng(0)
+    c2 = b.add1("conv", [x, b.constant(rng.standard_normal((3, 4, 3, 3)).astype(np.float32)),
+                         b.constant(rng.standard_normal(3).astype(np.float32))])
+    c3 = b.add1("conv", [x, b.constant(rng.standard_normal((3, 4, 3, 3)).astype(np.float32))])
+    b.output(b.add1("add", [c2, c3]))
+    g = b.graph
+    xs = inputs_for(g)
+    (want,) = run_graph(g, xs)
+    assert run_pass(FuseEpilogue(), g)
+    assert ops_of(g) == ["conv", "fused_conv"]
+    (got,) = run_graph(g, xs)
+    assert np.array_equal(got, want)
+
+
 # Numerics: reference and native, fused against unfused ----------------------------------------
 
 

@@ -94,7 +94,7 @@ def test_each_algorithm_matches_reference(alg: str, cache: str, caplog: pytest.L
 
 
 def test_results_do_not_depend_on_thread_count(cache: str) -> None:
-    model = _mixed_model()  # the build of test_each_algorithm_matches_reference[winograd-f4]
+    model = _mixed_model()  # as in test_each_algorithm_matches_reference (tile rows of two images per block)
     x = RNG.standard_normal((2, 5, 13, 11)).astype(np.float32)
     outs = []
     for threads in (1, 2):
