@@ -36,11 +36,13 @@ SAMPLES_PER_OP = 4
 COVERED_ELSEWHERE = {
     "attention": "tests/passes/test_fuse_attention.py (ONNX Attention is outside the core op list)",
     "constant": "every sample (weights are constants)",
+    "conv_nhwc": "tests/passes/test_layout.py (built by convert-layout; reference bit for bit before and after)",
     "conv_integer": "tests/ops/test_quant_ops.py (the quantization ops are outside the core op list)",
     "dequantize_linear": "tests/ops/test_quant_ops.py (the quantization ops are outside the core op list)",
     "dynamic_quantize_linear": "tests/ops/test_quant_ops.py (the quantization ops are outside the core op list)",
     "matmul_integer": "tests/ops/test_quant_ops.py (the quantization ops are outside the core op list)",
     "full_like": "tests/ops/test_elementwise.py (Dropout's mask, next to an identity)",
+    "fused_conv_nhwc": "tests/backends/c/test_conv_nhwc.py (convert-layout then fuse-epilogue; native against ref)",
     "fused_conv": "tests/passes/test_fuse.py (built by fuse-epilogue; fused against unfused, ref and native)",
     "fused_elementwise": "tests/passes/test_fuse.py (built by fuse-elementwise; fused against unfused)",
     "fused_gemm": "tests/passes/test_fuse.py (built by fuse-epilogue; fused against unfused, ref and native)",

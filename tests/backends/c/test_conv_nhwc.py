@@ -92,7 +92,7 @@ CASES: dict[str, dict[str, object]] = {
 def test_matches_reference(tmp_path: Path) -> None:
     model = _model(CASES)
     c = _compile(model, "native", tmp_path)
-    assert c._executor.build.warnings == ""  # type: ignore[attr-defined]
+    assert c.build_info is not None and c.build_info.warnings == ""
     fused = [n for n in c.graph.nodes if n.op == "fused_conv_nhwc"]
     assert len(fused) == len(CASES), [n.op for n in c.graph.nodes]
     assert not any(n.op in ("conv", "fused_conv") for n in c.graph.nodes)
@@ -119,7 +119,7 @@ def test_generic_target_and_notes(tmp_path: Path, caplog: pytest.LogCaptureFixtu
     model = _model({k: CASES[k] for k in ("depthwise", "depthwise_mult2", "5x3_stride_dil", "1x1")})
     with caplog.at_level(logging.DEBUG, logger="cuvil.backends.c.kernel"):
         c = cuvil.compile(model, target="generic", passes=PIPELINE, cache_dir=str(tmp_path))
-    assert c._executor.build.warnings == ""  # type: ignore[attr-defined]
+    assert c.build_info is not None and c.build_info.warnings == ""
     assert "NHWC depthwise" in caplog.text and "im2col of channel runs" in caplog.text
     ref = cuvil.compile(model, target="ref")
     xs = _inputs(model, 2)
