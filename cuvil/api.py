@@ -187,7 +187,7 @@ def compile(  # noqa: A001  (the library's main verb)
     if quant_dtype is not None:
         graph, int8 = _quantize(graph, model, target, passes, enable_fusion, precision, calibration_dataset,
                                 precision_samples, times, quant_dtype, symmetric, per_channel, calibration,
-                                min_calibration_samples)
+                                min_calibration_samples, cc, cache_dir, num_threads)
         passes = ""  # the whole pipeline ran, around calibration
         notes = [n for n in notes if not n.startswith("enable_fusion")]  # passes did run, on ref too
     convert = _precision_pass(precision, precision_overrides)
@@ -264,8 +264,11 @@ def compile(  # noqa: A001  (the library's main verb)
 
 def _quantize(graph: Graph, model: Any, target: str, passes: Any, enable_fusion: bool, precision: str, dataset: Any,
               report_samples: int, times: dict[str, float], quant_dtype: str, symmetric: bool, per_channel: bool,
-              calibration: str, min_samples: int | None) -> tuple[Graph, Any]:
-    """Post-training quantization with its own pipeline around calibration (cuvil/quant/ptq.py)."""
+              calibration: str, min_samples: int | None, cc: str | None = None, cache_dir: str | None = None,
+              num_threads: int | None = None) -> tuple[Graph, Any]:
+    """Post-training quantization with its own pipeline around calibration (cuvil/quant/ptq.py); its
+    calibration build uses the compile's ``cc``, ``cache_dir`` and ``num_threads``."""
+    from cuvil.quant.calibrate import RunnerOptions
     from cuvil.quant.ptq import QuantizationError, QuantOptions, compile_int8
 
     options = QuantOptions(quant_dtype, symmetric, per_channel, calibration, min_samples=min_samples)
@@ -275,7 +278,8 @@ def _quantize(graph: Graph, model: Any, target: str, passes: Any, enable_fusion:
     if precision != "fp32":
         raise QuantizationError(f"quant_dtype={quant_dtype!r} and precision={precision!r} cannot be combined: "
                                 "int8 layers compute in float32 where they are not quantized")
-    return compile_int8(graph, graph is model, target, enable_fusion, dataset, options, report_samples, times)
+    return compile_int8(graph, graph is model, target, enable_fusion, dataset, options, report_samples, times,
+                        RunnerOptions(cc=cc, cache_dir=cache_dir, num_threads=num_threads))
 
 
 def _precision_pass(precision: str, overrides: Mapping[str, str] | None) -> Pass | None:

@@ -69,7 +69,8 @@ class _Names:
 @dataclass(frozen=True)
 class FoldQDQ(Pass):
     """Folds ``dequantize_linear -> conv|matmul|gemm [-> relu] -> quantize_linear`` into
-    ``qlinear_conv`` / ``qlinear_matmul``, and dequantizes the constant weights left over.
+    ``qlinear_conv`` / ``qlinear_matmul`` and ``dequantize_linear -> max_pool -> quantize_linear``
+    into an 8-bit ``max_pool``, and dequantizes the constant weights left over.
 
     1. The quantize node's input is produced by ``conv``, ``matmul`` or ``gemm`` (optionally
        through a ``relu``), each intermediate read only there and not a graph output.
@@ -90,6 +91,12 @@ class FoldQDQ(Pass):
        logged at DEBUG.  Afterwards, every ``dequantize_linear`` of constants that is still
        read becomes a float constant (the weights of the float kernels); the nodes and
        constants the folds left unread are removed.
+    7. ``dequantize_linear -> max_pool -> quantize_linear`` (per-tensor, one 8-bit type in and out,
+       the pool's result read only there) becomes ``max_pool`` on the quantized tensor when the
+       input scale is positive and finite and quantizing the dequantization of every value of the
+       type gives it back (checked on all 256 with the reference): the dequantization is then
+       nondecreasing, so it commutes with max, and the pair is the identity.  A window of padding
+       alone gives the type's lowest value either way (-inf saturates to it).
     """
 
     name: ClassVar[str] = "fold-qdq"
@@ -108,10 +115,10 @@ def _fold_graph(g: Graph) -> bool:
     removed: set[Node] = set()
     stale: list[Value] = []
     for q in g.nodes:
-        if q.op != "quantize_linear" or not _is_product_tail(q):
+        if q.op != "quantize_linear" or not (_is_product_tail(q) or _is_pool_tail(q)):
             continue
         try:
-            new, gone = _fold(g, q, counts, names)
+            new, gone = _fold_pool(g, q, counts) if _is_pool_tail(q) else _fold(g, q, counts, names)
         except _UnfoldableError as why:
             _log.debug("fold-qdq: %r (%s) stays explicit: %s", q.name, q.op, why)
             continue
@@ -133,6 +140,47 @@ def _is_product_tail(q: Node) -> bool:
     if p is not None and p.op == "relu" and p.inputs[0] is not None:
         p = p.inputs[0].producer
     return p is not None and p.op in ("conv", "matmul", "gemm")
+
+
+def _is_pool_tail(q: Node) -> bool:
+    p = q.inputs[0].producer if q.inputs[0] is not None else None
+    return p is not None and p.op == "max_pool" and len(p.outputs) == 1
+
+
+def _fold_pool(g: Graph, q: Node, counts: dict[Value, int]) -> tuple[list[Node], set[Node]]:
+    """Rule 7: ``quantize(max_pool(dequantize(x)))`` is ``max_pool(x)`` when ``quantize(dequantize(v)) == v``
+    for every value ``v`` of x's type (checked on all of them) and the scale is positive."""
+    v = q.inputs[0]
+    assert v is not None and v.producer is not None
+    p = v.producer
+    _single_use(v, counts, g, "the max_pool's result")
+    x = _dq(p.inputs[0], "the max_pool's input")
+    dt = x.q.type.dtype
+    if x.axis is not None or dt not in _BYTES or q.outputs[0].type.dtype is not dt:
+        raise _UnfoldableError("the max_pool's input and output are not per-tensor quantized to one 8-bit type")
+    assert x.scale is not None
+    if not (np.isfinite(x.scale).all() and float(x.scale.reshape(-1)[0]) > 0):  # a nondecreasing dequantization
+        raise _UnfoldableError("the input scale is not positive and finite")
+    every = np.arange(*(np.iinfo(dt.np).min, np.iinfo(dt.np).max + 1)).astype(dt.np)
+    deq = _apply(x.node, [every, *(const_of(i) for i in x.node.inputs[1:])], p.inputs[0])
+    args = [const_of(i) if i is not None else None for i in q.inputs]
+    if any(i is not None and a is None for i, a in zip(q.inputs[1:], args[1:])):
+        raise _UnfoldableError("the output scale or zero point is not a constant")
+    if not np.array_equal(_apply(q, [deq, *args[1:]], q.outputs[0]), every):
+        raise _UnfoldableError("quantizing the dequantized values does not give them back")
+    pool = Node("max_pool", [x.q], [q.outputs[0]], dict(p.attrs), q.name)
+    q.outputs[0].producer = pool
+    return [pool], {p}
+
+
+def _apply(n: Node, args: list[np.ndarray | None], out: Value | None) -> np.ndarray:
+    """``n``'s reference on ``args`` (its first input replaced by a 1-D array)."""
+    assert out is not None
+    opdef = get(n.op)
+    assert opdef.reference is not None
+    t = TensorType(out.type.dtype, (int(np.asarray(args[0]).size),))
+    (y,) = opdef.reference(RefCtx(n.op, list(args), opdef.fill_attrs(n.attrs), [t]))
+    return np.asarray(y)
 
 
 def _single_use(v: Value, counts: dict[Value, int], g: Graph, what: str) -> None:

@@ -1,11 +1,27 @@
 """Calibration: running the fp32 graph on the calibration set and observing the tensors to quantize.
 
-The graph is run on the reference interpreter (NumPy: ResNet-18 at 224x224 takes
-about 60 ms a sample on two cores, so a tapped native build would not pay for its
-compile time), with a hook that hands each watched tensor to its observer
-(``cuvil/quant/observers.py``).  ``minmax`` needs one pass over the data;
-``percentile`` and ``entropy`` a second one, whose histogram bins are fixed by
-the first pass's ranges.
+How the graph runs (:func:`calibration_runner`):
+
+1. On a native C build of it, by default: a copy of the graph whose outputs are the
+   watched tensors (graph inputs are read from the feeds), compiled for ``native``
+   with ``dce,plan-memory`` (nothing else changes its nodes; the taps are planned as
+   outputs) into the compile's own build cache, so a repeated compile finds it there.
+   C builds give bitwise-identical results whatever the thread count.
+2. On the reference interpreter, only where no C compiler can run: that is logged
+   (INFO, on ``cuvil.quant``) and recorded in the quantization report's ``runner``.
+   Float32 native and reference results may differ in the last bits, so scales may
+   too; the reference stays the semantic oracle of the quantized graph itself.
+
+When the model's batch dim is a symbol, consecutive feeds whose other dims agree are
+concatenated along it into calls of up to :data:`CALIBRATION_BATCH` examples (within
+the symbol's declared maximum).  Examples are independent, the observers' statistics
+(min, max, integer histogram counts over fixed bins) do not depend on how elements are
+grouped, and the C kernels compute each example alike whatever the batch, so the scales
+are byte-identical to one example per call (a test checks it).
+
+Observers (``cuvil/quant/observers.py``) accumulate in float64 in feed order:
+``minmax`` needs one pass over the data; ``percentile`` and ``entropy`` a second
+one, whose histogram bins are fixed by the first pass's ranges.
 
 Before anything runs, every feed is checked against the model's contract (the
 input guards' :func:`bind_inputs`) and :func:`check_coverage` refuses a set that
@@ -14,7 +30,11 @@ never exercises a range the model declares.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -26,6 +46,11 @@ from cuvil.ir.symbolic import DimExpr
 from cuvil.quant.data import CalibrationSet, batch_dim
 from cuvil.quant.observers import METHODS, CalibrationError, TensorObserver, histogram_kind
 from cuvil.runtime.guards import bind_inputs
+
+log = logging.getLogger("cuvil.quant")
+
+CALIBRATION_BATCH = 16  # examples per call of the calibration build, where the batch dim is symbolic
+Feed = tuple[np.ndarray, ...]
 
 
 class CoverageError(CuvilError):
@@ -74,36 +99,176 @@ def check_coverage(graph: Graph, calib: CalibrationSet) -> None:
                 f"or compile for that one extent with dims={{{name!r}: {seen[0]}}}")
 
 
-def observe(graph: Graph, tensors: Sequence[Value], calib: CalibrationSet, method: str,
-            symmetric: bool) -> dict[Value, TensorObserver]:
-    """Observers for ``tensors`` (values of ``graph``'s top level), filled from the calibration feeds."""
+@dataclass(frozen=True)
+class RunnerOptions:
+    """Where calibration runs the graph: the compile's C compiler, build cache and thread count, and
+    the most examples per call (1: one feed per call, as given)."""
+
+    cc: str | None = None
+    cache_dir: str | None = None
+    num_threads: int | None = None
+    batch: int = CALIBRATION_BATCH
+
+
+@dataclass
+class CalibrationRunner:
+    """Runs the float32 graph on one feed and returns the watched non-input tensors, in order."""
+
+    kind: str  # "native", "reference" or "none" (only graph inputs are observed)
+    run: Callable[[Feed], list[np.ndarray]]
+    why: str = ""  # why the reference interpreter runs it (empty for native)
+    build_seconds: float = 0.0
+    cached: bool | None = None
+    calls: int = 0
+    feeds: int = 0
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"runner": self.kind, "feeds": self.feeds, "calls": self.calls, "seconds": self.seconds}
+        if self.kind == "native":
+            out.update(build_seconds=self.build_seconds, build_cached=self.cached)
+        else:
+            out["why"] = self.why
+        return out
+
+
+def compiler_unavailable(cc: str | None) -> str | None:
+    """None when the C compiler ``cc`` (None: ``cc``) runs here, else why not."""
+    from cuvil.backends.c.toolchain import Compiler
+
+    try:
+        Compiler.from_string(cc).version  # noqa: B018  (runs ``cc --version``)
+    except CuvilError as exc:
+        return str(exc)
+    return None
+
+
+def calibration_runner(graph: Graph, watched: Sequence[Value], options: RunnerOptions) -> CalibrationRunner:
+    """A runner of ``graph`` returning the values of ``watched`` (non-input values of its top level):
+    a native build, or the reference interpreter where no C compiler runs (logged; see the module
+    docstring)."""
+    why = compiler_unavailable(options.cc)
+    if why is not None:
+        log.info("calibration runs on the reference interpreter (slow): no C compiler for a native build: %s", why)
+        return _reference_runner(graph, watched, f"no C compiler: {why}")
+    return _native_runner(graph, watched, options)
+
+
+def _native_runner(graph: Graph, watched: Sequence[Value], options: RunnerOptions) -> CalibrationRunner:
+    import cuvil
+    from cuvil.passes.rewrite import copy_graph
+
+    tapped = copy_graph(graph)
+    tapped.memory_plan = None
+    same = {o: c for n, m in zip(graph.nodes, tapped.nodes) for o, c in zip(n.outputs, m.outputs)}
+    tapped.outputs = [same[v] for v in watched]
+    t0 = time.perf_counter()
+    model = cuvil.compile(tapped, "native", passes="dce,plan-memory", cache_dir=options.cache_dir, cc=options.cc,
+                          num_threads=options.num_threads)
+    seconds = time.perf_counter() - t0
+    log.info("calibration runs on a native build of the float32 graph tapped at %d tensors (%s, %.2f s)",
+             len(watched), "build cache hit" if model.info.cached else "built", seconds)
+    return CalibrationRunner("native", lambda feed: [np.asarray(a) for a in model(*feed)], build_seconds=seconds,
+                             cached=model.info.cached)
+
+
+def _reference_runner(graph: Graph, watched: Sequence[Value], why: str) -> CalibrationRunner:
+    index = {v: i for i, v in enumerate(watched)}
+
+    def run(feed: Feed) -> list[np.ndarray]:
+        got: list[np.ndarray | None] = [None] * len(watched)
+
+        def hook(node: Node, outs: list[np.ndarray]) -> None:
+            for v, a in zip(node.outputs, outs):
+                i = index.get(v)
+                if i is not None:
+                    got[i] = a
+
+        run_graph(graph, list(feed), on_node=hook)
+        missing = [watched[i].name for i, a in enumerate(got) if a is None]
+        if missing:
+            raise CalibrationError(f"tensor {missing[0]!r} was never computed on the calibration samples "
+                                   "(a value only control flow reaches)")
+        return [a for a in got if a is not None]
+
+    return CalibrationRunner("reference", run, why=why)
+
+
+def batched_feeds(graph: Graph, feeds: Sequence[Feed], batch: int) -> list[Feed]:
+    """``feeds`` with consecutive ones concatenated along the batch dim into calls of at most ``batch``
+    examples (and the batch symbol's declared maximum), where that dim is a symbol and the feeds'
+    other dims agree.  Feeds larger than that are left as they are."""
+    bdim = batch_dim(graph)
+    if batch <= 1 or not isinstance(bdim, DimExpr):
+        return list(feeds)
+    (sym,) = bdim.symbols()
+    info = graph.symbols.get(sym)
+    most = batch if info is None or info.max is None else min(batch, info.max)
+    names, types = [v.name for v in graph.inputs], [v.type for v in graph.inputs]
+    checks = tuple(graph_assumptions(graph))
+    out: list[Feed] = []
+    group: list[Feed] = []
+
+    def flush() -> None:
+        if len(group) == 1:
+            out.append(group[0])
+        elif group:
+            merged = tuple(np.concatenate([f[k] for f in group]) for k in range(len(group[0])))
+            try:  # a constraint tying the batch symbol to others: keep the feeds as given
+                bind_inputs(names, types, list(merged), graph.symbols, checks)
+                out.append(merged)
+            except InputError:
+                out.extend(group)
+        group.clear()
+
+    for feed in feeds:
+        n = int(feed[0].shape[0])
+        fits = group and sum(int(f[0].shape[0]) for f in group) + n <= most and all(
+            a.shape[1:] == b.shape[1:] and a.dtype == b.dtype for a, b in zip(feed, group[0]))
+        if not fits:
+            flush()
+        group.append(feed)
+    flush()
+    return out
+
+
+def observe(graph: Graph, tensors: Sequence[Value], calib: CalibrationSet, method: str, symmetric: bool,
+            options: RunnerOptions | None = None, runner: CalibrationRunner | None = None
+            ) -> tuple[dict[Value, TensorObserver], CalibrationRunner]:
+    """Observers for ``tensors`` (values of ``graph``'s top level), filled from the calibration feeds,
+    and the runner that ran the graph on them (default: :func:`calibration_runner` with ``options``)."""
     if method not in METHODS:
         raise CalibrationError(f"unknown calibration method {method!r}; choose one of {', '.join(METHODS)}")
+    options = options or RunnerOptions()
     observers = {v: TensorObserver(v.name) for v in tensors}
-    _run(graph, observers, calib, lambda o, a: o.observe_range(a))
+    inputs = [(i, observers[v]) for i, v in enumerate(graph.inputs) if v in observers]
+    computed = [v for v in tensors if v not in set(graph.inputs)]
+    if runner is None:
+        runner = (calibration_runner(graph, computed, options) if computed else
+                  CalibrationRunner("none", lambda feed: [], why="only graph inputs are observed"))
+    t0 = time.perf_counter()
+    feeds = batched_feeds(graph, calib.feeds, options.batch)
+    runner.feeds = len(calib.feeds)
+    watched = [observers[v] for v in computed]
+
+    def run(update: Callable[[TensorObserver, np.ndarray], None]) -> None:
+        for feed in feeds:
+            for i, o in inputs:
+                update(o, feed[i])
+            if watched:
+                runner.calls += 1
+                for o, a in zip(watched, runner.run(feed)):
+                    update(o, a)
+
+    run(lambda o, a: o.observe_range(a))
     kind = histogram_kind(method, symmetric)
     if kind is not None:
         for o in observers.values():
             o.start_histogram(*kind)
-        _run(graph, observers, calib, lambda o, a: o.observe_histogram(a))
+        run(lambda o, a: o.observe_histogram(a))
+    runner.seconds = time.perf_counter() - t0
     for v, o in observers.items():
         if not o.seen:
             raise CalibrationError(f"tensor {v.name!r} was never computed on the calibration samples "
                                    "(an empty tensor, or a value only control flow reaches)")
-    return observers
-
-
-def _run(graph: Graph, observers: dict[Value, TensorObserver], calib: CalibrationSet,
-         update: Callable[[TensorObserver, np.ndarray], None]) -> None:
-    watched_inputs = [(i, observers[v]) for i, v in enumerate(graph.inputs) if v in observers]
-
-    def hook(node: Node, outs: list[np.ndarray]) -> None:
-        for v, a in zip(node.outputs, outs):
-            o = observers.get(v)
-            if o is not None:
-                update(o, a)
-
-    for feed in calib.feeds:
-        for i, o in watched_inputs:
-            update(o, feed[i])
-        run_graph(graph, list(feed), on_node=hook)
+    return observers, runner

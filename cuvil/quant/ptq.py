@@ -5,7 +5,8 @@ and including ``fold-batchnorm`` (so a convolution is quantized with its batch n
 already folded into its weights), then this module, then the rest of the pipeline:
 ``fold-qdq`` (when registered; not on ``ref``, whose quantize/dequantize graph is the
 semantic definition) before the fusion passes, so that it sees plain ``conv -> relu``
-patterns.  Calibration runs the float32 graph as it stands just before quantization.
+patterns.  Calibration runs the float32 graph as it stands just before quantization, on a
+native C build of it tapped at the observed tensors (``cuvil/quant/calibrate.py``).
 
 The rules (:func:`plan` and :func:`quantize_graph`), chosen so that every quantized node is
 one ``fold-qdq`` can turn into an integer kernel:
@@ -52,7 +53,7 @@ from cuvil.ops.common import const_of, infer_all
 from cuvil.ops.registry import get
 from cuvil.passes.base import Pass
 from cuvil.quant.accuracy import PrecisionReport
-from cuvil.quant.calibrate import check_coverage, observe
+from cuvil.quant.calibrate import RunnerOptions, check_coverage, observe
 from cuvil.quant.data import CalibrationSet, calibration_set
 from cuvil.quant.observers import METHODS, QParams, activation_qparams, quantize_weight
 
@@ -115,6 +116,7 @@ class QuantReport:
     skipped: list[str] = field(default_factory=list)  # candidate nodes left in float32, and why
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    runner: dict[str, Any] = field(default_factory=dict)  # how the float32 graph ran (calibrate.py)
 
     def to_json(self) -> dict[str, Any]:
         o = self.options
@@ -123,7 +125,7 @@ class QuantReport:
                 "feeds": self.feeds, "seconds": self.seconds,
                 "activations": {k: v.to_json() for k, v in self.activations.items()},
                 "weights": [w.to_json() for w in self.weights], "nodes": list(self.nodes),
-                "skipped": list(self.skipped), "warnings": list(self.warnings)}
+                "skipped": list(self.skipped), "warnings": list(self.warnings), "runner": dict(self.runner)}
 
 
 @dataclass(frozen=True)
@@ -195,14 +197,16 @@ def _weight_axis(n: Node, w: Value) -> int | None:
     return w.type.rank - 1
 
 
-def post_training_quantize(graph: Graph, dataset: Any, options: QuantOptions) -> tuple[Graph, QuantReport]:
+def post_training_quantize(graph: Graph, dataset: Any, options: QuantOptions,
+                           runner: RunnerOptions | None = None) -> tuple[Graph, QuantReport]:
     """``graph`` (float32, after ``fold-batchnorm``) with quantize/dequantize nodes from the ranges of
     ``dataset`` (any form ``cuvil.quant.data`` takes, or a :class:`CalibrationSet` made for ``graph``).
 
     Refuses (:class:`QuantizationError`, or the calibration errors) missing data, fewer examples
     than ``options.min_samples`` (default :data:`MIN_SAMPLES`), and data that never exercises a
-    range of shapes the model declares (``cuvil.quant.calibrate.check_coverage``).  ``graph`` is
-    changed in place and returned."""
+    range of shapes the model declares (``cuvil.quant.calibrate.check_coverage``).  ``runner``: the
+    C compiler, build cache and threads of the calibration build.  ``graph`` is changed in place and
+    returned."""
     t0 = time.perf_counter()
     calib = dataset if isinstance(dataset, CalibrationSet) else load_calibration(dataset, graph, options)
     need = MIN_SAMPLES if options.min_samples is None else options.min_samples
@@ -216,7 +220,8 @@ def post_training_quantize(graph: Graph, dataset: Any, options: QuantOptions) ->
     report = QuantReport(options, calib.examples, len(calib.feeds))
     nodes, report.skipped = plan(graph, options.per_channel)
     acts = _activations(graph, nodes)
-    observers = observe(graph, acts, calib, options.method, options.symmetric)
+    observers, ran = observe(graph, acts, calib, options.method, options.symmetric, runner)
+    report.runner = ran.to_json()
     params: dict[Value, QParams] = {}
     for v in acts:
         o = observers[v]
@@ -230,8 +235,9 @@ def post_training_quantize(graph: Graph, dataset: Any, options: QuantOptions) ->
         log.warning("%s", w)
     report.seconds = time.perf_counter() - t0
     log.info("int8 post-training quantization: %d nodes, %d activations, %d weights from %d examples "
-             "(%s calibration, %s) in %.2f s", len(report.nodes), len(acts), len(report.weights), calib.examples,
-             options.method, "symmetric" if options.symmetric else "asymmetric", report.seconds)
+             "(%s calibration, %s; %d calls of the %s runner) in %.2f s", len(report.nodes), len(acts),
+             len(report.weights), calib.examples, options.method, "symmetric" if options.symmetric else "asymmetric",
+             ran.calls, ran.kind, report.seconds)
     return graph, report
 
 
@@ -372,11 +378,13 @@ class QuantAccuracyReport(PrecisionReport):
 
 
 def compile_int8(graph: Graph, copy: bool, target: str, enable_fusion: bool, dataset: Any, options: QuantOptions,
-                 report_samples: int, times: dict[str, float]) -> tuple[Graph, QuantAccuracyReport]:
+                 report_samples: int, times: dict[str, float], runner: RunnerOptions | None = None
+                 ) -> tuple[Graph, QuantAccuracyReport]:
     """What ``cuvil.compile(..., quant_dtype=...)`` does between import and code generation: the passes
     up to ``fold-batchnorm``, calibration and quantization, the rest of the pipeline (see the module
     docstring), then the per-layer errors of the result against the float32 graph on the first
-    ``report_samples`` calibration feeds.  ``copy``: ``graph`` belongs to the caller (it is copied)."""
+    ``report_samples`` calibration feeds.  ``copy``: ``graph`` belongs to the caller (it is copied).
+    ``runner``: the compile's C compiler, build cache and threads, for the calibration build."""
     from cuvil.ir.verify import verify
     from cuvil.log import stage
     from cuvil.passes import PassManager
@@ -389,7 +397,7 @@ def compile_int8(graph: Graph, copy: bool, target: str, enable_fusion: bool, dat
         graph = PassManager(pre).run(copy_graph(graph) if copy else graph)
     fp32 = copy_graph(graph)
     with stage(log, "calibration and quantization", times):
-        graph, qreport = post_training_quantize(graph, calib, options)
+        graph, qreport = post_training_quantize(graph, calib, options, runner)
     if post:
         with stage(log, "passes after quantization", times):
             graph = PassManager(post).run(graph)

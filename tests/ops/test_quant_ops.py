@@ -126,11 +126,31 @@ def _graph() -> tuple[object, dict[str, np.ndarray]]:
                        {"strides": [2, 1], "pads": [1, 1, 1, 1]}))
     outs.append(b.add1("conv_integer", [img, c(rng.integers(0, 256, (4, 3, 2, 2)).astype(np.uint8)), c(np.uint8(7)),
                                         c(rng.integers(0, 256, 4).astype(np.uint8))], {"group": 2, "dilations": [2, 1]}))
+    # depthwise (the direct kernel): int8 with uint8 per-channel-zero-point weights, bias, relu,
+    # strided with uneven pads; uint8 with a channel multiplier of 2, dilated; int32 output
+    img8 = b.input("img8", TensorType(DType.i8, (2, 5, 8, 7)))
+    wd = c(rng.integers(0, 256, (5, 1, 3, 3)).astype(np.uint8))
+    outs.append(b.add1("qlinear_conv", [img8, f32(0.05), c(np.int8(-4)), wd, f32(rng.uniform(0.001, 0.01, 5)),
+                                        c(rng.integers(100, 150, 5).astype(np.uint8)), f32(0.07), c(np.int8(10)),
+                                        c(rng.integers(-900, 900, 5).astype(np.int32))],
+                       {"group": 5, "strides": [2, 2], "pads": [1, 0, 2, 1], "relu": 1}))
+    wm = c(rng.integers(-128, 128, (12, 1, 2, 3)).astype(np.int8))
+    outs.append(b.add1("qlinear_conv", [img, f32(0.02), c(np.uint8(100)), wm, f32(0.004), c(np.int8(0)),
+                                        f32(0.05), c(np.uint8(128))],
+                       {"group": 6, "strides": [1, 2], "dilations": [2, 1], "pads": [1, 1, 1, 1]}))
+    outs.append(b.add1("conv_integer", [img, c(rng.integers(0, 256, (6, 1, 3, 3)).astype(np.uint8)), c(np.uint8(7)),
+                                        c(rng.integers(0, 256, 6).astype(np.uint8))], {"group": 6, "pads": [1, 1, 1, 1]}))
+    # one spatial dim (the general im2col)
+    seq = b.input("seq", TensorType(DType.u8, (2, 4, 13)))
+    outs.append(b.add1("conv_integer", [seq, c(rng.integers(-128, 128, (3, 4, 3)).astype(np.int8))],
+                       {"strides": [2], "pads": [1, 2]}))
     outs.extend(b.add("dynamic_quantize_linear", [x], num_outputs=3))
     b.output(*outs)
     inputs = {"x": rng.standard_normal((37, 70)).astype(np.float32) * 2,
               "img": rng.integers(0, 256, (2, 6, 9, 11)).astype(np.uint8),
-              "bi8": rng.integers(-128, 128, (70, 45)).astype(np.int8)}
+              "bi8": rng.integers(-128, 128, (70, 45)).astype(np.int8),
+              "img8": rng.integers(-128, 128, (2, 5, 8, 7)).astype(np.int8),
+              "seq": rng.integers(0, 256, (2, 4, 13)).astype(np.uint8)}
     return b.graph, inputs
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,11 +16,17 @@ from cuvil.ir.dtypes import DType
 from cuvil.ir.graph import Graph
 from cuvil.ir.symbolic import DimExpr
 from cuvil.ir.types import SymbolInfo, TensorType
-from cuvil.quant.calibrate import observe
+from cuvil.quant.calibrate import RunnerOptions, batched_feeds, observe
 from cuvil.quant.data import CalibrationDataError, calibration_set
 from cuvil.quant.observers import BINS, CalibrationError, TensorObserver, activation_qparams, quantize_weight
 
 REPO = Path(__file__).resolve().parents[2]
+TINY = str(REPO / "cuvil" / "examples" / "tiny_cnn.onnx")
+
+
+@pytest.fixture(scope="module")
+def build_cache(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(tmp_path_factory.mktemp("build-cache"))
 
 
 def _observer(chunks: list[np.ndarray], method: str, symmetric: bool) -> TensorObserver:
@@ -165,12 +173,13 @@ def test_npz_folder_errors(tmp_path: Path) -> None:
         calibration_set(str(tmp_path), _graph())
 
 
-def test_observe_watches_graph_inputs_and_node_outputs() -> None:
+def test_observe_watches_graph_inputs_and_node_outputs(build_cache: str) -> None:
     g = _graph()
     rng = np.random.default_rng(0)
     c = calibration_set([rng.standard_normal((2, 4)).astype(np.float32) for _ in range(4)], g)
     relu_out = g.outputs[0]
-    obs = observe(g, [g.inputs[0], relu_out], c, "minmax", True)
+    obs, runner = observe(g, [g.inputs[0], relu_out], c, "minmax", True, RunnerOptions(cache_dir=build_cache))
+    assert runner.kind == "native" and runner.calls == 1  # the four feeds of 2 in one call of 8
     allx = np.concatenate([f[0] for f in c.feeds])
     assert obs[g.inputs[0]].min == float(allx.min()) and obs[relu_out].min == 0.0
     assert obs[relu_out].max == float(np.maximum(allx, 0).max())
@@ -183,7 +192,8 @@ import cuvil
 rng = np.random.default_rng(0)
 data = [(rng.standard_normal((8, 3, 32, 32)).astype(np.float32),) for _ in range(8)]
 q = cuvil.compile("cuvil/examples/tiny_cnn.onnx", "ref", quant_dtype="int8", calibration_dataset=data,
-                  calibration="entropy", symmetric=False)
+                  calibration="entropy", symmetric=False, cc="/nonexistent/cc")
+assert q.info.precision["quantization"]["runner"]["runner"] == "reference"
 acts = q.info.precision["quantization"]["activations"]
 out = b"".join(np.float32(a["scale"]).tobytes() + np.int64(a["zero_point"]).tobytes() for a in acts.values())
 ws = [n.attrs["value"].tobytes() for n in q.graph.nodes if n.op == "constant" and n.name.endswith(("_scale", "_int8"))]
@@ -191,8 +201,9 @@ sys.stdout.write((out + b"".join(ws)).hex())
 """
 
 
-def test_calibration_is_byte_identical_whatever_the_thread_count() -> None:
-    """Scales, zero points and quantized weights, with the BLAS under NumPy on 1 and on 2 threads."""
+def test_reference_calibration_is_byte_identical_whatever_the_blas_threads() -> None:
+    """Without a C compiler the reference interpreter runs the graph, its convolutions through the BLAS
+    under NumPy: scales, zero points and quantized weights with that BLAS on 1 and on 2 threads."""
     outs = []
     for threads in ("1", "2"):
         env = {"OPENBLAS_NUM_THREADS": threads, "OMP_NUM_THREADS": threads, "PATH": "/usr/bin:/bin"}
@@ -201,3 +212,115 @@ def test_calibration_is_byte_identical_whatever_the_thread_count() -> None:
         assert r.returncode == 0, r.stderr[-3000:]
         outs.append(r.stdout)
     assert outs[0] and outs[0] == outs[1]
+
+
+# how the float32 graph runs ------------------------------------------------------------------------
+
+
+def _cnn() -> Graph:
+    """tiny_cnn.onnx (symbolic batch) as PTQ sees it, after the passes up to fold-batchnorm."""
+    from cuvil.api import import_model
+    from cuvil.passes import PassManager
+    from cuvil.quant.ptq import split_pipeline
+
+    return PassManager(split_pipeline("native", True)[0]).run(import_model(TINY, None))
+
+
+def _watched(g: Graph) -> list[Any]:
+    from cuvil.quant.ptq import _activations, plan
+
+    return _activations(g, plan(g, True)[0])
+
+
+def _cnn_feeds(g: Graph, n: int, batch: int = 1) -> Any:
+    rng = np.random.default_rng(4)
+    return calibration_set([rng.standard_normal((batch, 3, 32, 32)).astype(np.float32) for _ in range(n)], g)
+
+
+def _stats(obs: dict[Any, TensorObserver]) -> list[tuple[float, float, int, bytes]]:
+    return [(o.min, o.max, o.count, b"" if o.hist is None else o.hist.tobytes()) for o in obs.values()]
+
+
+@pytest.mark.parametrize("method", ["minmax", "entropy"])
+def test_batched_calls_give_byte_identical_statistics(method: str, build_cache: str) -> None:
+    """40 single-image feeds in calls of 16 + 16 + 8 images, against 40 calls of one image."""
+    g = _cnn()
+    acts, calib = _watched(g), _cnn_feeds(g, 40)
+    one, r1 = observe(g, acts, calib, method, True, RunnerOptions(cache_dir=build_cache, batch=1))
+    many, r16 = observe(g, acts, calib, method, True, RunnerOptions(cache_dir=build_cache, batch=16))
+    passes = 1 if method == "minmax" else 2
+    assert r1.kind == r16.kind == "native" and (r1.calls, r16.calls) == (40 * passes, 3 * passes)
+    assert _stats(one) == _stats(many)
+
+
+def test_batching_keeps_within_the_batch_dims_maximum_and_other_dims() -> None:
+    g = _graph("batch", max_batch=5)
+    f = [(np.zeros((k, 4), np.float32),) for k in (2, 2, 2, 1, 6, 1)]
+    assert [x[0].shape[0] for x in batched_feeds(g, f, 16)] == [4, 3, 6, 1]
+    assert [x[0].shape[0] for x in batched_feeds(g, f, 1)] == [2, 2, 2, 1, 6, 1]
+    assert len(batched_feeds(_graph(1), [(np.zeros((1, 4), np.float32),)] * 3, 16)) == 3  # batch fixed at 1
+
+
+def test_native_statistics_agree_with_the_reference_interpreter(build_cache: str) -> None:
+    """Float32 native and reference results differ at most in the last bits: so do the ranges."""
+    from cuvil.quant.calibrate import _reference_runner
+
+    g = _cnn()
+    acts, calib = _watched(g), _cnn_feeds(g, 8, batch=2)
+    native, rn = observe(g, acts, calib, "minmax", True, RunnerOptions(cache_dir=build_cache))
+    computed = [v for v in acts if v not in g.inputs]
+    ref, rr = observe(g, acts, calib, "minmax", True, runner=_reference_runner(g, computed, "test"))
+    assert rn.kind == "native" and rr.kind == "reference"
+    for v in acts:
+        a, b = native[v], ref[v]
+        assert a.count == b.count
+        for x, y in ((a.min, b.min), (a.max, b.max)):
+            assert abs(x - y) <= 1e-5 * max(abs(y), 1.0), v.name
+
+
+def test_without_a_c_compiler_the_reference_runs_it_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    import cuvil
+
+    with caplog.at_level(logging.INFO, logger="cuvil.quant"):
+        m = cuvil.compile(TINY, "ref", cc="/nonexistent/cc", quant_dtype="int8",
+                          calibration_dataset=_images_for_tiny(64))
+    logged = [r.getMessage() for r in caplog.records if r.name == "cuvil.quant" and r.levelno == logging.INFO]
+    assert any("calibration runs on the reference interpreter" in w and "/nonexistent/cc" in w for w in logged)
+    assert m.info.precision is not None
+    runner = m.info.precision["quantization"]["runner"]
+    assert runner["runner"] == "reference" and "no C compiler" in runner["why"] and "/nonexistent/cc" in runner["why"]
+
+
+def test_calibration_build_is_cached_in_the_compiles_cache_dir(tmp_path: Path) -> None:
+    import cuvil
+
+    data = _images_for_tiny(64)
+    runs = [cuvil.compile(TINY, "ref", cache_dir=str(tmp_path), quant_dtype="int8", calibration_dataset=data)
+            for _ in range(2)]
+    infos = [m.info.precision["quantization"] for m in runs if m.info.precision is not None]
+    assert [i["runner"]["build_cached"] for i in infos] == [False, True]
+    assert infos[0]["runner"]["runner"] == "native" and infos[0]["activations"] == infos[1]["activations"]
+    assert list(tmp_path.glob("*/*/model.so"))  # the build is in the compile's cache
+
+
+def _images_for_tiny(n: int) -> list[tuple[np.ndarray]]:
+    rng = np.random.default_rng(6)
+    return [(rng.standard_normal((1, 3, 32, 32)).astype(np.float32),) for _ in range(n)]
+
+
+def test_native_calibration_is_byte_identical_whatever_the_thread_count(build_cache: str) -> None:
+    """Scales and zero points (entropy, asymmetric: histograms too) with the calibration build on 1 and 2 threads."""
+    from cuvil.quant.observers import activation_qparams
+
+    g = _cnn()
+    acts, calib = _watched(g), _cnn_feeds(g, 24, batch=2)
+    outs = []
+    for threads in (1, 2):
+        obs, runner = observe(g, acts, calib, "entropy", False, RunnerOptions(cache_dir=build_cache,
+                                                                               num_threads=threads))
+        assert runner.kind == "native"
+        qps = [activation_qparams(v.name, *obs[v].clip_range("entropy", False, 99.99), (obs[v].min, obs[v].max),
+                                  False)[0] for v in acts]
+        outs.append((_stats(obs), b"".join(np.float32(q.scale).tobytes() + np.int64(q.zero_point).tobytes()
+                                            for q in qps)))
+    assert outs[0] == outs[1]

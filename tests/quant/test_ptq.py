@@ -22,6 +22,15 @@ from cuvil.quant.ptq import QuantizationError
 TINY = str(Path(__file__).resolve().parents[2] / "cuvil" / "examples" / "tiny_cnn.onnx")
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _private_build_cache(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Calibration builds a native library even for ``ref`` compiles: into this module's own cache."""
+    root = tmp_path_factory.mktemp("build-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("cuvil.backends.c.cache.default_cache_dir", lambda: root)
+        yield
+
+
 def _images(n: int, seed: int = 0, batch: int = 1) -> list[tuple[np.ndarray]]:
     rng = np.random.default_rng(seed)
     return [(rng.standard_normal((batch, 3, 32, 32)).astype(np.float32),) for _ in range(n)]
@@ -168,9 +177,10 @@ def _class_data(n: int, seed: int, protos: np.ndarray) -> tuple[np.ndarray, np.n
     return x.astype(np.float32), labels
 
 
-def test_cnn_top1_agreement_with_fp32() -> None:
+def test_cnn_top1_agreement_with_fp32(tmp_path: Path) -> None:
     """CIFAR CNN (benchmarks/models.py) on images of 10 classes (smooth prototypes plus noise), its last layer
-    fitted by ridge regression so that its top-1 is meaningful; 128 calibration images, 300 test images."""
+    fitted by ridge regression so that its top-1 is meaningful; 128 calibration images, 300 test images,
+    fp32 and int8 both native builds."""
     torch = pytest.importorskip("torch")
     from benchmarks.models import ZOO
 
@@ -194,8 +204,9 @@ def test_cnn_top1_agreement_with_fp32() -> None:
     dyn = {"x": {0: torch.export.Dim("batch", min=1, max=512)}}
     calib = [(c,) for c in np.split(_class_data(128, 2, protos)[0], 4)]  # 4 batches of 32
     program = torch.export.export(model, tuple(spec), dynamic_shapes=dyn)  # exported once, compiled twice
-    fp = cuvil.compile(program, "ref")
-    q8 = cuvil.compile(program, "ref", quant_dtype="int8", calibration_dataset=calib)
+    fp = cuvil.compile(program, "native", cache_dir=str(tmp_path))
+    q8 = cuvil.compile(program, "native", cache_dir=str(tmp_path), quant_dtype="int8", calibration_dataset=calib)
+    assert q8.graph is not None and any(n.op.startswith("qlinear_") for n in q8.graph.nodes)  # integer kernels
     test, test_labels = _class_data(300, 3, protos)
     a, b = np.argmax(fp(test)[0], axis=1), np.argmax(q8(test)[0], axis=1)
     assert np.mean(a == test_labels) > 0.9  # the fp32 model does classify

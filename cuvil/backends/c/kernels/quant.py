@@ -28,6 +28,7 @@ from cuvil.ir.dtypes import DType
 from cuvil.ops.quant import QUANT_RANGES, dequantize_compute
 
 QGEMM_HEADER = "cuvil_qgemm.h"
+QCONV_HEADER = "cuvil_qconv.h"
 
 
 def _layout(k: KernelCtx, x: CVal, s: CVal) -> tuple[str, str, str, str, str, int]:
@@ -260,9 +261,8 @@ def _qlinear_matmul(k: KernelCtx) -> None:
 
 def _conv_like(k: KernelCtx, x: CVal, wt: CVal, xzp: CVal | None, wzp: CVal | None, y: CVal,
                requant: Requant | None) -> None:
-    k.include(QGEMM_HEADER)
+    k.include(QCONV_HEADER)
     scratch: list[str] = []
-    k.include("cuvil_conv.h")
     w = k.w
     nsp = x.rank - 2
     if nsp > MAX_SPATIAL:
@@ -286,7 +286,9 @@ def _conv_like(k: KernelCtx, x: CVal, wt: CVal, xzp: CVal | None, wzp: CVal | No
     xz = f"(int32_t){xzp.load('0')}" if xzp is not None else "0"
     zw, zwstep = _zero_points(k, wzp, cout, scratch)
     o = _output(k, y, requant, True, cout, scratch)
-    k.note(f"im2col + cuvil_qgemm per image and group ({'requantized' if requant else 'int32'} output)")
+    depthwise = nsp == 2 and group > 1 and wt.value.type.shape[1] == 1  # cuvil_qconv's own test, at run time
+    path = "direct depthwise" if depthwise else "im2col + cuvil_qgemm per image and group"
+    k.note(f"{path} ({'requantized' if requant else 'int32'} output), kernel {QCONV_HEADER}")
     k.fail_if(f"cuvil_qconv(&{g}, {x.ptr}, {int(x.dtype is DType.i8)}, {xz}, {wt.ptr}, {int(wt.dtype is DType.i8)}, "
               f"{zw}, {zwstep}, &{o}) != 0", "out of memory")
     for buf in scratch:

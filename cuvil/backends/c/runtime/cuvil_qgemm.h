@@ -10,7 +10,8 @@
  * then either stores acc, or adds an int32 bias and requantizes:
  *   y[i, j] = clamp(rint(float(acc + bias) * mult), lo - zp, hi - zp) + zp.
  * Matmul passes the activations as R and the weight as C (channels are columns); convolution
- * passes the weight as R and the im2col'ed input as C (channels are rows, the output is NCHW).
+ * (cuvil_qconv.h) passes the weight as R and the im2col'ed input as C (channels are rows, the
+ * output is NCHW).
  *
  * The product itself runs on the raw bytes, and the zero points come in afterwards:
  *   acc = P - ZC[j] * rowsum(R)[i] - zr[i] * colsum(C')[j] + K * zr[i] * ZC[j],
@@ -30,7 +31,6 @@
 #ifndef CUVIL_QGEMM_H
 #define CUVIL_QGEMM_H
 
-#include "cuvil_conv.h"
 #include "cuvil_rt.h"
 #include "cuvil_threads.h"
 
@@ -463,76 +463,6 @@ static CUVIL_UNUSED int cuvil_qgemm(int64_t M, int64_t N, int64_t K, const cuvil
     free(rown);
     free(cown);
     return 0;
-}
-
-/* ---- integer convolution: im2col (padding with the input's zero point) + cuvil_qgemm ---------- */
-
-/* x: [cg, in...] bytes -> cols: [cg * taps, P], positions outside the input get `pad`. */
-static void cuvil_qconv_im2col(const cuvil_conv_geom *g, const uint8_t *x, int64_t cg, uint8_t pad, uint8_t *cols) {
-    const int nd = g->nsp;
-    const int64_t taps = cuvil_conv_prod(g->k, nd), P = cuvil_conv_prod(g->out, nd), plane = cuvil_conv_prod(g->in, nd);
-    for (int64_t c = 0; c < cg; c++)
-        for (int64_t t = 0; t < taps; t++) {
-            int64_t tk[CUVIL_CONV_MAXD], rem = t;
-            for (int d = nd - 1; d >= 0; d--) {
-                tk[d] = rem % g->k[d];
-                rem /= g->k[d];
-            }
-            uint8_t *restrict dst = cols + (c * taps + t) * P;
-            int64_t oi[CUVIL_CONV_MAXD] = {0};
-            for (int64_t p = 0; p < P; p++) {
-                int64_t off = 0;
-                int valid = 1;
-                for (int d = 0; d < nd; d++) {
-                    const int64_t ii = oi[d] * g->stride[d] - g->pad[d] + tk[d] * g->dil[d];
-                    if (ii < 0 || ii >= g->in[d]) valid = 0;
-                    off = off * g->in[d] + ii;
-                }
-                dst[p] = valid ? x[c * plane + off] : pad;
-                for (int d = nd - 1; d >= 0; d--) {
-                    if (++oi[d] < g->out[d]) break;
-                    oi[d] = 0;
-                }
-            }
-        }
-}
-
-/* Y = conv(X - xzp, W - wzp) per image and group as cuvil_qgemm(W_g [mg, K], cols [K, P]); the
- * output's channel parameters (bias, mult) are indexed by row (absolute output channel); `y` is
- * int32 (out->y32) or bytes (out->yq).  Returns 0, or -1 when memory cannot be had. */
-static CUVIL_UNUSED int cuvil_qconv(const cuvil_conv_geom *g, const void *x, int x_signed, int32_t xzp,
-                                    const void *w, int w_signed, const int32_t *wzp, int64_t wzstep,
-                                    const cuvil_qg_output *out) {
-    const int nd = g->nsp;
-    const int64_t taps = cuvil_conv_prod(g->k, nd), P = cuvil_conv_prod(g->out, nd), plane = cuvil_conv_prod(g->in, nd);
-    const int64_t cg = g->cin / g->group, mg = g->cout / g->group, K = cg * taps;
-    int direct = 1; /* a 1x1, unit-stride, unpadded convolution reads the image itself */
-    for (int d = 0; d < nd; d++)
-        if (g->k[d] != 1 || g->stride[d] != 1 || g->pad[d] != 0 || g->in[d] != g->out[d]) direct = 0;
-    uint8_t *cols = NULL;
-    if (!direct && K > 0 && P > 0) {
-        cols = (uint8_t *)malloc((size_t)K * (size_t)P);
-        if (!cols) return -1;
-    }
-    const int32_t xz[1] = {xzp};
-    int rc = 0;
-    for (int64_t b = 0; b < g->batch && rc == 0; b++)
-        for (int64_t gi = 0; gi < g->group && rc == 0; gi++) {
-            const uint8_t *xg = (const uint8_t *)x + (b * g->cin + gi * cg) * plane;
-            if (cols) cuvil_qconv_im2col(g, xg, cg, (uint8_t)xzp, cols);
-            const cuvil_qg_operand R = {(const uint8_t *)w + gi * mg * K, K, 1, w_signed, wzp + gi * mg * wzstep, wzstep};
-            const cuvil_qg_operand C = {cols ? (const void *)cols : (const void *)xg, P, 1, x_signed, xz, 0};
-            cuvil_qg_output o = *out;
-            const int64_t y0 = (b * g->cout + gi * mg) * P;
-            if (o.y32) o.y32 += y0;
-            if (o.yq) o.yq = (uint8_t *)o.yq + y0;
-            if (o.bias) o.bias += gi * mg * o.bias_rs;
-            if (o.mult) o.mult += gi * mg * o.mult_rs;
-            o.ldy = P;
-            rc = cuvil_qgemm(mg, P, K, &R, &C, &o);
-        }
-    free(cols);
-    return rc;
 }
 
 #endif /* CUVIL_QGEMM_H */

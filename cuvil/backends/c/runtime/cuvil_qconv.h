@@ -1,0 +1,269 @@
+/* Cuvil's integer convolution: conv(X - xzp, W - wzp) in int32, stored or requantized exactly
+ * as cuvil_qgemm's epilogue does (cuvil_qgemm.h), on NCHW bytes.
+ *
+ * Two paths, with the same integer results (sums of exact products, modulo 2^32):
+ *   depthwise (every group has one input channel, 2-D): a direct kernel.  Each task is one
+ *     (image, output channel): the channel's plane minus its zero point is copied into a
+ *     zero-padded int16 plane (padding with the zero point is padding X - xzp with 0), split
+ *     into phases by the strides, and each tap is one long multiply-add into int32 sums, which
+ *     compilers vectorize.  A GEMM per channel (M = 1) spends its time packing;
+ *   otherwise: im2col per image and group (positions outside the input get xzp; the 2-D case
+ *     copies whole row runs and is split across threads by input channel) and cuvil_qgemm with
+ *     the weight as R [mg, cg * taps] and the columns as C [cg * taps, P].
+ */
+#ifndef CUVIL_QCONV_H
+#define CUVIL_QCONV_H
+
+#include "cuvil_conv.h"
+#include "cuvil_qgemm.h"
+
+/* The requantization of one output run (cuvil_qg_epilogue's arithmetic on one row): acc holds
+ * the int32 sums of output channel `ch`, n of them, written to the output at element `at`. */
+static inline void cuvil_qconv_store(const cuvil_qg_output *o, int64_t ch, const int32_t *acc, int64_t n, int64_t at) {
+    const int32_t b = o->bias ? o->bias[ch * o->bias_rs] : 0;
+    if (o->y32) {
+        for (int64_t i = 0; i < n; i++) o->y32[at + i] = (int32_t)((uint32_t)acc[i] + (uint32_t)b);
+        return;
+    }
+    const float m = o->mult[ch * o->mult_rs];
+    const float lo = (float)(o->lo - o->zp), hi = (float)(o->hi - o->zp);
+    const int32_t zp = o->zp;
+    if (o->yq_signed) {
+        int8_t *restrict y = (int8_t *)o->yq + at;
+        for (int64_t i = 0; i < n; i++) {
+            float f = rintf((float)(int32_t)((uint32_t)acc[i] + (uint32_t)b) * m);
+            f = f != f ? 0.0f : f; /* NaN (an infinite or NaN multiplier) gives the zero point */
+            f = f < lo ? lo : (f > hi ? hi : f);
+            y[i] = (int8_t)((int32_t)f + zp);
+        }
+    } else {
+        uint8_t *restrict y = (uint8_t *)o->yq + at;
+        for (int64_t i = 0; i < n; i++) {
+            float f = rintf((float)(int32_t)((uint32_t)acc[i] + (uint32_t)b) * m);
+            f = f != f ? 0.0f : f;
+            f = f < lo ? lo : (f > hi ? hi : f);
+            y[i] = (uint8_t)((int32_t)f + zp);
+        }
+    }
+}
+
+/* ---- depthwise ------------------------------------------------------------------------------- */
+
+typedef struct cuvil_qdw_job {
+    const cuvil_conv_geom *g;
+    const void *x;
+    int x_signed;
+    int32_t xzp;
+    const void *w;
+    int w_signed;
+    const int32_t *wzp;
+    int64_t wzstep;
+    const cuvil_qg_output *out;
+    int64_t PHp, PWp; /* one phase of the padded plane */
+    char *scratch;    /* per thread: the phases (int16), then the sums (int32) */
+    size_t per_thread;
+} cuvil_qdw_job;
+
+/* One (image, output channel).  The padded plane (every row and column a tap reads) is split into
+ * sh * sw phases by row and column remainder modulo the strides, so every tap reads one phase at
+ * unit stride: output (oy, ox) of tap (ky, kx) is element (oy + ky*dh / sh, ox + kx*dw / sw) of
+ * phase (ky*dh % sh, kx*dw % sw).  Rows of sums are PWp apart, so each tap is one long
+ * multiply-add over (OH - 1) * PWp + OW sums; the columns past OW are ignored. */
+static void cuvil_qdw_task(void *ctx, int64_t task, int tid) {
+    const cuvil_qdw_job *j = (const cuvil_qdw_job *)ctx;
+    const cuvil_conv_geom *g = j->g;
+    const int64_t H = g->in[0], W = g->in[1], OH = g->out[0], OW = g->out[1], KH = g->k[0], KW = g->k[1];
+    const int64_t sh = g->stride[0], sw = g->stride[1], dh = g->dil[0], dw = g->dil[1];
+    const int64_t PHp = j->PHp, PWp = j->PWp, phase = PHp * PWp, mg = g->cout / g->group;
+    const int64_t b = task / g->cout, oc = task % g->cout, ic = oc / mg;
+    int16_t *restrict plane = (int16_t *)(j->scratch + (size_t)tid * j->per_thread);
+    int32_t *restrict acc = (int32_t *)(plane + (sh * sw * phase + 31) / 32 * 32);
+    memset(plane, 0, sizeof(int16_t) * (size_t)(sh * sw * phase));
+    const int64_t pt = g->pad[0], pl = g->pad[1];
+    int64_t clo, chi; /* padded columns that hold input: pl <= px < pl + W, within the plane */
+    cuvil_conv_valid(-pl, 1, W, sw * PWp, &clo, &chi);
+    const int64_t base = (b * g->cin + ic) * H * W;
+    for (int64_t iy = 0; iy < H; iy++) {
+        const int64_t py = iy + pt;
+        if (py >= sh * PHp) break;
+        int16_t *restrict prow = plane + (py % sh) * sw * phase + (py / sh) * PWp;
+        for (int64_t c0 = 0; c0 < sw; c0++) { /* column phase c0: px = q * sw + c0 */
+            const int64_t q0 = clo > c0 ? (clo - c0 + sw - 1) / sw : 0, q1 = chi > c0 ? (chi - c0 + sw - 1) / sw : 0;
+            int16_t *restrict d = prow + c0 * phase;
+            const int64_t s0 = base + iy * W + c0 - pl; /* input column of q = 0, read only for q >= q0 */
+            if (j->x_signed) {
+                const int8_t *src = (const int8_t *)j->x;
+                for (int64_t q = q0; q < q1; q++) d[q] = (int16_t)((int32_t)src[s0 + q * sw] - j->xzp);
+            } else {
+                const uint8_t *src = (const uint8_t *)j->x;
+                for (int64_t q = q0; q < q1; q++) d[q] = (int16_t)((int32_t)src[s0 + q * sw] - j->xzp);
+            }
+        }
+    }
+    const int64_t n = (OH - 1) * PWp + OW;
+    for (int64_t i = 0; i < n; i++) acc[i] = 0;
+    const int32_t wz = j->wzp[oc * j->wzstep];
+    for (int64_t ky = 0; ky < KH; ky++)
+        for (int64_t kx = 0; kx < KW; kx++) {
+            const int64_t t = oc * KH * KW + ky * KW + kx;
+            const int32_t wv = (j->w_signed ? (int32_t)((const int8_t *)j->w)[t] : (int32_t)((const uint8_t *)j->w)[t]) - wz;
+            const uint32_t wt = (uint32_t)wv;
+            const int64_t ry = ky * dh, rx = kx * dw;
+            const int16_t *restrict src = plane + ((ry % sh) * sw + rx % sw) * phase + (ry / sh) * PWp + rx / sw;
+            for (int64_t i = 0; i < n; i++) acc[i] = (int32_t)((uint32_t)acc[i] + (uint32_t)(int32_t)src[i] * wt);
+        }
+    const int64_t y0 = (b * g->cout + oc) * OH * OW;
+    for (int64_t oy = 0; oy < OH; oy++) cuvil_qconv_store(j->out, oc, acc + oy * PWp, OW, y0 + oy * OW);
+}
+
+/* The depthwise path (2-D, cin == group): returns 0, or -1 when memory cannot be had. */
+static int cuvil_qconv_depthwise(const cuvil_conv_geom *g, const void *x, int x_signed, int32_t xzp, const void *w,
+                                 int w_signed, const int32_t *wzp, int64_t wzstep, const cuvil_qg_output *out) {
+    cuvil_qdw_job j;
+    j.g = g, j.x = x, j.x_signed = x_signed, j.xzp = xzp, j.w = w, j.w_signed = w_signed, j.wzp = wzp;
+    j.wzstep = wzstep, j.out = out;
+    const int64_t sh = g->stride[0], sw = g->stride[1];
+    const int64_t PH = (g->out[0] - 1) * sh + (g->k[0] - 1) * g->dil[0] + 1;
+    const int64_t PW = (g->out[1] - 1) * sw + (g->k[1] - 1) * g->dil[1] + 1;
+    j.PHp = (PH + sh - 1) / sh, j.PWp = (PW + sw - 1) / sw;
+    const int64_t planes = (sh * sw * j.PHp * j.PWp + 31) / 32 * 32;
+    j.per_thread = (size_t)planes * sizeof(int16_t) + (size_t)(g->out[0] * j.PWp + 16) * sizeof(int32_t);
+    j.per_thread = (j.per_thread + CUVIL_ALIGN - 1) / CUVIL_ALIGN * CUVIL_ALIGN;
+    const int64_t ntasks = g->batch * g->cout, work = ntasks * g->out[0] * g->out[1] * g->k[0] * g->k[1];
+    const int par = work >= CUVIL_QG_PAR_MIN && ntasks > 1;
+    const int nt = par ? cuvil_num_threads_now() : 1;
+    j.scratch = (char *)aligned_alloc(CUVIL_ALIGN, j.per_thread * (size_t)nt);
+    if (!j.scratch) return -1;
+    if (par)
+        cuvil_parallel_for(ntasks, cuvil_qdw_task, &j);
+    else
+        for (int64_t t = 0; t < ntasks; t++) cuvil_qdw_task(&j, t, 0);
+    free(j.scratch);
+    return 0;
+}
+
+/* ---- im2col + GEMM ----------------------------------------------------------------------------- */
+
+/* x: [cg, in...] bytes -> cols: [cg * taps, P], positions outside the input get `pad`. */
+typedef struct cuvil_qim2col_job {
+    const cuvil_conv_geom *g;
+    const uint8_t *x;
+    uint8_t pad;
+    uint8_t *cols;
+} cuvil_qim2col_job;
+
+/* The rows of input channel c: one per tap, any number of spatial dims. */
+static void cuvil_qim2col_nd(const cuvil_conv_geom *g, const uint8_t *x, int64_t c, uint8_t pad, uint8_t *cols) {
+    const int nd = g->nsp;
+    const int64_t taps = cuvil_conv_prod(g->k, nd), P = cuvil_conv_prod(g->out, nd), plane = cuvil_conv_prod(g->in, nd);
+    for (int64_t t = 0; t < taps; t++) {
+        int64_t tk[CUVIL_CONV_MAXD], rem = t;
+        for (int d = nd - 1; d >= 0; d--) {
+            tk[d] = rem % g->k[d];
+            rem /= g->k[d];
+        }
+        uint8_t *restrict dst = cols + (c * taps + t) * P;
+        int64_t oi[CUVIL_CONV_MAXD] = {0};
+        for (int64_t p = 0; p < P; p++) {
+            int64_t off = 0;
+            int valid = 1;
+            for (int d = 0; d < nd; d++) {
+                const int64_t ii = oi[d] * g->stride[d] - g->pad[d] + tk[d] * g->dil[d];
+                if (ii < 0 || ii >= g->in[d]) valid = 0;
+                off = off * g->in[d] + ii;
+            }
+            dst[p] = valid ? x[c * plane + off] : pad;
+            for (int d = nd - 1; d >= 0; d--) {
+                if (++oi[d] < g->out[d]) break;
+                oi[d] = 0;
+            }
+        }
+    }
+}
+
+/* The 2-D case: each output row of a tap is a run of input bytes between two runs of padding. */
+static void cuvil_qim2col_2d(const cuvil_conv_geom *g, const uint8_t *x, int64_t c, uint8_t pad, uint8_t *cols) {
+    const int64_t H = g->in[0], W = g->in[1], OH = g->out[0], OW = g->out[1], KH = g->k[0], KW = g->k[1];
+    const int64_t sw = g->stride[1], P = OH * OW;
+    const uint8_t *xc = x + c * H * W;
+    for (int64_t ky = 0; ky < KH; ky++)
+        for (int64_t kx = 0; kx < KW; kx++) {
+            uint8_t *restrict dst = cols + ((c * KH + ky) * KW + kx) * P;
+            const int64_t bx = kx * g->dil[1] - g->pad[1];
+            int64_t lo, hi;
+            cuvil_conv_valid(bx, sw, W, OW, &lo, &hi);
+            for (int64_t oy = 0; oy < OH; oy++) {
+                uint8_t *restrict d = dst + oy * OW;
+                const int64_t iy = oy * g->stride[0] - g->pad[0] + ky * g->dil[0];
+                if (iy < 0 || iy >= H || hi <= lo) {
+                    memset(d, pad, (size_t)OW);
+                    continue;
+                }
+                const uint8_t *restrict s = xc + iy * W;
+                memset(d, pad, (size_t)lo);
+                if (sw == 1)
+                    memcpy(d + lo, s + bx + lo, (size_t)(hi - lo));
+                else
+                    for (int64_t ox = lo; ox < hi; ox++) d[ox] = s[bx + ox * sw];
+                memset(d + hi, pad, (size_t)(OW - hi));
+            }
+        }
+}
+
+static void cuvil_qim2col_task(void *ctx, int64_t c, int tid) {
+    (void)tid;
+    const cuvil_qim2col_job *j = (const cuvil_qim2col_job *)ctx;
+    if (j->g->nsp == 2)
+        cuvil_qim2col_2d(j->g, j->x, c, j->pad, j->cols);
+    else
+        cuvil_qim2col_nd(j->g, j->x, c, j->pad, j->cols);
+}
+
+/* Y = conv(X - xzp, W - wzp): the depthwise kernel when it applies, else per image and group
+ * cuvil_qgemm(W_g [mg, K], cols [K, P]); the output's channel parameters (bias, mult) are indexed
+ * by row (absolute output channel); `y` is int32 (out->y32) or bytes (out->yq).  Returns 0, or
+ * -1 when memory cannot be had. */
+static CUVIL_UNUSED int cuvil_qconv(const cuvil_conv_geom *g, const void *x, int x_signed, int32_t xzp,
+                                    const void *w, int w_signed, const int32_t *wzp, int64_t wzstep,
+                                    const cuvil_qg_output *out) {
+    const int nd = g->nsp;
+    const int64_t taps = cuvil_conv_prod(g->k, nd), P = cuvil_conv_prod(g->out, nd), plane = cuvil_conv_prod(g->in, nd);
+    const int64_t cg = g->cin / g->group, mg = g->cout / g->group, K = cg * taps;
+    if (nd == 2 && cg == 1 && g->group > 1 && P > 0 && taps > 0)
+        return cuvil_qconv_depthwise(g, x, x_signed, xzp, w, w_signed, wzp, wzstep, out);
+    int direct = 1; /* a 1x1, unit-stride, unpadded convolution reads the image itself */
+    for (int d = 0; d < nd; d++)
+        if (g->k[d] != 1 || g->stride[d] != 1 || g->pad[d] != 0 || g->in[d] != g->out[d]) direct = 0;
+    uint8_t *cols = NULL;
+    if (!direct && K > 0 && P > 0) {
+        cols = (uint8_t *)malloc((size_t)K * (size_t)P);
+        if (!cols) return -1;
+    }
+    const int32_t xz[1] = {xzp};
+    int rc = 0;
+    for (int64_t b = 0; b < g->batch && rc == 0; b++)
+        for (int64_t gi = 0; gi < g->group && rc == 0; gi++) {
+            const uint8_t *xg = (const uint8_t *)x + (b * g->cin + gi * cg) * plane;
+            if (cols) {
+                cuvil_qim2col_job ij = {g, xg, (uint8_t)xzp, cols};
+                if (K * P >= CUVIL_QG_PAR_MIN / 8 && cg > 1)
+                    cuvil_parallel_for(cg, cuvil_qim2col_task, &ij);
+                else
+                    for (int64_t c = 0; c < cg; c++) cuvil_qim2col_task(&ij, c, 0);
+            }
+            const cuvil_qg_operand R = {(const uint8_t *)w + gi * mg * K, K, 1, w_signed, wzp + gi * mg * wzstep, wzstep};
+            const cuvil_qg_operand C = {cols ? (const void *)cols : (const void *)xg, P, 1, x_signed, xz, 0};
+            cuvil_qg_output o = *out;
+            const int64_t y0 = (b * g->cout + gi * mg) * P;
+            if (o.y32) o.y32 += y0;
+            if (o.yq) o.yq = (uint8_t *)o.yq + y0;
+            if (o.bias) o.bias += gi * mg * o.bias_rs;
+            if (o.mult) o.mult += gi * mg * o.mult_rs;
+            o.ldy = P;
+            rc = cuvil_qgemm(mg, P, K, &R, &C, &o);
+        }
+    free(cols);
+    return rc;
+}
+
+#endif /* CUVIL_QCONV_H */
