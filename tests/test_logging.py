@@ -16,6 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import cuvil
 from cuvil.log import LOGGER_NAME
+from cuvil.passes import default_pipeline
 
 EXAMPLE = Path(cuvil.__file__).parent / "examples" / "tiny_cnn.onnx"
 
@@ -55,7 +56,9 @@ def messages(caplog: pytest.LogCaptureFixture, level: int | None = None) -> list
 def test_debug_shows_mapping_partitions_kernels_and_stage_times(caplog: pytest.LogCaptureFixture,
                                                                 tmp_path: Path) -> None:
     caplog.set_level(logging.DEBUG, logger=LOGGER_NAME)
-    m = cuvil.compile(pointwise_model(), target="generic", cache_dir=str(tmp_path))
+    # without convert-layout, which would take both convolutions channels-last (tests/passes/test_layout.py)
+    passes = default_pipeline("generic").replace("convert-layout,", "")
+    m = cuvil.compile(pointwise_model(), target="generic", cache_dir=str(tmp_path), passes=passes)
     text = "\n".join(messages(caplog, logging.DEBUG))
     # the front end's mapping decisions
     assert "onnx ai.onnx::Conv 'pointwise' (opset 17) -> conv" in text
@@ -78,7 +81,7 @@ def test_debug_shows_mapping_partitions_kernels_and_stage_times(caplog: pytest.L
     assert m(np.ones((2, 3, 2, 4), np.float32), np.ones(5, np.float32))[0].shape == (8, 5)
 
     caplog.clear()
-    cuvil.compile(pointwise_model(), target="generic", cache_dir=str(tmp_path))
+    cuvil.compile(pointwise_model(), target="generic", cache_dir=str(tmp_path), passes=passes)
     text = "\n".join(messages(caplog, logging.DEBUG))
     assert re.search(r"^stage cache hit: \d+\.\d ms", text, re.M)
     assert not re.search(r"^stage c build", text, re.M)

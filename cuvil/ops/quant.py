@@ -37,6 +37,12 @@ The integer ops compute exactly in int32 (wrapping, as ONNX's int32 arithmetic):
    the weight's scale is.  ``relu=1`` (a Cuvil extension, made by the fold-qdq pass) clamps
    below at ``y_zp``: exactly ``quantize(relu(v))``, as quantization is monotonic and maps 0
    to ``y_zp``.  ``qlinear_matmul``'s ``bias`` (1-D, per column) is a Cuvil extension too.
+8. ``qlinear_add(A, a_scale, a_zp, B, b_scale, b_zp, y_scale, y_zp)`` (a Cuvil op, made by the
+   fold-qdq pass; A, B and Y int8/uint8 of one shape, every scale float32 and every parameter
+   per-tensor) is exactly the composition it replaces:
+   ``quantize_linear(dequantize_linear(A) + dequantize_linear(B))``, each step in float32 as
+   rules 1 and 2 define it (dequantize, add, divide by ``y_scale``, round half to even,
+   saturate).  ``relu=1`` applies ``relu`` to the sum before it is quantized.
  :func:`quantize_values` are the one NumPy definition
 of the granularity and the quantization step; the integer-kernel ops
 below requantize with them too.
@@ -557,5 +563,59 @@ register(
         reference=_qlinear_conv_ref,
         tolerance=0.0,
         doc="Quantized convolution requantized to y's scale and zero point (ONNX QLinearConv, plus relu).",
+    )
+)
+
+
+# quantized elementwise add: inputs (A, a_scale, a_zero_point, B, b_scale, b_zero_point, y_scale, y_zero_point) ---
+
+
+def _qlinear_add_infer(ctx: InferCtx) -> list[TensorType]:
+    a, b = ctx.type(0), ctx.type(3)
+    ctx.require_dtype(0, _BYTES)
+    ctx.require_dtype(3, _BYTES)
+    _same(ctx, 0, 2, "the zero point of A")
+    _same(ctx, 3, 5, "the zero point of B")
+    for i, what in ((1, "the scale of A"), (4, "the scale of B"), (6, "y_scale")):
+        if ctx.type(i).dtype is not DType.f32:
+            raise ctx.fail(f"{what} must be f32, got {ctx.type(i).dtype}")
+    for i, what in ((1, "the scale of A"), (2, "the zero point of A"), (4, "the scale of B"),
+                    (5, "the zero point of B"), (6, "y_scale"), (7, "y_zero_point")):
+        _per_tensor(ctx, i, what)
+    if a.rank != b.rank:
+        raise ctx.fail(f"A {a} and B {b} must have one shape")
+    for i, (da, db) in enumerate(zip(a.shape, b.shape)):
+        if isinstance(da, int) and isinstance(db, int) and da != db:
+            raise ctx.fail(f"A {a} and B {b} must have one shape")
+        ctx.assume_equal(da, db, f"dim {i} of A and B")
+    out = ctx.require_dtype(7, _BYTES)
+    if int(ctx.attrs.get("relu", 0)) not in (0, 1):
+        raise ctx.fail(f"relu must be 0 or 1, got {ctx.attrs['relu']}")
+    return [TensorType(out, a.shape)]
+
+
+def _qlinear_add_ref(ctx: RefCtx) -> list[np.ndarray]:
+    f = np.float32
+
+    def dequantize(x: np.ndarray, s: np.ndarray, zp: np.ndarray) -> np.ndarray:
+        return (x.astype(f) - zp.astype(f).reshape(())) * s.astype(f).reshape(())  # rule 2, in float32
+
+    total = dequantize(ctx.input(0), ctx.input(1), ctx.input(2)) + dequantize(ctx.input(3), ctx.input(4), ctx.input(5))
+    if ctx.attrs["relu"]:
+        total = np.maximum(total, f(0))
+    with np.errstate(all="ignore"):
+        q = total / ctx.input(6).astype(f).reshape(())  # rule 1, dividing in the scale's type
+    return [quantize_values(q, ctx.input(7).reshape(()), ctx.out_types[0].dtype)]
+
+
+register(
+    OpDef(
+        name="qlinear_add",
+        inputs=("A", "a_scale", "a_zero_point", "B", "b_scale", "b_zero_point", "y_scale", "y_zero_point"),
+        attrs={"relu": AttrSpec("int", 0)},
+        infer=_qlinear_add_infer,
+        reference=_qlinear_add_ref,
+        tolerance=0.0,
+        doc="quantize(dequantize(A) + dequantize(B)) in float32, optionally through relu (made by fold-qdq).",
     )
 )

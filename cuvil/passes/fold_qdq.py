@@ -68,12 +68,14 @@ class _Names:
 @register_pass
 @dataclass(frozen=True)
 class FoldQDQ(Pass):
-    """Folds ``dequantize_linear -> conv|matmul|gemm [-> relu] -> quantize_linear`` into
-    ``qlinear_conv`` / ``qlinear_matmul`` and ``dequantize_linear -> max_pool -> quantize_linear``
-    into an 8-bit ``max_pool``, and dequantizes the constant weights left over.
+    """Folds ``dequantize_linear -> conv|matmul|gemm [-> relu|clip] -> quantize_linear`` into
+    ``qlinear_conv`` / ``qlinear_matmul``, ``dequantize_linear -> max_pool -> quantize_linear``
+    into an 8-bit ``max_pool`` and two dequantizes into ``add [-> relu] -> quantize_linear`` into
+    ``qlinear_add``, and dequantizes the constant weights left over.
 
     1. The quantize node's input is produced by ``conv``, ``matmul`` or ``gemm`` (optionally
-       through a ``relu``), each intermediate read only there and not a graph output.
+       through a ``relu`` or a ``clip`` as in rule 8), each intermediate read only there and not
+       a graph output.
     2. The product's data input is a per-tensor ``dequantize_linear`` of int8/uint8; its weight
        a ``dequantize_linear`` of a constant int8/uint8 tensor, per-tensor or per output channel
        (conv: axis 0; matmul: the columns, axis 1; gemm: axis 0 with ``transB``, else 1);
@@ -97,6 +99,17 @@ class FoldQDQ(Pass):
        type gives it back (checked on all 256 with the reference): the dequantization is then
        nondecreasing, so it commutes with max, and the pair is the identity.  A window of padding
        alone gives the type's lowest value either way (-inf saturates to it).
+    8. A ``clip`` with constant (or absent) bounds ``lo``, ``hi`` (not NaN) before the quantize
+       folds when its bounds are checked in the integer domain: quantization is nondecreasing, so
+       ``quantize(clip(v, lo, hi)) = min(max(quantize(v), quantize(lo)), quantize(hi))``.  That
+       is the kernel's own saturation when ``quantize(lo)`` is the type's lowest value (else the
+       output zero point: ``relu=1``) and ``quantize(hi)`` its highest; other bounds stay
+       explicit.  ReLU6 into a tensor calibrated on the ReLU6's output is such a clip.
+    9. ``quantize_linear(add(dequantize_linear(a), dequantize_linear(b)) [-> relu])`` becomes
+       ``qlinear_add`` (exactly the same float32 arithmetic, ``cuvil/ops/quant.py`` rule 8) when
+       ``a``, ``b`` and the result are per-tensor 8-bit tensors of one static shape, every scale is
+       a float32 constant, the dequantizes give float32, the quantize divides in float32, and the
+       sum (and the relu's result) is read only there and is not a graph output.
     """
 
     name: ClassVar[str] = "fold-qdq"
@@ -115,10 +128,15 @@ def _fold_graph(g: Graph) -> bool:
     removed: set[Node] = set()
     stale: list[Value] = []
     for q in g.nodes:
-        if q.op != "quantize_linear" or not (_is_product_tail(q) or _is_pool_tail(q)):
+        if q.op != "quantize_linear" or not (_is_product_tail(q) or _is_pool_tail(q) or _is_add_tail(q)):
             continue
         try:
-            new, gone = _fold_pool(g, q, counts) if _is_pool_tail(q) else _fold(g, q, counts, names)
+            if _is_pool_tail(q):
+                new, gone = _fold_pool(g, q, counts)
+            elif _is_add_tail(q):
+                new, gone = _fold_add(g, q, counts, names)
+            else:
+                new, gone = _fold(g, q, counts, names)
         except _UnfoldableError as why:
             _log.debug("fold-qdq: %r (%s) stays explicit: %s", q.name, q.op, why)
             continue
@@ -135,11 +153,53 @@ def _fold_graph(g: Graph) -> bool:
     return bool(replaced or folded)
 
 
-def _is_product_tail(q: Node) -> bool:
+def _through(q: Node, activations: tuple[str, ...]) -> Node | None:
+    """The producer of ``q``'s input, looking through one node of ``activations``."""
     p = q.inputs[0].producer if q.inputs[0] is not None else None
-    if p is not None and p.op == "relu" and p.inputs[0] is not None:
+    if p is not None and p.op in activations and p.inputs[0] is not None:
         p = p.inputs[0].producer
+    return p
+
+
+def _is_product_tail(q: Node) -> bool:
+    p = _through(q, ("relu", "clip"))
     return p is not None and p.op in ("conv", "matmul", "gemm")
+
+
+def _is_add_tail(q: Node) -> bool:
+    p = _through(q, ("relu",))
+    return p is not None and p.op == "add"
+
+
+def _output_params(q: Node) -> tuple[np.ndarray, np.ndarray | None]:
+    """The constant per-tensor scale and zero point (None: absent) of quantize node ``q``."""
+    ys, yzp = const_of(q.inputs[1]), const_of(q.inputs[2]) if len(q.inputs) > 2 and q.inputs[2] is not None else None
+    if ys is None or ys.size != 1 or (len(q.inputs) > 2 and q.inputs[2] is not None and (yzp is None or yzp.size != 1)):
+        raise _UnfoldableError("the output quantization is not per-tensor with constant parameters")
+    if q.outputs[0].type.dtype not in _BYTES:
+        raise _UnfoldableError(f"the output is quantized to {q.outputs[0].type.dtype}, not int8/uint8")
+    return ys, yzp
+
+
+def _clip_relu(q: Node, clip: Node) -> bool:
+    """Rule 8: whether the clip before ``q`` is the kernel's saturation alone (False) or with the
+    clamp at the zero point (True); raises when it is neither."""
+    bounds = []
+    for i, far in ((1, -np.inf), (2, np.inf)):
+        v = clip.inputs[i] if len(clip.inputs) > i else None
+        c = const_of(v) if v is not None else np.array(far, np.float32)
+        if c is None or c.size != 1 or np.isnan(c).any():
+            raise _UnfoldableError("the clip's bounds are not constant numbers")
+        bounds.append(c.reshape(()))
+    x = clip.outputs[0]
+    args = [const_of(i) if i is not None else None for i in q.inputs]
+    qlo, qhi = _apply(q, [np.array(bounds, x.type.dtype.np), *args[1:]], q.outputs[0])
+    tlo, thi = np.iinfo(q.outputs[0].type.dtype.np).min, np.iinfo(q.outputs[0].type.dtype.np).max
+    zp = int(args[2].reshape(-1)[0]) if len(args) > 2 and args[2] is not None else 0
+    if int(qhi) != thi or int(qlo) not in (tlo, zp):
+        raise _UnfoldableError(f"the clip's bounds quantize to [{int(qlo)}, {int(qhi)}], neither saturation "
+                               "nor the zero point")
+    return int(qlo) != tlo
 
 
 def _is_pool_tail(q: Node) -> bool:
@@ -193,23 +253,19 @@ def _fold(g: Graph, q: Node, counts: dict[Value, int], names: _Names) -> tuple[l
     v = q.inputs[0]
     assert v is not None
     gone: set[Node] = set()
-    relu = v.producer is not None and v.producer.op == "relu"
-    if relu:
-        assert v.producer is not None
-        _single_use(v, counts, g, "the relu's result")
-        gone.add(v.producer)
-        v = v.producer.inputs[0]
+    ys, yzp = _output_params(q)
+    out_dt = q.outputs[0].type.dtype
+    act = v.producer if v.producer is not None and v.producer.op in ("relu", "clip") else None
+    relu = act is not None and (act.op == "relu" or _clip_relu(q, act))
+    if act is not None:
+        _single_use(v, counts, g, f"the {act.op}'s result")
+        gone.add(act)
+        v = act.inputs[0]
         assert v is not None
     p = v.producer
     assert p is not None
     _single_use(v, counts, g, f"the {p.op}'s result")
     gone.add(p)
-    ys, yzp = const_of(q.inputs[1]), const_of(q.inputs[2]) if len(q.inputs) > 2 and q.inputs[2] is not None else None
-    out_dt = q.outputs[0].type.dtype
-    if ys is None or ys.size != 1 or (len(q.inputs) > 2 and q.inputs[2] is not None and (yzp is None or yzp.size != 1)):
-        raise _UnfoldableError("the output quantization is not per-tensor with constant parameters")
-    if out_dt not in _BYTES:
-        raise _UnfoldableError(f"the output is quantized to {out_dt}, not int8/uint8")
     x = _dq(p.inputs[0], "the data input")
     if x.axis is not None or x.q.type.dtype not in _BYTES:
         raise _UnfoldableError("the data input is not per-tensor int8/uint8")
@@ -263,6 +319,57 @@ def _fold(g: Graph, q: Node, counts: dict[Value, int], names: _Names) -> tuple[l
     if bias is not None:
         ins.append(bias)
     fused = Node(op, ins, [q.outputs[0]], attrs, q.name)
+    q.outputs[0].producer = fused
+    new.append(fused)
+    return new, gone
+
+
+def _fold_add(g: Graph, q: Node, counts: dict[Value, int], names: _Names) -> tuple[list[Node], set[Node]]:
+    """Rule 9: ``quantize(add(dequantize(a), dequantize(b)) [-> relu])`` as one ``qlinear_add``."""
+    v = q.inputs[0]
+    assert v is not None and v.producer is not None
+    gone: set[Node] = set()
+    relu = v.producer.op == "relu"
+    if relu:
+        _single_use(v, counts, g, "the relu's result")
+        gone.add(v.producer)
+        v = v.producer.inputs[0]
+        assert v is not None and v.producer is not None
+    add = v.producer
+    assert add is not None
+    _single_use(v, counts, g, "the add's result")
+    gone.add(add)
+    ys, yzp = _output_params(q)
+    if ys.dtype != np.float32 or q.attrs.get("precision") not in (None, DType.f32):
+        raise _UnfoldableError("the output quantization does not divide in float32")
+    ins: list[Value | None] = []
+    shapes = []
+    for i, what in ((0, "the add's first operand"), (1, "the add's second operand")):
+        d = _dq(add.inputs[i], what)
+        if d.axis is not None or d.q.type.dtype not in _BYTES:
+            raise _UnfoldableError(f"{what} is not a per-tensor int8/uint8 dequantization")
+        assert d.scale is not None
+        if d.scale.dtype != np.float32 or d.node.outputs[0].type.dtype is not DType.f32:
+            raise _UnfoldableError(f"{what} is not dequantized in float32")
+        ins += [d.q, _param(d.node, 1), d.node.inputs[2] if d.zp is not None else None]
+        shapes.append(d.q.type.shape)
+    if shapes[0] != shapes[1] or not all(isinstance(x, int) for x in shapes[0]):
+        raise _UnfoldableError("the add's operands do not have one static shape")
+    new: list[Node] = []
+
+    def zero(of: Value, hint: str) -> Value:
+        """A zero point of ``of``'s type for an absent one."""
+        val = Value(names(f"{q.outputs[0].name}/{hint}"), TensorType(of.type.dtype, ()))
+        new.append(Node("constant", [], [val], {"value": np.zeros((), of.type.dtype.np)}))
+        return val
+
+    for i, hint in ((2, "a_zp"), (5, "b_zp")):
+        if ins[i] is None:
+            operand = ins[i - 2]
+            assert operand is not None
+            ins[i] = zero(operand, hint)
+    yz = q.inputs[2] if yzp is not None else zero(q.outputs[0], "y_zp")
+    fused = Node("qlinear_add", [*ins, q.inputs[1], yz], [q.outputs[0]], {"relu": int(relu)}, q.name)
     q.outputs[0].producer = fused
     new.append(fused)
     return new, gone

@@ -145,6 +145,14 @@ def _graph() -> tuple[object, dict[str, np.ndarray]]:
     outs.append(b.add1("conv_integer", [seq, c(rng.integers(-128, 128, (3, 4, 3)).astype(np.int8))],
                        {"strides": [2], "pads": [1, 2]}))
     outs.extend(b.add("dynamic_quantize_linear", [x], num_outputs=3))
+    # per-tensor dequantize (the vectorised runs): uint8 with a zero point, int8 without
+    outs.append(b.add1("dequantize_linear", [xu, f32(0.03), c(np.uint8(120))]))
+    outs.append(b.add1("dequantize_linear", [xs8, f32(0.02)]))
+    # qlinear_add: mixed signedness with relu (scales that make exact half-way ties), int8 saturating
+    outs.append(b.add1("qlinear_add", [xu, f32(0.25), c(np.uint8(120)), xs8, f32(0.5), c(np.int8(3)), f32(1.0),
+                                       c(np.uint8(7))], {"relu": 1}))
+    outs.append(b.add1("qlinear_add", [xs8, f32(0.02), c(np.int8(3)), xs8, f32(0.037), c(np.int8(-9)), f32(0.011),
+                                       c(np.int8(-5))]))
     b.output(*outs)
     inputs = {"x": rng.standard_normal((37, 70)).astype(np.float32) * 2,
               "img": rng.integers(0, 256, (2, 6, 9, 11)).astype(np.uint8),
@@ -186,3 +194,45 @@ def test_symbolic_batch_matches_the_reference(tmp_path: object) -> None:
         x = rng.integers(0, 256, (n, 3, 6, 10)).astype(np.uint8)
         want, got = ref(x)[0], native(x)[0]
         assert got.shape == (n, 4, 6, 5) and np.array_equal(got, want)
+
+
+def _qdq_add(relu: bool, out: type, shape: tuple[int, ...] = (3, 5, 7, 11)) -> tuple[object, dict[str, np.ndarray]]:
+    """``quantize(dequantize(a) + dequantize(b) [-> relu])``, unfused, and its inputs."""
+    rng = np.random.default_rng(11)
+    b = Builder()
+    a = b.input("a", TensorType(DType.u8, shape))
+    bb = b.input("b", TensorType(DType.i8, shape))
+    c = b.constant
+    da = b.add1("dequantize_linear", [a, c(np.float32(0.0312)), c(np.uint8(131))])
+    db = b.add1("dequantize_linear", [bb, c(np.float32(0.0173))])
+    s = b.add1("add", [da, db])
+    if relu:
+        s = b.add1("relu", [s])
+    zp = np.asarray(-3 if out is np.int8 else 9, out)
+    b.output(b.add1("quantize_linear", [s, c(np.float32(0.0291)), c(zp)]))
+    return b.graph, {"a": rng.integers(0, 256, shape).astype(np.uint8),
+                     "b": rng.integers(-128, 128, shape).astype(np.int8)}
+
+
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize("out", [np.uint8, np.int8])
+def test_qlinear_add_equals_the_unfused_composition_bit_for_bit(relu: bool, out: type, tmp_path: object) -> None:
+    """fold-qdq's qlinear_add, natively, gives exactly the reference's unfused QDQ result."""
+    graph, inputs = _qdq_add(relu, out)
+    want = cuvil.compile(graph, "ref").run(inputs)
+    m = cuvil.compile(graph, "native", passes="fold-qdq", cache_dir=str(tmp_path))
+    assert [n.op for n in m.graph.nodes if n.op not in ("constant",)] == ["qlinear_add"]
+    folded_ref = cuvil.compile(m.graph, "ref").run(inputs)
+    got = m.run(inputs)
+    for name, w in want.items():
+        assert got[name].dtype == w.dtype and np.array_equal(got[name], w), name
+        assert np.array_equal(folded_ref[name], w), name
+
+
+def test_qlinear_add_refuses_operands_of_different_shapes() -> None:
+    b = Builder()
+    a = b.input("a", TensorType(DType.u8, (2, 3)))
+    x = b.input("x", TensorType(DType.u8, (3, 2)))
+    one, z = b.constant(np.float32(1)), b.constant(np.uint8(0))
+    with pytest.raises(CuvilError, match="one shape"):
+        b.add1("qlinear_add", [a, one, z, x, one, z, one, z])

@@ -50,6 +50,7 @@ COVERED_ELSEWHERE = {
     "reduce_log_sum": "tests/ops/test_reduce.py (ReduceLogSum is outside the core op list)",
     "qlinear_conv": "tests/ops/test_quant_ops.py (the quantization ops are outside the core op list)",
     "qlinear_matmul": "tests/ops/test_quant_ops.py (the quantization ops are outside the core op list)",
+    "qlinear_add": "tests/ops/test_quant_ops.py (built by fold-qdq; native against the unfused reference)",
     "quantize_linear": "tests/ops/test_quant_ops.py (the quantization ops are outside the core op list)",
     "shape": "tests/ops/test_shape.py (single-op cases fold to constants at import)",
     "size": "tests/ops/test_shape.py (single-op cases fold to constants at import)",

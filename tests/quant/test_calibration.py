@@ -179,7 +179,7 @@ def test_observe_watches_graph_inputs_and_node_outputs(build_cache: str) -> None
     c = calibration_set([rng.standard_normal((2, 4)).astype(np.float32) for _ in range(4)], g)
     relu_out = g.outputs[0]
     obs, runner = observe(g, [g.inputs[0], relu_out], c, "minmax", True, RunnerOptions(cache_dir=build_cache))
-    assert runner.kind == "native" and runner.calls == 1  # the four feeds of 2 in one call of 8
+    assert runner.kind == "native" and runner.calls == 2  # four feeds of 2: the first alone, then one call of 6
     allx = np.concatenate([f[0] for f in c.feeds])
     assert obs[g.inputs[0]].min == float(allx.min()) and obs[relu_out].min == 0.0
     assert obs[relu_out].max == float(np.maximum(allx, 0).max())
@@ -243,13 +243,14 @@ def _stats(obs: dict[Any, TensorObserver]) -> list[tuple[float, float, int, byte
 
 @pytest.mark.parametrize("method", ["minmax", "entropy"])
 def test_batched_calls_give_byte_identical_statistics(method: str, build_cache: str) -> None:
-    """40 single-image feeds in calls of 16 + 16 + 8 images, against 40 calls of one image."""
+    """40 single-image feeds in calls of 1 + 16 + 16 + 7 images, against 40 calls of one image."""
     g = _cnn()
     acts, calib = _watched(g), _cnn_feeds(g, 40)
     one, r1 = observe(g, acts, calib, method, True, RunnerOptions(cache_dir=build_cache, batch=1))
     many, r16 = observe(g, acts, calib, method, True, RunnerOptions(cache_dir=build_cache, batch=16))
     passes = 1 if method == "minmax" else 2
-    assert r1.kind == r16.kind == "native" and (r1.calls, r16.calls) == (40 * passes, 3 * passes)
+    assert r1.kind == r16.kind == "native" and (r1.calls, r16.calls) == (40 * passes, 4 * passes)
+    assert r16.batch == 16  # tiny_cnn's watched tensors are far below CALL_BYTES per image
     assert _stats(one) == _stats(many)
 
 
@@ -324,3 +325,15 @@ def test_native_calibration_is_byte_identical_whatever_the_thread_count(build_ca
         outs.append((_stats(obs), b"".join(np.float32(q.scale).tobytes() + np.int64(q.zero_point).tobytes()
                                             for q in qps)))
     assert outs[0] == outs[1]
+
+
+def test_calls_are_sized_by_the_bytes_they_watch(build_cache: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model whose watched tensors fill CALL_BYTES with one example runs one example per call."""
+    from cuvil.quant import calibrate
+
+    g = _cnn()
+    acts, calib = _watched(g), _cnn_feeds(g, 10)
+    whole, _ = observe(g, acts, calib, "minmax", True, RunnerOptions(cache_dir=build_cache))
+    monkeypatch.setattr(calibrate, "CALL_BYTES", 1)
+    single, runner = observe(g, acts, calib, "minmax", True, RunnerOptions(cache_dir=build_cache))
+    assert (runner.batch, runner.calls) == (1, 10) and _stats(single) == _stats(whole)

@@ -388,9 +388,9 @@ def plan_memory(graph: Graph, *, in_place: bool = True, poison: bool = False) ->
             final[k] = dataclasses.replace(final[k], buffer=p)
     plan = MemoryPlan(tuple(final), buffers, len(nodes), dict(graph.symbols), rep, poison, in_place, static,
                       structure_key(graph))
-    if values and _log.isEnabledFor(logging.INFO):
+    if values and _log.isEnabledFor(logging.DEBUG):  # INFO is one summary line per compile (cuvil/api.py)
         fig = plan.summary(None if plan.bounded else rep)
-        _log.info("memory plan for %r: %d values in %d buffers (%d in place), arena %d bytes, lower bound %d bytes "
+        _log.debug("memory plan for %r: %d values in %d buffers (%d in place), arena %d bytes, lower bound %d bytes "
                   "(%.3fx)%s", graph.name, fig["values"], fig["buffers"], fig["in_place"], fig["arena_bytes"],
                   fig["lower_bound_bytes"], fig["ratio"], "" if plan.is_static else f" at {fig['dims']}")
     return plan

@@ -20,7 +20,10 @@ Rules:
 4. The cost model estimates im2col + GEMM, F(2x2,3x3) and F(4x4,3x3) and picks the cheaper
    Winograd variant when its estimate is at most ``WINOGRAD_MARGIN`` times the GEMM's (the
    estimates' error on the layers they were fitted to is up to about 20%, and Winograd costs
-   some accuracy, so a near tie goes to the GEMM); otherwise im2col + GEMM.
+   some accuracy, so a near tie goes to the GEMM); otherwise im2col + GEMM.  Between the two
+   Winograd variants, F(4x4,3x3) is picked only when its estimate is at most ``F4_MARGIN``
+   times F(2x2,3x3)'s: its float32 error is about five times F(2x2,3x3)'s (1-2e-6 against
+   2-4e-7 relative per layer), worth paying for a clear saving, not for a tie.
    F(6x6,3x3) is never picked by ``auto``: its float32 error (about 1e-5 relative per layer,
    growing with depth) breaks the 1e-5 end-to-end tolerance Cuvil keeps; it is there for
    users who ask for it.
@@ -143,7 +146,7 @@ def choose(name: str, shape: ConvShape, option: ConvAlgorithmOption) -> Choice:
         return Winograd(WINOGRAD_TILES[alg], asked)
     costs = estimate(shape)
     detail = ", ".join(f"{c} {t:.3g}" for c, t in costs.items())
-    m = min((2, 4), key=lambda t: costs[f"F{t}"])
+    m = 4 if costs["F4"] <= F4_MARGIN * costs["F2"] else 2
     if alg == "winograd":
         return Winograd(m, f"{asked}; cost model: {detail}")
     if costs[f"F{m}"] > WINOGRAD_MARGIN * costs["im2col"]:
@@ -187,6 +190,7 @@ _U_BYTE = 1.0 / 34e9
 _U_REREAD_BYTE = 1.0 / 46e9
 _WINO_CALL = 13e-6
 WINOGRAD_MARGIN = 0.8
+F4_MARGIN = 0.85
 
 # Mirrors of cuvil_winograd.h's blocking (AVX-512: W = 16 channels a vector, NW = 32 output
 # channels a panel, tile slots in quanta of R / 3 = 4; block budgets in bytes).

@@ -28,6 +28,7 @@ from cuvil.ir.dtypes import DType
 from cuvil.ops.quant import QUANT_RANGES, dequantize_compute
 
 QGEMM_HEADER = "cuvil_qgemm.h"
+_BYTES = (DType.i8, DType.u8)
 QCONV_HEADER = "cuvil_qconv.h"
 
 
@@ -77,6 +78,12 @@ def _quantize(k: KernelCtx) -> None:
     prec = k.attrs.get("precision") or s.dtype
     lo, hi = QUANT_RANGES[y.dtype]
     fn = "cuvil_quantize_d" if prec is DType.f64 else "cuvil_quantize_f"
+    if _one(s) and x.dtype is DType.f32 and prec is DType.f32 and s.dtype is DType.f32 and y.dtype in _BYTES:
+        k.note(f"quantize to {y.dtype} per tensor, dividing in f32 (vectorised run, {QGEMM_HEADER})")
+        z = f"(int32_t){zp.load('0')}" if zp else "0"
+        k.w.line(f"cuvil_quantize_f32_run({x.ptr}, {x.numel()}, {s.load('0')}, {z}, {lo}, {hi}, {y.ptr}, "
+                 f"{int(y.dtype is DType.i8)});")
+        return
     k.note(f"quantize to {y.dtype}, dividing in {prec}")
 
     def body(si: str, xi: str) -> None:
@@ -96,6 +103,13 @@ def _dequantize(k: KernelCtx) -> None:
     x, s, y = k.inp(0), k.inp(1), k.out(0)
     zp = k.inp(2) if k.has(2) else None
     cd = "double" if dequantize_compute(s.dtype, y.dtype).itemsize == 8 else "float"
+    if _one(s) and x.dtype in _BYTES and s.dtype is DType.f32 and y.dtype is DType.f32:
+        k.include(QGEMM_HEADER)
+        k.note(f"dequantize {x.dtype} per tensor to f32 (vectorised run, {QGEMM_HEADER})")
+        z = f"(float){zp.load('0')}" if zp else "0.0f"
+        k.w.line(f"cuvil_dequantize_f32_run({x.ptr}, {int(x.dtype is DType.i8)}, {x.numel()}, {z}, {s.load('0')}, "
+                 f"{y.ptr});")
+        return
     k.note(f"dequantize {x.dtype} to {y.dtype}, computing in {cd}")
 
     def body(si: str, xi: str) -> None:
@@ -305,3 +319,20 @@ def _qlinear_conv(k: KernelCtx) -> None:
     bias = k.inp(8) if k.has(8) else None
     _conv_like(k, k.inp(0), k.inp(3), k.inp(2), k.inp(5), k.out(0),
                Requant(k.inp(1), k.inp(4), k.inp(6), k.inp(7), bias))
+
+
+@kernel("qlinear_add")
+def _qlinear_add(k: KernelCtx) -> None:
+    a, b, y = k.inp(0), k.inp(3), k.out(0)
+    k.include(QGEMM_HEADER)
+    lo, hi = QUANT_RANGES[y.dtype]
+    for i in range(a.rank):
+        k.require(a.dim(i), b.dim(i), f"dim {i} of A and B")
+    k.note(f"dequantize, add{', relu' if k.attrs.get('relu') else ''} and quantize in float32 ({QGEMM_HEADER})")
+    ops = []
+    for v, si, zi in ((a, 1, 2), (b, 4, 5)):
+        ops.append(f"{{{v.ptr}, {int(v.dtype is DType.i8)}, (float){k.inp(zi).load('0')}, {k.inp(si).load('0')}}}")
+    with k.w.block(""):
+        k.w.line(f"const cuvil_qadd_operand qa = {ops[0]}, qb = {ops[1]};")
+        k.w.line(f"cuvil_qadd(&qa, &qb, {a.numel()}, {int(bool(k.attrs.get('relu')))}, {k.inp(6).load('0')}, "
+                 f"(int32_t){k.inp(7).load('0')}, {lo}, {hi}, {y.ptr}, {int(y.dtype is DType.i8)});")
