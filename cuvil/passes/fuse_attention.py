@@ -17,8 +17,8 @@ from cuvil.ir.dtypes import DType
 from cuvil.ir.graph import Graph, Node, Value
 from cuvil.ir.types import TensorType
 from cuvil.ops.registry import get
-from cuvil.passes.base import Pass, PassResult, register_pass
-from cuvil.passes.fuse_elementwise import drop_unused_constants, nested_graphs, rebuild, scalar_const, use_counts
+from cuvil.passes.base import GraphPass, register_pass
+from cuvil.passes.fuse_elementwise import drop_unused_constants, rebuild, scalar_const, use_counts
 
 _Single = Callable[[Value | None], bool]
 _Producer = Callable[..., Node | None]
@@ -26,7 +26,7 @@ _Producer = Callable[..., Node | None]
 
 @register_pass
 @dataclass(frozen=True)
-class FuseAttention(Pass):
+class FuseAttention(GraphPass):
     """Fuses ``matmul(Q, Kᵀ) -> scale -> + mask -> softmax -> matmul(·, V)`` into ``attention``.
 
     1. The core is ``softmax(s, axis=-1)`` of rank-4 f32 scores ``s`` whose only reader is
@@ -50,13 +50,7 @@ class FuseAttention(Pass):
 
     name: ClassVar[str] = "fuse-attention"
 
-    def run(self, graph: Graph) -> PassResult:
-        changed = False
-        for g in nested_graphs(graph):
-            changed |= self._run_one(g)
-        return PassResult(graph, changed)
-
-    def _run_one(self, g: Graph) -> bool:
+    def run_on(self, g: Graph) -> bool:
         counts = use_counts(g)
         users = g.users()
         replaced: dict[Node, list[Node]] = {}

@@ -19,8 +19,8 @@ import numpy as np
 from cuvil.ir.graph import Graph, Node, Value
 from cuvil.ir.types import TensorType
 from cuvil.ops.common import const_of
-from cuvil.passes.base import Pass, PassResult, register_pass
-from cuvil.passes.fuse_elementwise import drop_unused_constants, nested_graphs, rebuild, scalar_const, use_counts
+from cuvil.passes.base import GraphPass, register_pass
+from cuvil.passes.fuse_elementwise import drop_unused_constants, rebuild, scalar_const, use_counts
 
 _DTYPES = ("f32", "f64")
 
@@ -40,7 +40,7 @@ def _trailing_axes(node: Node, rank: int) -> int | None:
 
 @register_pass
 @dataclass(frozen=True)
-class RecognizeLayerNorm(Pass):
+class RecognizeLayerNorm(GraphPass):
     """Turns LayerNorm written out with reductions into the ``layer_norm`` op.
 
     1. The pattern is ``d = x - reduce_mean(x)``, ``v = reduce_mean(d * d)`` (or ``pow(d, 2)``),
@@ -58,13 +58,7 @@ class RecognizeLayerNorm(Pass):
 
     name: ClassVar[str] = "recognize-layernorm"
 
-    def run(self, graph: Graph) -> PassResult:
-        changed = False
-        for g in nested_graphs(graph):
-            changed |= self._run_one(g)
-        return PassResult(graph, changed)
-
-    def _run_one(self, g: Graph) -> bool:
+    def run_on(self, g: Graph) -> bool:
         counts = use_counts(g)
         users = g.users()
         replaced: dict[Node, list[Node]] = {}
