@@ -24,9 +24,11 @@ one ``fold-qdq`` can turn into an integer kernel:
 3. The data operand and the node's result are activations, quantized per tensor: int8 with
    zero point 0 (``symmetric``) or uint8 with a zero point, the range from the calibration
    set (``minmax``, ``percentile`` or ``entropy``: ``cuvil/quant/observers.py``).  Where the
-   result's only reader is a ``relu``, the relu's result is the quantized tensor instead, so
-   its range is the post-activation range (the integer kernel applies the relu).  A graph
-   output is never quantized: the node's result then stays float32.
+   result's only reader is a ``relu``, or a ``clip`` from a constant 0 to a constant positive
+   (or absent) upper bound (ReLU6), that reader's result is the quantized tensor instead, so
+   its range is the post-activation range (the integer kernel applies the relu; ``fold-qdq``
+   checks that the clip's upper bound saturates, which a range observed below it ensures).  A
+   graph output is never quantized: the node's result then stays float32.
 4. Each activation gets one ``quantize_linear -> dequantize_linear`` pair right after its
    producer (at the top for a graph input).  A quantized node's result (rule 3) is read
    through its dequantize by every reader, since the integer kernel produces only the
@@ -180,10 +182,24 @@ def plan(graph: Graph, per_channel: bool) -> tuple[list[QuantNode], list[str]]:
             else None
         y = n.outputs[0]
         readers = users.get(y, [])
-        if len(readers) == 1 and readers[0].op == "relu" and y not in outputs:
+        if len(readers) == 1 and _is_activation(readers[0]) and y not in outputs:
             y = readers[0].outputs[0]
         out.append(QuantNode(n, 0, 1, axis, bias, None if y in outputs else y))
     return out, skipped
+
+
+def _is_activation(n: Node) -> bool:
+    """Rule 3: a ``relu``, or a ``clip`` from a constant 0 to a constant positive or absent bound."""
+    if n.op == "relu":
+        return True
+    if n.op != "clip" or len(n.inputs) < 2 or n.inputs[1] is None:
+        return False
+    lo = const_of(n.inputs[1])
+    hi_v = n.inputs[2] if len(n.inputs) > 2 else None
+    hi = const_of(hi_v) if hi_v is not None else None
+    if lo is None or lo.size != 1 or float(lo.reshape(-1)[0]) != 0.0:
+        return False
+    return hi_v is None or (hi is not None and hi.size == 1 and float(hi.reshape(-1)[0]) > 0.0)
 
 
 def _weight_axis(n: Node, w: Value) -> int | None:

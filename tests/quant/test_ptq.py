@@ -293,3 +293,27 @@ def test_cli_compile_quantize_with_npz_folder(tmp_path: Path, capsys: pytest.Cap
         main(["compile", TINY, "--quantize", "int4", "--calibration", str(calib)])
     assert main(["compile", TINY, "-t", "ref", "--calibration", str(calib)]) == 2
     assert "--calibration apply with --quantize int8" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_relu6_is_quantized_after_the_clip_and_folds_into_the_kernel(symmetric: bool, tmp_path: Path) -> None:
+    """matmul -> clip(0, 6) -> matmul: the clip's result is the quantized tensor, so fold-qdq puts the clip
+    into the integer kernel's saturation (no float clip left), and native matches ref."""
+    b = Builder()
+    x = b.input("x", TensorType(DType.f32, (1, 8)))
+    rng = np.random.default_rng(0)
+    h = b.add1("matmul", [x, b.constant(rng.standard_normal((8, 16)).astype(np.float32))], names=["h"])
+    r = b.add1("clip", [h, b.constant(np.float32(0)), b.constant(np.float32(6))], names=["r6"])
+    b.output(b.add1("matmul", [r, b.constant(rng.standard_normal((16, 4)).astype(np.float32))], names=["y"]))
+    kw: dict[str, Any] = {"quant_dtype": "int8", "calibration_dataset": _vectors(64), "symmetric": symmetric}
+    n = cuvil.compile(b.graph, "native", cache_dir=str(tmp_path), **kw)
+    r_ = cuvil.compile(b.graph, "ref", **kw)
+    assert n.info.precision is not None
+    assert set(n.info.precision["quantization"]["activations"]) == {"x", "r6"}
+    assert n.graph is not None and "clip" not in {nd.op for nd in n.graph.nodes}
+    (first,) = [nd for nd in n.graph.nodes if nd.op == "qlinear_matmul"]
+    # int8 (zero point 0) clamps at the zero point; uint8 from 0 has its zero point at 0, saturation alone
+    assert first.attrs["relu"] == int(symmetric)
+    v = _vectors(1)[0][0]
+    a, want = n(v)[0], r_(v)[0]
+    assert np.linalg.norm(a - want) / np.linalg.norm(want) < 0.02
