@@ -23,13 +23,17 @@ def default_symbol_value(info: SymbolInfo | None) -> int:
     return lo
 
 
-def random_array(t: TensorType, shape: Sequence[int], rng: np.random.Generator) -> np.ndarray:
+def random_array(t: TensorType, shape: Sequence[int], rng: np.random.Generator,
+                 int_range: tuple[int, int] | None = None) -> np.ndarray:
+    """Standard normal floats, fair booleans, and integers uniform in ``int_range`` (both ends
+    included; default -10..10, within the type)."""
     if t.dtype.is_float:
         return rng.standard_normal(shape).astype(t.dtype.np)
     if t.dtype is DType.bool:
         return rng.random(shape) < 0.5
     info = np.iinfo(t.dtype.np)
-    lo, hi = max(int(info.min), -10), min(int(info.max), 10)
+    lo, hi = int_range if int_range is not None else (-10, 10)
+    lo, hi = max(int(info.min), lo), min(int(info.max), hi)
     return rng.integers(lo, hi, size=shape, endpoint=True).astype(t.dtype.np)
 
 
@@ -38,12 +42,15 @@ def random_inputs(
     symbols: Mapping[str, SymbolInfo],
     seed: int = 0,
     values: Mapping[str, int] | None = None,
+    int_ranges: Sequence[tuple[int, int] | None] | None = None,
 ) -> list[np.ndarray]:
-    """One seeded random array per input; symbols take ``values`` or a small valid value."""
+    """One seeded random array per input; symbols take ``values`` or a small valid value.
+    ``int_ranges`` gives, per input, the values an integer input is drawn from (token ids, masks)."""
     rng = np.random.default_rng(seed)
     env: dict[str, int] = dict(values or {})
     for s in specs:
         for d in s.type.shape:
             for name in free_symbols(d):
                 env.setdefault(name, default_symbol_value(symbols.get(name)))
-    return [random_array(s.type, [evaluate(d, env) for d in s.type.shape], rng) for s in specs]
+    ranges = list(int_ranges or []) + [None] * (len(specs) - len(int_ranges or []))
+    return [random_array(s.type, [evaluate(d, env) for d in s.type.shape], rng, r) for s, r in zip(specs, ranges)]

@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from cuvil.ir.graph import Graph
-from cuvil.runtime.compiled import CompiledModel
+from cuvil.runtime.compiled import CompiledModel, Signature
 from cuvil.runtime.samples import random_inputs
 from cuvil.verify.base import VerifyError
 
@@ -186,14 +186,48 @@ class VerifyContext:
         kw: dict[str, Any] = dict(options)
         if target != "ref" and self.cache_dir:
             kw.setdefault("cache_dir", self.cache_dir)
+        if kw.get("precision", "fp32") != "fp32" and "calibration_dataset" not in kw:
+            # a reduced-precision compile looks for overflows on sample inputs: the suite's own, in
+            # the model's value domain (see inputs), not values the model never sees
+            kw["calibration_dataset"] = [tuple(self._samples(self.seed + i)) for i in range(2)]
         t0 = time.perf_counter()
         model = cuvil.compile(self.imported(), target=target, **kw)
         return model, time.perf_counter() - t0
 
     def inputs(self, seed: int | None = None, symbols: Mapping[str, int] | None = None) -> list[np.ndarray]:
-        """Seeded random inputs that satisfy the model's contract (symbols at small valid values)."""
-        m = self.compiled("ref")
-        return random_inputs(m.input_specs, m.symbols, seed=self.seed if seed is None else seed, values=symbols)
+        """Seeded random inputs that satisfy the model's contract (symbols at small valid values).
+
+        An integer input of a model given with example tensors (a PyTorch module's ``input_spec``)
+        is drawn from the values its example spans (token ids stay in the vocabulary, a 0/1 mask
+        stays 0/1); other integer inputs from -10..10."""
+        return self._samples(self.seed if seed is None else seed, symbols)
+
+    def _samples(self, seed: int, symbols: Mapping[str, int] | None = None) -> list[np.ndarray]:
+        sig = Signature.of(self.imported())
+        return random_inputs(sig.inputs, sig.symbols, seed=seed, values=symbols,
+                             int_ranges=self._example_int_ranges([s.name for s in sig.inputs]))
+
+    def _example_int_ranges(self, names: Sequence[str]) -> list[tuple[int, int] | None]:
+        """Per input, ``(min, max)`` of its example when the source gave an integer example tensor."""
+        spec = self.source.input_spec
+        if isinstance(spec, Mapping):
+            examples = [spec.get(n) for n in names]
+        elif isinstance(spec, (list, tuple)):
+            examples = list(spec)[: len(names)]
+        else:
+            return []
+        ranges: list[tuple[int, int] | None] = []
+        for ex in examples:
+            if ex is None:
+                ranges.append(None)
+                continue
+            try:
+                arr = np.asarray(ex.detach().cpu().numpy() if hasattr(ex, "detach") else ex)
+            except (TypeError, ValueError, RuntimeError):
+                arr = np.asarray(0.0)
+            ok = arr.dtype.kind in "iu" and arr.size > 0
+            ranges.append((int(arr.min()), int(arr.max())) if ok else None)
+        return ranges
 
     def reference(self, inputs: Sequence[np.ndarray], *, float64: bool = False) -> list[np.ndarray]:
         """Outputs of the reference interpreter; ``float64=True`` computes float32 graphs in float64."""
