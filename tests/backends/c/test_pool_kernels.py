@@ -14,6 +14,7 @@ import numpy as np
 from onnx import TensorProto as T
 from onnx import helper
 
+import cuvil
 from tests.backends.c.test_conv_kernels import compare, fails, make_model, randn, vi
 
 
@@ -116,3 +117,44 @@ def test_depth_space(tmp_path: Path) -> None:
     s = np.arange(36 * 2, dtype=np.int64).reshape(1, 2, 6, 6)
     c = compare(model, [[randn(1, 8, 3, 4), s], [randn(2, 8, 2, 5), s[:, :, :3]]], tmp_path)
     fails(c, [randn(1, 8, 3, 4), s[:, :, :4]], "input height vs output height x blocksize: 4 != 3")
+
+
+def test_separable_max_pool_2d_matches_reference_bitwise(tmp_path: Path) -> None:
+    """The separable 2-D max pool (runtime/cuvil_pool.h) over windows that stress its edges: pads on
+    one side, ceil_mode overhang, dilation, strides 1/2/3, rows wider than its 64-output blocks,
+    windows with no tap inside the input, NaNs and -inf; integer types; 1 and 2 threads agree."""
+    configs = [
+        dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+        dict(kernel_shape=[2, 3], strides=[1, 3], pads=[0, 2, 1, 0], ceil_mode=1),
+        dict(kernel_shape=[3, 2], strides=[2, 2], dilations=[2, 3], ceil_mode=1),
+        dict(kernel_shape=[1, 1], strides=[3, 2]),
+        dict(kernel_shape=[2, 2], strides=[2, 2], pads=[1, 1, 1, 1]),  # corner windows hold one tap
+        dict(kernel_shape=[3, 3], auto_pad="SAME_UPPER", strides=[1, 1]),
+    ]
+    nodes, outs = [], []
+    for i, attrs in enumerate(configs):
+        for name in ("x", "u", "s", "d"):
+            nodes.append(helper.make_node("MaxPool", [name], [f"{name}{i}"], **attrs))  # type: ignore[arg-type]
+            outs.append(f"{name}{i}")
+    inputs = [vi("x", T.FLOAT, [2, 3, "h", "w"]), vi("u", T.UINT8, [1, 2, "h", "w"]),
+              vi("s", T.INT8, [1, 2, "h", "w"]), vi("d", T.DOUBLE, [1, 1, "h", "w"])]
+    model = make_model(nodes, inputs, outs)
+    rng = np.random.default_rng(11)
+    feeds = []
+    for h, w in ((7, 150), (12, 9), (5, 4)):
+        x = randn(2, 3, h, w)
+        x[0, 0, 0, :3] = np.nan  # NaN wins its windows, as in NumPy
+        x[1, 2, -1, -1] = -np.inf
+        x[0, 1].flat[rng.integers(0, h * w, 4)] = np.nan
+        feeds.append([x, rng.integers(0, 256, (1, 2, h, w)).astype(np.uint8),
+                      rng.integers(-128, 128, (1, 2, h, w)).astype(np.int8), randn(1, 1, h, w, dtype=np.float64)])
+    c = compare(model, feeds, tmp_path, target="native", rtol=0, atol=0)
+    source = c.build_info.source.read_text()  # type: ignore[union-attr]
+    assert "cuvil_maxpool2d_f32(" in source and "cuvil_maxpool2d_u8(" in source and "cuvil_maxpool2d_i8(" in source
+    ref = cuvil.compile(model, target="ref")
+    two = cuvil.compile(model, target="native", num_threads=2, cache_dir=str(tmp_path / "cache"))
+    big = [randn(2, 3, 120, 130), rng.integers(0, 256, (1, 2, 120, 130)).astype(np.uint8),
+           rng.integers(-128, 128, (1, 2, 120, 130)).astype(np.int8), randn(1, 1, 120, 130, dtype=np.float64)]
+    for got, want, one in zip(two(*big), ref(*big), c(*big)):
+        np.testing.assert_array_equal(got, want)
+        assert got.tobytes() == one.tobytes()

@@ -77,6 +77,22 @@ def _open_taps(k: KernelCtx, stack: ExitStack, wins: list[Window], starts: list[
     return idx, coords
 
 
+# Element types of the separable 2-D max pool (runtime/cuvil_pool.h): stored as computed.
+_SEPARABLE = {DType.f32: "f32", DType.f64: "f64", DType.u8: "u8", DType.i8: "i8"}
+
+
+def _max_pool_2d(k: KernelCtx, x: CVal, y: CVal, wins: list[Window]) -> None:
+    """A 2-D max pool without indices: cuvil_pool.h's separable, threaded kernel."""
+    k.include("cuvil_pool.h")
+    g, rc = k.tmp("pool"), k.tmp("rc")
+    (hw, ww) = wins
+    k.w.line(f"const cuvil_pool2d {g} = {{(int64_t){x.dim(0)} * (int64_t){x.dim(1)}, {hw.size}, {ww.size}, "
+             f"{hw.out}, {ww.out}, {hw.kernel}, {ww.kernel}, {hw.stride}, {ww.stride}, {hw.dilation}, "
+             f"{ww.dilation}, {hw.pad_begin}, {ww.pad_begin}}};")
+    k.w.line(f"const int {rc} = cuvil_maxpool2d_{_SEPARABLE[x.dtype]}(&{g}, {x.ptr}, {y.ptr});")
+    k.fail_if(f"{rc} != 0", "out of memory")
+
+
 @kernel("max_pool")
 def _max_pool(k: KernelCtx) -> None:
     k.include("cuvil_conv.h")
@@ -84,6 +100,9 @@ def _max_pool(k: KernelCtx) -> None:
     kernel_dims = [str(int(v)) for v in k.attrs["kernel_shape"]]
     wins = window_dims(k, x, y, kernel_dims)
     indices = k.out(1) if len(k.outs) > 1 else None
+    if indices is None and x.rank == 4 and x.dtype in _SEPARABLE and x.dtype is y.dtype:
+        _max_pool_2d(k, x, y, wins)
+        return
     is_float = x.dtype in (DType.f32, DType.f64, DType.f16, DType.bf16)
     lowest = "-INFINITY" if is_float else _LOWEST[x.dtype]
     with ExitStack() as planes:
