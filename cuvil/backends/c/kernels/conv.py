@@ -1,9 +1,11 @@
 """Kernels of ``conv`` and ``conv_transpose``, and the window geometry they share with pooling.
 
 The generated code fills a ``cuvil_conv_geom`` (sizes, strides, dilations, resolved begin pads)
-and calls the runtime in ``cuvil_conv.h``: im2col + ``cuvil_sgemm`` per image and group, the
-image itself as the GEMM operand for 1x1 unit-stride convolutions, a direct kernel for
-depthwise 2-D convolutions, GEMM + col2im for the transposed convolution.  f64 runs in f64.
+and calls the runtime: f32 convolutions run im2col + ``cuvil_sgemm_ep`` over chunks of output
+rows that stay in cache, with a fused epilogue applied on each finished tile
+(``cuvil_conv_tiled.h``); the image itself is the GEMM operand for 1x1 unit-stride
+convolutions.  ``cuvil_conv.h`` has a direct kernel for depthwise 2-D convolutions, im2col +
+GEMM per image for f64, and GEMM + col2im for the transposed convolution.  f64 runs in f64.
 f16/bf16 accumulate in f32 like the reference (:func:`cuvil.backends.c.kernels.half.half_conv`:
 bf16 dot products where the target has them, else the f32 algorithm on widened operands).
 
@@ -183,9 +185,23 @@ def _emit_conv(k: KernelCtx, epilogue: Graph | None, extras: Sequence[CVal]) -> 
         k.note(f"direct depthwise 2-D kernel, cuvil_conv_depthwise2d_f32 ({group} groups of one input channel)"
                + _precision(x) + f" ({choice.why})")
         _run(k, "cuvil_conv_depthwise2d_f32", "", g, x, w, y, void=True)
+    elif x.dtype is DType.f32:
+        _run_tiled(k, g, x, w, y)
+        k.note(_gemm_plan(w, wins, group) + " over chunks of output rows (cuvil_conv_tiled.h)"
+               + ("; epilogue on each finished tile" if k.epilogue else "") + f" ({choice.why})")
     else:
         k.note(_gemm_plan(w, wins, group) + _precision(x) + f" ({choice.why})")
         _run(k, "cuvil_conv_f32", "cuvil_conv_f64", g, x, w, y)
+
+
+def _run_tiled(k: KernelCtx, g: str, x: CVal, w: CVal, y: CVal) -> None:
+    """Call ``cuvil_conv_tiled_f32`` with the fused epilogue, if any, applied on each finished tile."""
+    k.include("cuvil_conv_tiled.h")
+    b = k.inp(2).ptr if k.has(2) else "NULL"
+    rc = k.tmp("rc")
+    k.w.line(f"int {rc} = cuvil_conv_tiled_f32(&{g}, {x.ptr}, {w.ptr}, {b}, {y.ptr}, {k.epilogue or 'NULL'});")
+    k.fail_if(f"{rc} != 0", "out of memory")
+    k.epilogue_applied = k.epilogue is not None
 
 
 def _run_winograd(k: KernelCtx, m: int, g: str, x: CVal, w: CVal, y: CVal, epilogue: Graph | None,

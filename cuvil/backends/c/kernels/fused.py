@@ -130,8 +130,8 @@ def _fused_linear(k: KernelCtx) -> None:
     _apply_epilogue(k, epilogue, k.out(0), extras)
 
 
-# Base ops whose float32 kernels take a tile epilogue (linalg.py, conv_nhwc.py: cuvil_sgemm_ep).
-_TILE_EPILOGUE_BASES = frozenset({"gemm", "matmul", "conv_nhwc"})
+# Base ops whose float32 kernels take a tile epilogue (linalg.py, conv.py, conv_nhwc.py: cuvil_sgemm_ep).
+_TILE_EPILOGUE_BASES = frozenset({"gemm", "matmul", "conv", "conv_nhwc"})
 
 
 def _tile_epilogue(k: KernelCtx, epilogue: Graph, y: CVal, extras: Sequence[CVal]) -> str:
