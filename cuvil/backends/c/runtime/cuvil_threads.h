@@ -17,8 +17,8 @@
  * mutex.
  *
  * Waiting.  Idle workers spin briefly for the next region, then sleep on a condition
- * variable; a call that ran a parallel region last time wakes them as it starts, so they are
- * spinning by the time its first region comes.  The caller of a region works on its tasks too,
+ * variable; a call that ran a parallel region last time, or declined one only because the workers
+ * slept, wakes them as it starts, so they are spinning by the time its first region comes.  The caller of a region works on its tasks too,
  * then spins briefly for the workers still inside, then sleeps until the last one leaves: on a
  * loaded machine a worker may be preempted mid-task, and spinning on the core it needs would
  * cost a scheduler time slice per region.
@@ -149,6 +149,8 @@ typedef struct cuvil_pool {
     /* owned by the call holding the pool */
     int used;             /* the current call ran a parallel region */
     int used_last;        /* ... and so did the call before it */
+    int wanted;           /* the current call declined a region only because workers slept */
+    int wanted_last;      /* ... and so did the call before it */
     double wait_ns;       /* moving average of the caller's end-of-region wait */
     /* the current region (written before gen is bumped; stable until its caller sees active == 0) */
     int64_t ntasks;
@@ -406,9 +408,12 @@ static CUVIL_UNUSED int cuvil_parallel_worth(double ns) {
     const cuvil_exec *e = cuvil_cur_exec;
     if (!e || !e->pool) return 0;
     cuvil_pool *p = e->pool;
-    const double fixed =
-        atomic_load_explicit(&p->sleepers, memory_order_relaxed) > 0 ? CUVIL_PAR_MIN_NS_ASLEEP : CUVIL_PAR_MIN_NS;
-    if (ns * (1.0 - 1.0 / p->n) >= fixed + p->wait_ns) return 1;
+    const int asleep = atomic_load_explicit(&p->sleepers, memory_order_relaxed) > 0;
+    const double saved = ns * (1.0 - 1.0 / p->n);
+    if (saved >= (asleep ? CUVIL_PAR_MIN_NS_ASLEEP : CUVIL_PAR_MIN_NS) + p->wait_ns) return 1;
+    /* Worth it with the workers awake: the next call wakes them as it starts (cuvil_exec_enter),
+     * or a model whose regions are all short would never thread once its workers slept. */
+    if (asleep && saved >= CUVIL_PAR_MIN_NS + p->wait_ns) p->wanted = 1;
     p->wait_ns *= CUVIL_WAIT_DECAY;
     return 0;
 #else
@@ -496,8 +501,9 @@ static void cuvil_exec_enter(cuvil_exec *e, cuvil_shared *s) {
     if (pthread_mutex_trylock(&s->pool_lock) == 0) {
         if (s->pool) {
             e->pool = s->pool;
-            if (e->pool->used_last) cuvil_pool_warm(e->pool);
+            if (e->pool->used_last || e->pool->wanted_last) cuvil_pool_warm(e->pool);
             e->pool->used = 0;
+            e->pool->wanted = 0;
         } else {
             pthread_mutex_unlock(&s->pool_lock);
         }
@@ -510,6 +516,7 @@ static void cuvil_exec_leave(cuvil_exec *e) {
 #if CUVIL_POOL
     if (e->pool) {
         e->pool->used_last = e->pool->used;
+        e->pool->wanted_last = e->pool->wanted;
         pthread_mutex_unlock(&e->shared->pool_lock);
     }
 #endif
