@@ -19,7 +19,12 @@ Both hold the same keys (in ``cuvil.toml`` at the top level)::
     "latency.*" = 0.25                        # a number: a relative margin
     "layerwise.*" = { relative = 1.0, absolute = 1e-7 }
 
-Selection is named ``select`` because ``checks`` is the table of per-check options. Unknown
+    [checks.precision]                        # int8 too: calibrate on these samples (a folder of .npz)
+    calibration = "calib"                     # relative to this file's folder
+
+Selection is named ``select`` because ``checks`` is the table of per-check options. A check
+option that names a file or folder (:data:`PATH_OPTIONS`) is resolved against the folder of
+the config file that sets it, so a configuration means the same from any working folder. Unknown
 top-level keys are errors, so a misspelt key does not silently do nothing. Explicit arguments
 (``cuvil verify --checks ...``, ``cuvil.verify(model, checks=...)``) override the file.
 """
@@ -38,6 +43,8 @@ from cuvil.verify.base import VerifyError
 CONFIG_FILE = "cuvil.toml"
 KEYS = frozenset({"select", "targets", "strict", "seed", "checks", "baseline"})
 BASELINE_KEYS = frozenset({"relative", "absolute", "higher_is_better", "figures"})
+#: Per check, its options that name a file or folder: relative ones are relative to the config file.
+PATH_OPTIONS: Mapping[str, tuple[str, ...]] = {"precision": ("calibration", "int8_samples")}
 
 
 @dataclass(frozen=True)
@@ -139,10 +146,21 @@ def parse_config(data: Mapping[str, Any], path: Path | None = None) -> VerifyCon
         targets=_str_list(data["targets"], "targets", path) if "targets" in data else None,
         strict=strict,
         seed=seed,
-        checks={str(k): dict(v) for k, v in checks.items()},
+        checks={str(k): _resolve_paths(str(k), dict(v), path) for k, v in checks.items()},
         baseline=_baseline(data.get("baseline", {}), path),
         path=path,
     )
+
+
+def _resolve_paths(check: str, options: dict[str, Any], path: Path | None) -> dict[str, Any]:
+    """``options`` with its relative file and folder options (PATH_OPTIONS) made relative to ``path``'s folder."""
+    if path is None:
+        return options
+    for key in PATH_OPTIONS.get(check, ()):
+        value = options.get(key)
+        if isinstance(value, str) and value and not Path(value).is_absolute():
+            options[key] = str(path.resolve().parent / value)
+    return options
 
 
 def _read_toml(path: Path) -> dict[str, Any]:

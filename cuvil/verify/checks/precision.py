@@ -14,7 +14,12 @@ and ``"bf16"`` (option ``precisions``): each output's error against the same
 float64 reference, next to the float32 source framework's, must stay within
 ``reduced_max_rel_l2`` (default 1e-2).  A value that overflows float16 is a
 failure naming the node, its op and the value (``where``: target, precision,
-node, op).  int8 needs calibration data and is reported as not checked.
+node, op).  With calibration data (``calibration = "DIR"``: a folder of .npz samples) the
+C targets' int8 builds are checked too: top-1 agreement with the float32 build on classifier
+outputs (at least ``int8_min_top1``, 0.99), output SNR on the others (at least
+``int8_min_snr_db``, 30 dB), and the compile's per-layer errors in the details
+(``cuvil/verify/checks/precision_int8.py``).  Without it, int8 is reported as not checked,
+with the setting that enables it.
 
 ``reproducibility``: the same inputs give bitwise-identical outputs across
 repeated calls, across processes (the artifact saved, loaded and run in a
@@ -38,6 +43,7 @@ import numpy as np
 
 from cuvil.errors import CuvilError
 from cuvil.verify.base import Check, CheckResult, Status, register_check
+from cuvil.verify.checks.precision_int8 import ENABLE_HINT, Int8Settings, int8_settings, judge_int8, judged_feeds
 
 FLOAT32_EPS = float(np.finfo(np.float32).eps)
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
@@ -146,6 +152,10 @@ class Precision(Check):
             cases.append((seed, inputs, wide, base))
         reduced = [p for p in cfg.get("precisions", REDUCED) if p in REDUCED]
         reduced_max = float(cfg.get("reduced_max_rel_l2", 1e-2))
+        int8 = int8_settings(cfg)
+        int8_wanted = "precisions" not in cfg or "int8" in cfg["precisions"]
+        int8_feeds = (judged_feeds(int8, ctx.graph, names)
+                      if int8 is not None and int8_wanted and any(t in C_TARGETS for t in ctx.targets) else [])
         results = []
         for target in ctx.targets:
             try:
@@ -154,10 +164,14 @@ class Precision(Check):
                 results.append(_build_failure(self.name, target, exc))
                 continue
             rows = _rows(ctx, model, names, cases, floor)
-            precisions = {"fp32": "checked", "int8": "not checked: int8 needs calibration data"}
+            precisions = {"fp32": "checked"}
             for p in REDUCED:
                 precisions[p] = ("not checked: only the C targets compute it" if target not in C_TARGETS else
                                  "checked" if p in reduced else "not checked: not in the check's precisions")
+            precisions["int8"] = ("not checked: the check builds int8 for the C targets" if target not in C_TARGETS
+                                  else "not checked: not in the check's precisions" if not int8_wanted
+                                  else f"not checked: int8 needs calibration data; {ENABLE_HINT}" if int8 is None
+                                  else "checked")
             baseline = (baseline_name(ctx.source.kind) if not source_error else
                         f"{baseline_name('graph')}, as {baseline_name(ctx.source.kind)} cannot run the model")
             result = self._verdict(target, list(rows.values()), max_rel, max_ratio, floor, precisions, baseline,
@@ -167,6 +181,10 @@ class Precision(Check):
             if target in C_TARGETS:
                 for p in reduced:
                     result = self._reduced(ctx, result, target, p, names, cases, floor, reduced_max)
+                if int8 is not None and int8_wanted:
+                    result = self._int8(ctx, result, target, int8, int8_feeds, names)
+                elif int8_wanted and result.status is Status.PASS:
+                    result.summary += '; int8 not checked: no calibration data ([checks.precision] calibration = "DIR")'
             results.append(result)
         return results
 
@@ -208,6 +226,34 @@ class Precision(Check):
         figures = {**result.figures, f"{precision}_rel_l2": worst["rel_l2"]}
         return CheckResult(self.name, result.status, result.summary.replace("; other precisions not available yet", "")
                            + summary, target=target, figures=figures, details=details, where=result.where)
+
+    def _int8(self, ctx: Any, result: CheckResult, target: str, settings: Int8Settings,
+              feeds: Sequence[Sequence[np.ndarray]], names: Sequence[str]) -> CheckResult:
+        """``result`` with the int8 build of ``target`` checked too (the first failure wins)."""
+        details = dict(result.details)
+        where = {"target": target, "precision": "int8"}
+        try:
+            model = ctx.compiled(target, **settings.compile_options())
+        except CuvilError as exc:  # a refusal (too few samples, an unexercised range ...) says what to do
+            details["int8"] = {"error": f"{type(exc).__name__}: {exc}", "calibration": str(settings.calibration)}
+            if result.status is Status.FAIL:
+                return CheckResult(result.check, result.status, result.summary, target=target,
+                                   figures=result.figures, details=details, where=result.where)
+            return CheckResult(self.name, Status.FAIL, f"int8: the model does not compile: {exc}", target=target,
+                               figures=result.figures, details=details, where=where)
+        node_of = {name: output_node(ctx.graph, i) for i, name in enumerate(names)}
+        outcome = judge_int8(model, ctx.compiled(target), feeds, names, settings, node_of)
+        details["int8"] = outcome.details
+        details["higher_is_better"] = [*details.get("higher_is_better", ()), "int8_top1_agreement"]
+        figures = {**result.figures, **outcome.figures}
+        if result.status is Status.FAIL:
+            return CheckResult(result.check, result.status, result.summary, target=target, figures=figures,
+                               details=details, where=result.where)
+        if outcome.failure is not None:
+            return CheckResult(self.name, Status.FAIL, outcome.failure, target=target, figures=figures,
+                               details=details, where={**where, **(outcome.where or {})})
+        return CheckResult(self.name, result.status, result.summary + outcome.summary, target=target,
+                           figures=figures, details=details, where=result.where)
 
     def _verdict(self, target: str, rows: list[dict[str, Any]], max_rel: float, max_ratio: float, floor: float,
                  precisions: dict[str, str], baseline: str, reference: str) -> CheckResult:
