@@ -36,6 +36,20 @@ one ``fold-qdq`` can turn into an integer kernel:
    that cannot be quantized therefore run in float32 between a dequantize and a quantize.
 5. Every value of the float32 graph keeps its name; the added values are named after the
    tensor they quantize (``x_scale``, ``x_quantized``, ``w_int8`` ...).
+6. Integer-produced activations (the results of rule 3, and of rules 7 and 8) let two more ops
+   run on 8-bit data, in definition order.  A ``max_pool`` (one output) of an integer-produced
+   activation that is not a graph output gets its input's scale and zero point (max commutes
+   with the nondecreasing dequantization, so this adds no error; ``fold-qdq`` rule 7 runs it on
+   the quantized tensor).
+7. An ``add`` of two computed f32 activations of one static shape whose result (or, as in rule
+   3, the result of its only reader when that is a ``relu``) is not a graph output and is read
+   by a quantized node of rule 1 or another such ``add``, reads both operands through their
+   dequantizes (quantizing an operand that rule 3 does not) and has that result quantized as an
+   activation (``fold-qdq`` rule 9 makes it a ``qlinear_add``): a residual connection into a
+   quantized convolution.  Adds read by no quantized node (a transformer's residual into a
+   layer norm) stay float32.
+8. The results of rules 6 and 7 are integer-produced: every reader reads them through their
+   dequantize, as in rule 4.
 """
 
 from __future__ import annotations
@@ -143,6 +157,68 @@ class QuantNode:
     output: Value | None
 
 
+@dataclass(frozen=True)
+class IntegerOps:
+    """Rules 6-8: the max-pools that pass their input's parameters on (result value -> input value),
+    the adds run on 8-bit operands, and every value an integer kernel produces."""
+
+    pools: dict[Value, Value] = field(default_factory=dict)
+    adds: list[Node] = field(default_factory=list)
+    produced: set[Value] = field(default_factory=set)
+
+    def observed(self) -> set[Value]:
+        """The activations calibration must observe for rule 7 (rule 6's take their input's range)."""
+        seen: set[Value] = set()
+        for n in self.adds:
+            seen.update(v for v in n.inputs if v is not None)
+        return (seen | self.produced) - set(self.pools)
+
+
+def _integer_ops(graph: Graph, nodes: Sequence[QuantNode]) -> IntegerOps:
+    """Rules 6-8 on ``graph``, given the quantized nodes of rules 1-4."""
+    users = graph.users()
+    outputs = set(graph.outputs)
+    quantized = {q.node for q in nodes}
+    ops = IntegerOps(produced={q.output for q in nodes if q.output is not None})
+
+    def result(n: Node) -> Value:  # rule 3's reading: through a sole relu reader
+        y = n.outputs[0]
+        readers = users.get(y, [])
+        return readers[0].outputs[0] if len(readers) == 1 and readers[0].op == "relu" and y not in outputs else y
+
+    def feeds_integer(v: Value, depth: int = 0) -> bool:
+        """Whether a quantized node, or an add that would qualify, reads ``v``."""
+        for r in users.get(v, []):
+            if r in quantized or (r.op == "add" and depth < 64 and _static_add(r) and
+                                  result(r) not in outputs and feeds_integer(result(r), depth + 1)):
+                return True
+        return False
+
+    for n in graph.nodes:
+        if n.op == "max_pool" and len(n.outputs) == 1 and n.inputs[0] in ops.produced and \
+                n.outputs[0] not in outputs:
+            x = n.inputs[0]
+            assert x is not None
+            ops.pools[n.outputs[0]] = x
+            ops.produced.add(n.outputs[0])
+        elif n.op == "add" and _static_add(n):
+            y = result(n)
+            if y not in outputs and feeds_integer(y):
+                ops.adds.append(n)
+                ops.produced.add(y)
+    return ops
+
+
+def _static_add(n: Node) -> bool:
+    """An add of two computed f32 tensors and its result, all of one static shape."""
+    vs = [*n.inputs, *n.outputs]
+    if len(n.inputs) != 2 or any(v is None or const_of(v) is not None for v in n.inputs):
+        return False
+    shapes = {v.type.shape for v in vs if v is not None}
+    return len(shapes) == 1 and all(v is not None and v.type.dtype is DType.f32 and v.type.is_static
+                                    for v in vs)
+
+
 def split_pipeline(target: str, enable_fusion: bool) -> tuple[list[Pass], list[Pass]]:
     """The passes before quantization (up to and including ``fold-batchnorm``) and after it."""
     from cuvil.passes import FoldBatchNorm, all_passes, default_pipeline, parse_pipeline
@@ -235,7 +311,8 @@ def post_training_quantize(graph: Graph, dataset: Any, options: QuantOptions,
     check_coverage(graph, calib)
     report = QuantReport(options, calib.examples, len(calib.feeds))
     nodes, report.skipped = plan(graph, options.per_channel)
-    acts = _activations(graph, nodes)
+    integer = _integer_ops(graph, nodes)
+    acts = _activations(graph, nodes, integer)
     observers, ran = observe(graph, acts, calib, options.method, options.symmetric, runner)
     report.runner = ran.to_json()
     params: dict[Value, QParams] = {}
@@ -246,7 +323,9 @@ def post_training_quantize(graph: Graph, dataset: Any, options: QuantOptions,
         params[v] = qp
         report.activations[v.name] = qp
         report.warnings.extend(warns)
-    quantize_graph(graph, nodes, params, report)
+    for y, x in integer.pools.items():  # rule 6, in definition order: a pool of a pool is found filled
+        params[y] = params[x]
+    quantize_graph(graph, nodes, params, report, integer)
     for w in report.warnings:
         log.warning("%s", w)
     report.seconds = time.perf_counter() - t0
@@ -268,17 +347,19 @@ def load_calibration(dataset: Any, graph: Graph, options: QuantOptions) -> Calib
     return calibration_set(dataset, graph)
 
 
-def _activations(graph: Graph, nodes: Sequence[QuantNode]) -> list[Value]:
+def _activations(graph: Graph, nodes: Sequence[QuantNode], integer: IntegerOps | None = None) -> list[Value]:
     """The activations to observe, in definition order (graph inputs first), each once."""
     wanted = {q.node.inputs[q.data] for q in nodes} | {q.output for q in nodes if q.output is not None}
+    if integer is not None:
+        wanted |= integer.observed()
     order = [v for v in graph.inputs if v in wanted]
     order += [o for n in graph.nodes for o in n.outputs if o in wanted]
     return order
 
 
 def quantize_graph(graph: Graph, nodes: Sequence[QuantNode], params: dict[Value, QParams],
-                   report: QuantReport) -> None:
-    """Insert the quantize/dequantize nodes of rules 2-5 into ``graph`` (in place)."""
+                   report: QuantReport, integer: IntegerOps | None = None) -> None:
+    """Insert the quantize/dequantize nodes of rules 2-8 into ``graph`` (in place)."""
     from cuvil.passes.dce import DeadCodeElimination
 
     names = _Names(graph)
@@ -337,6 +418,10 @@ def quantize_graph(graph: Graph, nodes: Sequence[QuantNode], params: dict[Value,
 
     by_node = {qn.node: qn for qn in nodes}
     outputs = {qn.output for qn in nodes if qn.output is not None}
+    adds: set[Node] = set()
+    if integer is not None:
+        outputs |= integer.produced
+        adds = set(integer.adds)
     for v in graph.inputs:
         if v in params:
             qdq_activation(v)
@@ -352,9 +437,10 @@ def quantize_graph(graph: Graph, nodes: Sequence[QuantNode], params: dict[Value,
             report.nodes.append(n.name or n.op)
         else:
             # a quantized node's output is read through its dequantize by everyone (the integer kernel
-            # gives only the quantized value); other activations only by the quantized nodes
+            # gives only the quantized value); other activations only by the quantized nodes (and
+            # rule 7's adds)
             for i, r in enumerate(n.inputs):
-                if r is not None and r in outputs and r in dq:
+                if r is not None and (r in outputs or n in adds) and r in dq:
                     n.inputs[i] = dq[r]
         new_nodes.append(n)
         for o in n.outputs:

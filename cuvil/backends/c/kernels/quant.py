@@ -6,7 +6,7 @@ point are loaded once per run of ``inner`` elements that share them
 (per-tensor: one run; per-axis: ``inner`` elements; blocked: the scale index
 moves with the inner position too).
 
-The quantization step itself is ``cuvil_quantize_f``/``_d`` (``cuvil_qgemm.h``):
+The quantization step itself is ``cuvil_quantize_f``/``_d`` (``cuvil_qrun.h``):
 round half to even, NaN to the zero point, clamp before adding the zero
 point.  The division is done in the node's precision type; for float16 and
 bfloat16 the operands and the quotient are rounded to that type around a
@@ -28,6 +28,7 @@ from cuvil.ir.dtypes import DType
 from cuvil.ops.quant import QUANT_RANGES, dequantize_compute
 
 QGEMM_HEADER = "cuvil_qgemm.h"
+QRUN_HEADER = "cuvil_qrun.h"
 _BYTES = (DType.i8, DType.u8)
 QCONV_HEADER = "cuvil_qconv.h"
 
@@ -73,13 +74,13 @@ def _to_precision(src: DType, prec: DType, expr: str) -> str:
 def _quantize(k: KernelCtx) -> None:
     x, s, y = k.inp(0), k.inp(1), k.out(0)
     zp = k.inp(2) if k.has(2) else None
-    k.include(QGEMM_HEADER)
+    k.include(QRUN_HEADER)
     k.include("cuvil_math.h")
     prec = k.attrs.get("precision") or s.dtype
     lo, hi = QUANT_RANGES[y.dtype]
     fn = "cuvil_quantize_d" if prec is DType.f64 else "cuvil_quantize_f"
     if _one(s) and x.dtype is DType.f32 and prec is DType.f32 and s.dtype is DType.f32 and y.dtype in _BYTES:
-        k.note(f"quantize to {y.dtype} per tensor, dividing in f32 (vectorised run, {QGEMM_HEADER})")
+        k.note(f"quantize to {y.dtype} per tensor, dividing in f32 (vectorised run, {QRUN_HEADER})")
         z = f"(int32_t){zp.load('0')}" if zp else "0"
         k.w.line(f"cuvil_quantize_f32_run({x.ptr}, {x.numel()}, {s.load('0')}, {z}, {lo}, {hi}, {y.ptr}, "
                  f"{int(y.dtype is DType.i8)});")
@@ -104,8 +105,8 @@ def _dequantize(k: KernelCtx) -> None:
     zp = k.inp(2) if k.has(2) else None
     cd = "double" if dequantize_compute(s.dtype, y.dtype).itemsize == 8 else "float"
     if _one(s) and x.dtype in _BYTES and s.dtype is DType.f32 and y.dtype is DType.f32:
-        k.include(QGEMM_HEADER)
-        k.note(f"dequantize {x.dtype} per tensor to f32 (vectorised run, {QGEMM_HEADER})")
+        k.include(QRUN_HEADER)
+        k.note(f"dequantize {x.dtype} per tensor to f32 (vectorised run, {QRUN_HEADER})")
         z = f"(float){zp.load('0')}" if zp else "0.0f"
         k.w.line(f"cuvil_dequantize_f32_run({x.ptr}, {int(x.dtype is DType.i8)}, {x.numel()}, {z}, {s.load('0')}, "
                  f"{y.ptr});")
@@ -124,7 +125,7 @@ def _dequantize(k: KernelCtx) -> None:
 @kernel("dynamic_quantize_linear")
 def _dynamic(k: KernelCtx) -> None:
     x, y, ys, yz = k.inp(0), k.out(0), k.out(1), k.out(2)
-    k.include(QGEMM_HEADER)
+    k.include(QRUN_HEADER)
     w = k.w
     with w.block(""):
         w.line(f"const int64_t n = {x.numel()};")
@@ -324,11 +325,11 @@ def _qlinear_conv(k: KernelCtx) -> None:
 @kernel("qlinear_add")
 def _qlinear_add(k: KernelCtx) -> None:
     a, b, y = k.inp(0), k.inp(3), k.out(0)
-    k.include(QGEMM_HEADER)
+    k.include(QRUN_HEADER)
     lo, hi = QUANT_RANGES[y.dtype]
     for i in range(a.rank):
         k.require(a.dim(i), b.dim(i), f"dim {i} of A and B")
-    k.note(f"dequantize, add{', relu' if k.attrs.get('relu') else ''} and quantize in float32 ({QGEMM_HEADER})")
+    k.note(f"dequantize, add{', relu' if k.attrs.get('relu') else ''} and quantize in float32 ({QRUN_HEADER})")
     ops = []
     for v, si, zi in ((a, 1, 2), (b, 4, 5)):
         ops.append(f"{{{v.ptr}, {int(v.dtype is DType.i8)}, (float){k.inp(zi).load('0')}, {k.inp(si).load('0')}}}")

@@ -5,17 +5,43 @@
  *   depthwise (every group has one input channel, 2-D): a direct kernel.  Each task is one
  *     (image, output channel): the channel's plane minus its zero point is copied into a
  *     zero-padded int16 plane (padding with the zero point is padding X - xzp with 0), split
- *     into phases by the strides, and each tap is one long multiply-add into int32 sums, which
- *     compilers vectorize.  A GEMM per channel (M = 1) spends its time packing;
+ *     into phases by the strides, so that every tap reads the plane at one offset and unit
+ *     stride.  With AVX-512 the sums are made 32 at a time in registers, two taps per vpmaddwd
+ *     (cuvil_qdw_taps_avx512), and requantized in vectors; elsewhere each tap is one long
+ *     multiply-add into int32 sums, which compilers vectorize.  A GEMM per channel (M = 1)
+ *     would spend its time packing;
  *   otherwise: im2col per image and group (positions outside the input get xzp; the 2-D case
  *     copies whole row runs and is split across threads by input channel) and cuvil_qgemm with
- *     the weight as R [mg, cg * taps] and the columns as C [cg * taps, P].
+ *     the weight as R [mg, cg * taps] and the columns as C [cg * taps, P].  A 1x1, unit-stride,
+ *     unpadded convolution needs no im2col: the image [cg, P] is C itself.  The weight's packed
+ *     panels are cached once per model; C is packed per call, with AVX-512 VNNI four rows at a
+ *     time (cuvil_qg_pack_c_vnni).
  */
 #ifndef CUVIL_QCONV_H
 #define CUVIL_QCONV_H
 
 #include "cuvil_conv.h"
 #include "cuvil_qgemm.h"
+
+#if defined(__AVX512BW__)
+/* The requantization of n sums (plus the bias b, times m) into the bytes at y, 32 per store (a
+ * narrowing store of 16 is slow on some cores). */
+static inline void cuvil_qconv_req_avx512(const cuvil_qg_output *o, float m, int32_t b, const int32_t *acc, int64_t n,
+                                          uint8_t *y) {
+    const __m512 vm = _mm512_set1_ps(m), vlo = _mm512_set1_ps((float)(o->lo - o->zp));
+    const __m512 vhi = _mm512_set1_ps((float)(o->hi - o->zp));
+    const __m512i vb = _mm512_set1_epi32(b), vzp = _mm512_set1_epi32(o->zp);
+    const int nan = cuvil_qnonfinite(&m, 1, 1);
+    for (int64_t i = 0; i < n; i += 32) {
+        const __mmask16 k0 = cuvil_qmask16(n - i), k1 = cuvil_qmask16(n - i > 16 ? n - i - 16 : 0);
+        const __m512i v0 = _mm512_add_epi32(_mm512_maskz_loadu_epi32(k0, acc + i), vb);
+        const __m512i v1 = _mm512_add_epi32(_mm512_maskz_loadu_epi32(k1, acc + i + 16), vb);
+        const __m128i q0 = cuvil_qreq16(v0, vm, vlo, vhi, vzp, nan), q1 = cuvil_qreq16(v1, vm, vlo, vhi, vzp, nan);
+        _mm256_mask_storeu_epi8(y + i, (__mmask32)k0 | (__mmask32)k1 << 16,
+                                _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1));
+    }
+}
+#endif
 
 /* The requantization of one output run (cuvil_qg_epilogue's arithmetic on one row): acc holds
  * the int32 sums of output channel `ch`, n of them, written to the output at element `at`. */
@@ -26,6 +52,10 @@ static inline void cuvil_qconv_store(const cuvil_qg_output *o, int64_t ch, const
         return;
     }
     const float m = o->mult[ch * o->mult_rs];
+#if defined(__AVX512BW__)
+    cuvil_qconv_req_avx512(o, m, b, acc, n, (uint8_t *)o->yq + at);
+    return;
+#endif
     const float lo = (float)(o->lo - o->zp), hi = (float)(o->hi - o->zp);
     const int32_t zp = o->zp;
     if (o->yq_signed) {
@@ -49,6 +79,9 @@ static inline void cuvil_qconv_store(const cuvil_qg_output *o, int64_t ch, const
 
 /* ---- depthwise ------------------------------------------------------------------------------- */
 
+/* Elements past the plane and past the sums that the vectorized taps may read or write. */
+#define CUVIL_QDW_SLACK 64
+
 typedef struct cuvil_qdw_job {
     const cuvil_conv_geom *g;
     const void *x;
@@ -60,9 +93,87 @@ typedef struct cuvil_qdw_job {
     int64_t wzstep;
     const cuvil_qg_output *out;
     int64_t PHp, PWp; /* one phase of the padded plane */
-    char *scratch;    /* per thread: the phases (int16), then the sums (int32) */
+    const int64_t *toff; /* per tap, where it reads the plane (see cuvil_qdw_task) */
+    char *scratch;    /* per thread: the phases (int16), the sums (int32), the requantized run */
     size_t per_thread;
 } cuvil_qdw_job;
+
+#if defined(__AVX512BW__)
+/* acc[0, n) = the sum over taps of plane[tap offset + i] * (w[tap] - wz), 32 sums at a time kept in
+ * registers across all taps.  Taps go in pairs (a, b): vpunpck{l,h}wd interleave the two taps'
+ * int16 values and vpmaddwd multiplies each pair by (wa, wb) and adds them, exactly (|x - xzp| and
+ * |w - wz| are at most 255); an odd last tap is paired with a zero weight.  The unpacks work within
+ * 128-bit lanes, so the two int32 vectors hold positions {0-3, 8-11, ...} and {4-7, 12-15, ...};
+ * one two-source permute per half puts them back in order.  Reads run up to 31 elements past the
+ * last sum's taps (into the plane's zeroed slack); up to 31 sums past n are written, unused. */
+static void cuvil_qdw_taps_avx512(const cuvil_qdw_job *j, const int16_t *plane, int64_t oc, int32_t wz, int64_t n,
+                                  int32_t *acc) {
+    const int64_t taps = j->g->k[0] * j->g->k[1];
+    enum { MAXT = 64 }; /* taps per pass: the tap offsets live on the stack */
+    int64_t off[MAXT];
+    int32_t wpair[MAXT / 2];
+    const __m512i i0 = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+    const __m512i i1 = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+    const __m512i u0 = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+    const __m512i u1 = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+    for (int64_t t0 = 0; t0 < taps; t0 += MAXT) {
+        const int64_t nt = taps - t0 < MAXT ? taps - t0 : MAXT, np = (nt + 1) / 2;
+        for (int64_t q = 0; q < np * 2; q++) {
+            const int64_t t = t0 + (q < nt ? q : nt - 1);
+            off[q] = j->toff[t];
+            const int64_t wi = oc * taps + t;
+            const int32_t wv = q < nt ? (j->w_signed ? (int32_t)((const int8_t *)j->w)[wi]
+                                                     : (int32_t)((const uint8_t *)j->w)[wi]) - wz : 0;
+            if (q % 2 == 0)
+                wpair[q / 2] = (int32_t)(uint16_t)(int16_t)wv;
+            else
+                wpair[q / 2] = (int32_t)((uint32_t)wpair[q / 2] | (uint32_t)(uint16_t)(int16_t)wv << 16);
+        }
+        for (int64_t i = 0; i < n; i += 32) {
+            __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+            if (t0 > 0) { /* a later pass adds to the sums, taken back into the permuted order */
+                const __m512i a0 = _mm512_loadu_si512((const void *)(acc + i));
+                const __m512i a1 = _mm512_loadu_si512((const void *)(acc + i + 16));
+                lo = _mm512_permutex2var_epi32(a0, u0, a1);
+                hi = _mm512_permutex2var_epi32(a0, u1, a1);
+            }
+            for (int64_t p = 0; p < np; p++) {
+                const __m512i xa = _mm512_loadu_si512((const void *)(plane + off[2 * p] + i));
+                const __m512i xb = _mm512_loadu_si512((const void *)(plane + off[2 * p + 1] + i));
+                const __m512i w = _mm512_set1_epi32(wpair[p]);
+                lo = _mm512_add_epi32(lo, _mm512_madd_epi16(_mm512_unpacklo_epi16(xa, xb), w));
+                hi = _mm512_add_epi32(hi, _mm512_madd_epi16(_mm512_unpackhi_epi16(xa, xb), w));
+            }
+            _mm512_storeu_si512((void *)(acc + i), _mm512_permutex2var_epi32(lo, i0, hi));
+            _mm512_storeu_si512((void *)(acc + i + 16), _mm512_permutex2var_epi32(lo, i1, hi));
+        }
+    }
+}
+#endif
+
+#if defined(__AVX512BW__)
+/* d[q] = x[q * sw] - xzp for q < n, sw 1 or 2, 32 at a time; masked loads read no byte past the
+ * last one used.  With sw == 2 the even bytes are the low halves of the 16-bit words. */
+static inline __attribute__((always_inline)) void cuvil_qdw_row_avx512(int16_t *d, const uint8_t *x, int x_signed,
+                                                                      int64_t sw, int64_t n, int32_t xzp) {
+    const __m512i z = _mm512_set1_epi16((int16_t)xzp);
+    for (int64_t q = 0; q < n; q += 32) {
+        const int64_t m = n - q < 32 ? n - q : 32;
+        const __mmask32 km = m == 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << m) - 1u);
+        __m512i v;
+        if (sw == 1) {
+            const __m256i b = _mm256_maskz_loadu_epi8(km, x + q);
+            v = x_signed ? _mm512_cvtepi8_epi16(b) : _mm512_cvtepu8_epi16(b);
+        } else {
+            const int64_t nb = 2 * m - 1;
+            const __mmask64 kb = nb == 64 ? ~(__mmask64)0 : (((__mmask64)1 << nb) - 1);
+            const __m512i b = _mm512_maskz_loadu_epi8(kb, x + 2 * q);
+            v = x_signed ? _mm512_srai_epi16(_mm512_slli_epi16(b, 8), 8) : _mm512_and_si512(b, _mm512_set1_epi16(0xff));
+        }
+        _mm512_mask_storeu_epi16(d + q, km, _mm512_sub_epi16(v, z));
+    }
+}
+#endif
 
 /* One (image, output channel).  The padded plane (every row and column a tap reads) is split into
  * sh * sw phases by row and column remainder modulo the strides, so every tap reads one phase at
@@ -72,47 +183,85 @@ typedef struct cuvil_qdw_job {
 static void cuvil_qdw_task(void *ctx, int64_t task, int tid) {
     const cuvil_qdw_job *j = (const cuvil_qdw_job *)ctx;
     const cuvil_conv_geom *g = j->g;
-    const int64_t H = g->in[0], W = g->in[1], OH = g->out[0], OW = g->out[1], KH = g->k[0], KW = g->k[1];
-    const int64_t sh = g->stride[0], sw = g->stride[1], dh = g->dil[0], dw = g->dil[1];
+    const int64_t H = g->in[0], W = g->in[1], OH = g->out[0], OW = g->out[1];
+    const int64_t sh = g->stride[0], sw = g->stride[1];
     const int64_t PHp = j->PHp, PWp = j->PWp, phase = PHp * PWp, mg = g->cout / g->group;
     const int64_t b = task / g->cout, oc = task % g->cout, ic = oc / mg;
     int16_t *restrict plane = (int16_t *)(j->scratch + (size_t)tid * j->per_thread);
-    int32_t *restrict acc = (int32_t *)(plane + (sh * sw * phase + 31) / 32 * 32);
-    memset(plane, 0, sizeof(int16_t) * (size_t)(sh * sw * phase));
+    const int64_t planes = (sh * sw * phase + CUVIL_QDW_SLACK + 31) / 32 * 32;
+    int32_t *restrict acc = (int32_t *)(plane + planes);
+    memset(plane, 0, sizeof(int16_t) * (size_t)planes);
     const int64_t pt = g->pad[0], pl = g->pad[1];
     int64_t clo, chi; /* padded columns that hold input: pl <= px < pl + W, within the plane */
     cuvil_conv_valid(-pl, 1, W, sw * PWp, &clo, &chi);
     const int64_t base = (b * g->cin + ic) * H * W;
-    for (int64_t iy = 0; iy < H; iy++) {
-        const int64_t py = iy + pt;
-        if (py >= sh * PHp) break;
-        int16_t *restrict prow = plane + (py % sh) * sw * phase + (py / sh) * PWp;
-        for (int64_t c0 = 0; c0 < sw; c0++) { /* column phase c0: px = q * sw + c0 */
-            const int64_t q0 = clo > c0 ? (clo - c0 + sw - 1) / sw : 0, q1 = chi > c0 ? (chi - c0 + sw - 1) / sw : 0;
-            int16_t *restrict d = prow + c0 * phase;
+#if defined(__AVX512BW__)
+    if (sh == 1 && sw == 1) { /* one phase: each input row is one run of the plane, no index arithmetic */
+        const int64_t rows = H < PHp - pt ? H : PHp - pt;
+        for (int64_t iy = 0; iy < rows && chi > clo; iy++)
+            cuvil_qdw_row_avx512(plane + (iy + pt) * PWp + clo, (const uint8_t *)j->x + base + iy * W + clo - pl,
+                                 j->x_signed, 1, chi - clo, j->xzp);
+    } else
+#endif
+    for (int64_t c0 = 0; c0 < sw; c0++) { /* column phase c0: px = q * sw + c0 */
+        const int64_t q0 = clo > c0 ? (clo - c0 + sw - 1) / sw : 0, q1 = chi > c0 ? (chi - c0 + sw - 1) / sw : 0;
+        if (q1 <= q0) continue;
+        int64_t pr = pt % sh, pq = pt / sh; /* padded row iy + pt: row pq of row phase pr */
+        for (int64_t iy = 0; iy < H && pq < PHp; iy++, pr = pr + 1 < sh ? pr + 1 : 0, pq += pr == 0) {
+            int16_t *restrict d = plane + (pr * sw + c0) * phase + pq * PWp;
             const int64_t s0 = base + iy * W + c0 - pl; /* input column of q = 0, read only for q >= q0 */
+            const int32_t xzp = j->xzp;
+#if defined(__AVX512BW__)
+            if (sw <= 2) {
+                cuvil_qdw_row_avx512(d + q0, (const uint8_t *)j->x + s0 + q0 * sw, j->x_signed, sw, q1 - q0, xzp);
+                continue;
+            }
+#endif
             if (j->x_signed) {
-                const int8_t *src = (const int8_t *)j->x;
-                for (int64_t q = q0; q < q1; q++) d[q] = (int16_t)((int32_t)src[s0 + q * sw] - j->xzp);
+                const int8_t *src = (const int8_t *)j->x + s0;
+                if (sw == 1) /* constant strides, loops of their own so that they vectorize */
+                    for (int64_t q = q0; q < q1; q++) d[q] = (int16_t)((int32_t)src[q] - xzp);
+                else if (sw == 2)
+                    for (int64_t q = q0; q < q1; q++) d[q] = (int16_t)((int32_t)src[2 * q] - xzp);
+                else
+                    for (int64_t q = q0; q < q1; q++) d[q] = (int16_t)((int32_t)src[q * sw] - xzp);
             } else {
-                const uint8_t *src = (const uint8_t *)j->x;
-                for (int64_t q = q0; q < q1; q++) d[q] = (int16_t)((int32_t)src[s0 + q * sw] - j->xzp);
+                const uint8_t *src = (const uint8_t *)j->x + s0;
+                if (sw == 1)
+                    for (int64_t q = q0; q < q1; q++) d[q] = (int16_t)((int32_t)src[q] - xzp);
+                else if (sw == 2)
+                    for (int64_t q = q0; q < q1; q++) d[q] = (int16_t)((int32_t)src[2 * q] - xzp);
+                else
+                    for (int64_t q = q0; q < q1; q++) d[q] = (int16_t)((int32_t)src[q * sw] - xzp);
             }
         }
     }
     const int64_t n = (OH - 1) * PWp + OW;
-    for (int64_t i = 0; i < n; i++) acc[i] = 0;
     const int32_t wz = j->wzp[oc * j->wzstep];
+#if defined(__AVX512BW__)
+    cuvil_qdw_taps_avx512(j, plane, oc, wz, n, acc);
+#else
+    const int64_t KH = g->k[0], KW = g->k[1];
+    for (int64_t i = 0; i < n; i++) acc[i] = 0;
     for (int64_t ky = 0; ky < KH; ky++)
         for (int64_t kx = 0; kx < KW; kx++) {
             const int64_t t = oc * KH * KW + ky * KW + kx;
             const int32_t wv = (j->w_signed ? (int32_t)((const int8_t *)j->w)[t] : (int32_t)((const uint8_t *)j->w)[t]) - wz;
             const uint32_t wt = (uint32_t)wv;
-            const int64_t ry = ky * dh, rx = kx * dw;
-            const int16_t *restrict src = plane + ((ry % sh) * sw + rx % sw) * phase + (ry / sh) * PWp + rx / sw;
+            const int16_t *restrict src = plane + j->toff[ky * KW + kx];
             for (int64_t i = 0; i < n; i++) acc[i] = (int32_t)((uint32_t)acc[i] + (uint32_t)(int32_t)src[i] * wt);
         }
+#endif
     const int64_t y0 = (b * g->cout + oc) * OH * OW;
+#if defined(__AVX512BW__)
+    if (!j->out->y32) { /* the whole run at once (fuller vectors than row by row), then its rows */
+        const cuvil_qg_output *o = j->out;
+        uint8_t *run = (uint8_t *)(acc + OH * PWp + CUVIL_QDW_SLACK);
+        cuvil_qconv_req_avx512(o, o->mult[oc * o->mult_rs], o->bias ? o->bias[oc * o->bias_rs] : 0, acc, n, run);
+        for (int64_t oy = 0; oy < OH; oy++) memcpy((uint8_t *)o->yq + y0 + oy * OW, run + oy * PWp, (size_t)OW);
+        return;
+    }
+#endif
     for (int64_t oy = 0; oy < OH; oy++) cuvil_qconv_store(j->out, oc, acc + oy * PWp, OW, y0 + oy * OW);
 }
 
@@ -126,19 +275,34 @@ static int cuvil_qconv_depthwise(const cuvil_conv_geom *g, const void *x, int x_
     const int64_t PH = (g->out[0] - 1) * sh + (g->k[0] - 1) * g->dil[0] + 1;
     const int64_t PW = (g->out[1] - 1) * sw + (g->k[1] - 1) * g->dil[1] + 1;
     j.PHp = (PH + sh - 1) / sh, j.PWp = (PW + sw - 1) / sw;
-    const int64_t planes = (sh * sw * j.PHp * j.PWp + 31) / 32 * 32;
-    j.per_thread = (size_t)planes * sizeof(int16_t) + (size_t)(g->out[0] * j.PWp + 16) * sizeof(int32_t);
+    const int64_t planes = (sh * sw * j.PHp * j.PWp + CUVIL_QDW_SLACK + 31) / 32 * 32;
+    const int64_t sums = g->out[0] * j.PWp + CUVIL_QDW_SLACK;
+    j.per_thread = (size_t)planes * sizeof(int16_t) + (size_t)sums * (sizeof(int32_t) + 1);
     j.per_thread = (j.per_thread + CUVIL_ALIGN - 1) / CUVIL_ALIGN * CUVIL_ALIGN;
+    /* tap (ky, kx) reads output (oy, ox)'s input at (oy + ky*dh / sh, ox + kx*dw / sw) of phase
+       (ky*dh % sh, kx*dw % sw): one offset into the plane, the same for every channel */
+    const int64_t taps = g->k[0] * g->k[1], phase = j.PHp * j.PWp;
+    int64_t *toff = (int64_t *)malloc(sizeof(int64_t) * (size_t)taps);
+    if (!toff) return -1;
+    for (int64_t t = 0; t < taps; t++) {
+        const int64_t ry = t / g->k[1] * g->dil[0], rx = t % g->k[1] * g->dil[1];
+        toff[t] = ((ry % sh) * sw + rx % sw) * phase + (ry / sh) * j.PWp + rx / sw;
+    }
+    j.toff = toff;
     const int64_t ntasks = g->batch * g->cout, work = ntasks * g->out[0] * g->out[1] * g->k[0] * g->k[1];
     const int par = work >= CUVIL_QG_PAR_MIN && ntasks > 1;
     const int nt = par ? cuvil_num_threads_now() : 1;
     j.scratch = (char *)aligned_alloc(CUVIL_ALIGN, j.per_thread * (size_t)nt);
-    if (!j.scratch) return -1;
+    if (!j.scratch) {
+        free(toff);
+        return -1;
+    }
     if (par)
         cuvil_parallel_for(ntasks, cuvil_qdw_task, &j);
     else
         for (int64_t t = 0; t < ntasks; t++) cuvil_qdw_task(&j, t, 0);
     free(j.scratch);
+    free(toff);
     return 0;
 }
 

@@ -1,8 +1,4 @@
-/* Cuvil's 8-bit integer arithmetic: the quantization step and the integer GEMM.
- *
- * Quantization (cuvil_quantize_f/_d): y = clamp(rint(q), lo - zp, hi - zp) + zp, rounding
- * half to even (the default rounding mode), NaN giving the zero point.  Clamping before the
- * zero point is added keeps every intermediate in range.
+/* Cuvil's 8-bit integer GEMM (the quantization step itself is cuvil_qrun.h's).
  *
  * The GEMM (cuvil_qgemm) computes, for a row operand R [M, K] and a column operand C [K, N] of
  * int8 or uint8 (any strides) with zero points zr (per row or one) and zc (per column or one),
@@ -27,127 +23,15 @@
  * multiplies one R panel by one C panel.  Constant operands (the weights) are packed once, with
  * their sums, into the model's constant cache; the others per call.  Work is split into blocks of
  * rows x one column panel across the call's threads; integer results do not depend on the split.
+ * With AVX-512 the zero-point corrections and the requantization of a tile run on 16-lane
+ * vectors (cuvil_qg_epilogue_v, cuvil_qreq16) with the scalar code's exact results.
  */
 #ifndef CUVIL_QGEMM_H
 #define CUVIL_QGEMM_H
 
+#include "cuvil_qrun.h"
 #include "cuvil_rt.h"
 #include "cuvil_threads.h"
-
-static inline int32_t cuvil_quantize_f(float q, int32_t zp, int32_t lo, int32_t hi) {
-    float r = rintf(q);
-    const float a = (float)(lo - zp), b = (float)(hi - zp);
-    if (r != r) r = 0.0f;
-    r = r < a ? a : (r > b ? b : r);
-    return (int32_t)r + zp;
-}
-
-static inline int32_t cuvil_quantize_d(double q, int32_t zp, int32_t lo, int32_t hi) {
-    double r = rint(q);
-    const double a = (double)(lo - zp), b = (double)(hi - zp);
-    if (r != r) r = 0.0;
-    r = r < a ? a : (r > b ? b : r);
-    return (int32_t)r + zp;
-}
-
-/* DynamicQuantizeLinear's scale and zero point: the range [min(0, min x), max(0, max x)] over
- * the non-NaN elements, in float32 arithmetic. */
-static CUVIL_UNUSED void cuvil_dynamic_qparams(const float *x, int64_t n, float *scale, int32_t *zp) {
-    float lo = 0.0f, hi = 0.0f;
-    for (int64_t i = 0; i < n; i++) {
-        const float v = x[i];
-        if (v < lo) lo = v;
-        if (v > hi) hi = v;
-    }
-    const float s = (hi == lo ? 1.0f : hi - lo) / 255.0f;
-    float z = 0.0f - lo / s;
-    z = z < 0.0f ? 0.0f : (z > 255.0f ? 255.0f : z);
-    *scale = s;
-    *zp = (int32_t)rintf(z);
-}
-
-/* ---- per-tensor runs: quantize, dequantize, quantized add ----------------------------------
- * The same arithmetic as cuvil_quantize_f and the scalar dequantization, on blocks of CUVIL_QRUN
- * elements: bytes are widened to float (or floats narrowed to bytes) in loops of their own, so
- * that each loop has one element type and compilers vectorize it (the division is IEEE, rintf is
- * vroundps/vrndscaleps); every element goes through the same operations in the same order as
- * the scalar code, so the results are identical. */
-#define CUVIL_QRUN 256
-
-static inline void cuvil_qrun_widen(const void *x, int is_signed, int64_t n, float *f) {
-    if (is_signed) {
-        const int8_t *s = (const int8_t *)x;
-        for (int64_t i = 0; i < n; i++) f[i] = (float)s[i];
-    } else {
-        const uint8_t *u = (const uint8_t *)x;
-        for (int64_t i = 0; i < n; i++) f[i] = (float)u[i];
-    }
-}
-
-/* y[i] = cuvil_quantize_f(v[i] / s, zp, lo, hi) as bytes. */
-static inline void cuvil_qrun_quantize(const float *v, int64_t n, float s, int32_t zp, int32_t lo, int32_t hi,
-                                       void *y, int y_signed) {
-    const float a = (float)(lo - zp), b = (float)(hi - zp);
-    int32_t q[CUVIL_QRUN];
-    for (int64_t i = 0; i < n; i++) {
-        float r = rintf(v[i] / s);
-        r = r != r ? 0.0f : r;
-        r = r < a ? a : (r > b ? b : r);
-        q[i] = (int32_t)r + zp;
-    }
-    if (y_signed) {
-        int8_t *o = (int8_t *)y;
-        for (int64_t i = 0; i < n; i++) o[i] = (int8_t)q[i];
-    } else {
-        uint8_t *o = (uint8_t *)y;
-        for (int64_t i = 0; i < n; i++) o[i] = (uint8_t)q[i];
-    }
-}
-
-/* quantize_linear of float32 x per tensor, dividing in float32. */
-static CUVIL_UNUSED void cuvil_quantize_f32_run(const float *x, int64_t n, float s, int32_t zp, int32_t lo, int32_t hi,
-                                                void *y, int y_signed) {
-    for (int64_t i0 = 0; i0 < n; i0 += CUVIL_QRUN) {
-        const int64_t m = n - i0 < CUVIL_QRUN ? n - i0 : CUVIL_QRUN;
-        cuvil_qrun_quantize(x + i0, m, s, zp, lo, hi, (uint8_t *)y + i0, y_signed);
-    }
-}
-
-/* dequantize_linear of 8-bit x per tensor to float32: y = ((float)x - (float)zp) * s. */
-static CUVIL_UNUSED void cuvil_dequantize_f32_run(const void *x, int x_signed, int64_t n, float zp, float s, float *y) {
-    for (int64_t i0 = 0; i0 < n; i0 += CUVIL_QRUN) {
-        const int64_t m = n - i0 < CUVIL_QRUN ? n - i0 : CUVIL_QRUN;
-        float f[CUVIL_QRUN];
-        cuvil_qrun_widen((const uint8_t *)x + i0, x_signed, m, f);
-        for (int64_t i = 0; i < m; i++) y[i0 + i] = (f[i] - zp) * s;
-    }
-}
-
-/* qlinear_add (cuvil/ops/quant.py, rule 8): y = quantize(dequantize(a) + dequantize(b)) per tensor,
- * in float32, relu applied to the sum when asked (NaN stays NaN, then gives the zero point). */
-typedef struct {
-    const void *x;
-    int is_signed;
-    float zp, scale;
-} cuvil_qadd_operand;
-
-static CUVIL_UNUSED void cuvil_qadd(const cuvil_qadd_operand *a, const cuvil_qadd_operand *b, int64_t n, int relu,
-                                    float ys, int32_t zp, int32_t lo, int32_t hi, void *y, int y_signed) {
-    for (int64_t i0 = 0; i0 < n; i0 += CUVIL_QRUN) {
-        const int64_t m = n - i0 < CUVIL_QRUN ? n - i0 : CUVIL_QRUN;
-        float fa[CUVIL_QRUN], fb[CUVIL_QRUN];
-        cuvil_qrun_widen((const uint8_t *)a->x + i0, a->is_signed, m, fa);
-        cuvil_qrun_widen((const uint8_t *)b->x + i0, b->is_signed, m, fb);
-        for (int64_t i = 0; i < m; i++) {
-            /* one rounding per operation, as the reference: separate statements are never fused into an fma */
-            const float da = (fa[i] - a->zp) * a->scale;
-            const float db = (fb[i] - b->zp) * b->scale;
-            const float v = da + db;
-            fa[i] = relu && v < 0.0f ? 0.0f : v;
-        }
-        cuvil_qrun_quantize(fa, m, ys, zp, lo, hi, (uint8_t *)y + i0, y_signed);
-    }
-}
 
 /* ---- the integer GEMM ------------------------------------------------------------------- */
 
@@ -248,9 +132,61 @@ typedef uint16_t cuvil_qg_elem;
 CUVIL_QG_DEFINE_PACK(int8_t, s8)
 CUVIL_QG_DEFINE_PACK(uint8_t, u8)
 
+#if CUVIL_QG_KU == 4 && CUVIL_QG_NR == 32
+/* The VNNI panel of 32 lines that lie side by side (unit stride across lines, sk between the K
+ * positions: a row-major C, the columns of a convolution), 4 rows of 32 bytes at a time: adding
+ * off = +-128 to a byte is flipping its top bit, and two rounds of byte and word unpacks make the
+ * 4-byte units (within 128-bit lanes, so the four results hold units 0-3|16-19, 4-7|20-23, ...;
+ * the lane permutes put them in order).  The line sums come from vpdpbusd against ones, the
+ * units read unsigned (C' unsigned) or signed (C' signed), as the product reads them.  Lines past
+ * `count` and rows past K are zero, as the scalar packing leaves them. */
+static void cuvil_qg_pack_c_vnni(const uint8_t *src, int64_t sk, int64_t count, int64_t K, int32_t off,
+                                 int c_signed, uint8_t *dst, int32_t *sums) {
+    const __mmask32 km = count >= 32 ? (__mmask32)0xffffffffu : (__mmask32)((1u << count) - 1u);
+    const __m256i flip = _mm256_set1_epi8(off ? (char)0x80 : 0);
+    const __m512i ones = _mm512_set1_epi8(1);
+    __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+    for (int64_t k0 = 0; k0 < K; k0 += 4) {
+        __m256i r[4];
+        for (int kk = 0; kk < 4; kk++)
+            r[kk] = k0 + kk < K ? _mm256_maskz_mov_epi8(km, _mm256_xor_si256(_mm256_maskz_loadu_epi8(km, src + (k0 + kk) * sk), flip))
+                                : _mm256_setzero_si256();
+        const __m256i t01l = _mm256_unpacklo_epi8(r[0], r[1]), t01h = _mm256_unpackhi_epi8(r[0], r[1]);
+        const __m256i t23l = _mm256_unpacklo_epi8(r[2], r[3]), t23h = _mm256_unpackhi_epi8(r[2], r[3]);
+        const __m256i a = _mm256_unpacklo_epi16(t01l, t23l), b = _mm256_unpackhi_epi16(t01l, t23l);
+        const __m256i c = _mm256_unpacklo_epi16(t01h, t23h), d = _mm256_unpackhi_epi16(t01h, t23h);
+        const __m512i lo = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_permute2x128_si256(a, b, 0x20)),
+                                              _mm256_permute2x128_si256(c, d, 0x20), 1);
+        const __m512i hi = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_permute2x128_si256(a, b, 0x31)),
+                                              _mm256_permute2x128_si256(c, d, 0x31), 1);
+        uint8_t *o = dst + k0 / 4 * 128;
+        _mm512_storeu_si512((void *)o, lo);
+        _mm512_storeu_si512((void *)(o + 64), hi);
+        if (c_signed) {
+            s0 = _mm512_dpbusd_epi32(s0, ones, lo);
+            s1 = _mm512_dpbusd_epi32(s1, ones, hi);
+        } else {
+            s0 = _mm512_dpbusd_epi32(s0, lo, ones);
+            s1 = _mm512_dpbusd_epi32(s1, hi, ones);
+        }
+    }
+    int32_t all[32];
+    _mm512_storeu_si512((void *)all, s0);
+    _mm512_storeu_si512((void *)(all + 16), s1);
+    memcpy(sums, all, sizeof(int32_t) * (size_t)count);
+}
+#endif
+
 static void cuvil_qg_pack_panel(const cuvil_qg_operand *op, int is_c, int64_t a0, int64_t count, int64_t K,
                                 int width, int32_t off, uint32_t *dst, int32_t *sums) {
     const int64_t sl = is_c ? op->s1 : op->s0, sk = is_c ? op->s0 : op->s1;
+#if CUVIL_QG_KU == 4 && CUVIL_QG_NR == 32
+    if (sl == 1 && sk != 1 && width == 32) {
+        const int c_signed = off ? off < 0 : op->is_signed;
+        cuvil_qg_pack_c_vnni((const uint8_t *)op->p + a0, sk, count, K, off, c_signed, (uint8_t *)dst, sums);
+        return;
+    }
+#endif
     if (op->is_signed)
         cuvil_qg_pack_panel_s8((const int8_t *)op->p + a0 * sl, sl, sk, count, K, width, off, (cuvil_qg_elem *)dst, sums);
     else
@@ -315,6 +251,32 @@ static const uint32_t *cuvil_qg_packed(const cuvil_qg_pack_args *a, int64_t work
         for (int64_t p = 0; p < cuvil_qg_panels(a); p++) cuvil_qg_pack_task(ctx, p, 0);
     return *owned;
 }
+
+/* ---- requantization of 16 lanes (AVX-512) -------------------------------------------------
+ * cuvil_quantize_f's arithmetic lane by lane, with the same results: (float)v (vcvtdq2ps rounds to
+ * nearest as the C conversion does), one multiply (never fused: -ffp-contract=off), NaN to 0, the
+ * clamp to [lo - zp, hi - zp] (min then max, which equals the scalar comparisons once NaN is gone),
+ * and the rounding to an integer by vcvtps2dq in the current rounding mode, as rintf rounds.
+ * Clamping before rounding gives what rounding before clamping gives, since both bounds are
+ * integers and rounding is monotonic.  `nan` is 0 when no multiplier can make a NaN (all finite:
+ * a finite product of a finite float); then the NaN test is skipped. */
+#if defined(__AVX512BW__)
+static inline __m128i cuvil_qreq16(__m512i v, __m512 m, __m512 lo, __m512 hi, __m512i zp, int nan) {
+    __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), m);
+    if (nan) f = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(f, f, _CMP_ORD_Q), f);
+    f = _mm512_max_ps(_mm512_min_ps(f, hi), lo);
+    return _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(f), zp));
+}
+
+/* Whether any of the n floats at p (stride s) is infinite or NaN. */
+static inline int cuvil_qnonfinite(const float *p, int64_t n, int64_t s) {
+    for (int64_t i = 0; i < n; i++)
+        if (!(p[i * s] - p[i * s] == 0.0f)) return 1;
+    return 0;
+}
+
+static inline __mmask16 cuvil_qmask16(int64_t n) { return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u); }
+#endif
 
 /* ---- micro-kernels: tile[r * NR + c] = sum over the K groups of R unit (g, r) . C unit (g, c) */
 
@@ -438,13 +400,73 @@ typedef struct cuvil_qg_job {
     int r_unsigned;
     const cuvil_qg_output *out;
     int64_t nrb, ncp;             /* row blocks, column panels */
+    int mult_nan;                 /* some multiplier is not finite (the product may be NaN) */
 } cuvil_qg_job;
 
 /* The zero-point corrections, bias and store of one tile (rows i0.., columns j0..): per row, the
  * int32 results into a row buffer, then the store or the requantization as separate loops (which
  * compilers vectorize: rintf is vroundps). */
+#if defined(__AVX512BW__) && CUVIL_QG_NR == 32
+/* The same arithmetic on two 16-lane halves per row (masked past nr), for the layouts the GEMM is
+ * called with: column zero points, biases and multipliers either one or contiguous per column. */
+static void cuvil_qg_epilogue_v(const cuvil_qg_job *g, const int32_t *tile, int64_t i0, int mr, int64_t j0, int nr) {
+    const cuvil_qg_output *o = g->out;
+    const __mmask16 km[2] = {cuvil_qmask16(nr), cuvil_qmask16(nr - 16 > 0 ? nr - 16 : 0)};
+    __m512i zc[2], cs[2];
+    for (int h = 0; h < 2; h++) {
+        const int64_t j = j0 + 16 * h;
+        zc[h] = g->C->zstep ? _mm512_maskz_loadu_epi32(km[h], g->C->zp + j) : _mm512_set1_epi32(g->C->zp[0]);
+        zc[h] = _mm512_add_epi32(zc[h], _mm512_set1_epi32(g->off));
+        cs[h] = _mm512_maskz_loadu_epi32(km[h], g->csum + j);
+    }
+    const __m512 lo = _mm512_set1_ps((float)(o->lo - o->zp)), hi = _mm512_set1_ps((float)(o->hi - o->zp));
+    const __m512i zp = _mm512_set1_epi32(o->zp);
+    const __mmask32 kq = (__mmask32)km[0] | (__mmask32)km[1] << 16;
+    const int zc_one = g->C->zstep == 0, bias_row = o->bias && !o->bias_cs;
+    for (int r = 0; r < mr; r++) {
+        const int64_t i = i0 + r;
+        const int32_t zr = g->R->zp[i * g->R->zstep];
+        const __m512i vzr = _mm512_set1_epi32(zr), vrs = _mm512_set1_epi32(g->rsum[i]);
+        const __m512i vkz = _mm512_set1_epi32((int32_t)((uint32_t)g->K * (uint32_t)zr));
+        /* what does not vary along the row, in one constant: - zc * rowsum + bias */
+        uint32_t c = bias_row ? (uint32_t)o->bias[i * o->bias_rs] : 0u;
+        if (zc_one) c -= ((uint32_t)g->C->zp[0] + (uint32_t)g->off) * (uint32_t)g->rsum[i];
+        const __m512i vc = _mm512_set1_epi32((int32_t)c);
+        __m128i q[2];
+        for (int h = 0; h < 2; h++) {
+            const int64_t j = j0 + 16 * h;
+            __m512i v = _mm512_add_epi32(_mm512_load_si512((const void *)(tile + r * CUVIL_QG_NR + 16 * h)), vc);
+            if (!zc_one) v = _mm512_sub_epi32(v, _mm512_mullo_epi32(zc[h], vrs));
+            if (zr) {
+                v = _mm512_sub_epi32(v, _mm512_mullo_epi32(vzr, cs[h]));
+                v = _mm512_add_epi32(v, _mm512_mullo_epi32(vkz, zc[h]));
+            }
+            if (o->bias && o->bias_cs)
+                v = _mm512_add_epi32(v, _mm512_maskz_loadu_epi32(km[h], o->bias + i * o->bias_rs + j));
+            if (o->y32) {
+                _mm512_mask_storeu_epi32(o->y32 + i * o->ldy + j, km[h], v);
+                continue;
+            }
+            const float *mp = o->mult + i * o->mult_rs;
+            const __m512 m = o->mult_cs ? _mm512_maskz_loadu_ps(km[h], mp + j) : _mm512_set1_ps(mp[0]);
+            q[h] = cuvil_qreq16(v, m, lo, hi, zp, g->mult_nan);
+        }
+        /* one 32-byte store per row: a narrowing store per half is slow on some cores */
+        if (!o->y32)
+            _mm256_mask_storeu_epi8((uint8_t *)o->yq + i * o->ldy + j0, kq,
+                                    _mm256_inserti128_si256(_mm256_castsi128_si256(q[0]), q[1], 1));
+    }
+}
+#endif
+
 static void cuvil_qg_epilogue(const cuvil_qg_job *g, const int32_t *tile, int64_t i0, int mr, int64_t j0, int nr) {
     const cuvil_qg_output *o = g->out;
+#if defined(__AVX512BW__) && CUVIL_QG_NR == 32
+    if ((uint64_t)g->C->zstep <= 1 && (uint64_t)o->bias_cs <= 1 && (uint64_t)o->mult_cs <= 1) {
+        cuvil_qg_epilogue_v(g, tile, i0, mr, j0, nr);
+        return;
+    }
+#endif
     uint32_t zc[CUVIL_QG_NR], cs[CUVIL_QG_NR];
     for (int c = 0; c < nr; c++) {
         zc[c] = (uint32_t)g->C->zp[(j0 + c) * g->C->zstep] + (uint32_t)g->off;
@@ -539,6 +561,12 @@ static CUVIL_UNUSED int cuvil_qgemm(int64_t M, int64_t N, int64_t K, const cuvil
     g.csum = (const int32_t *)(Cp + cuvil_qg_panels(&ca) * CUVIL_QG_NR * G);
     g.R = R, g.C = C, g.off = off, g.r_unsigned = !R->is_signed, g.out = out;
     g.nrb = (M + CUVIL_QG_RB - 1) / CUVIL_QG_RB, g.ncp = (N + CUVIL_QG_NR - 1) / CUVIL_QG_NR;
+    g.mult_nan = 1;
+#if defined(__AVX512BW__)
+    if (!out->y32) /* the multipliers are per row, per column or one */
+        g.mult_nan = out->mult_rs ? cuvil_qnonfinite(out->mult, M, out->mult_rs)
+                                  : cuvil_qnonfinite(out->mult, out->mult_cs ? N : 1, out->mult_cs);
+#endif
     if (work >= CUVIL_QG_PAR_MIN)
         cuvil_parallel_for(g.nrb * g.ncp, cuvil_qg_task, &g);
     else

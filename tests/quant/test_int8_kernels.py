@@ -1,0 +1,141 @@
+"""The int8 convolution kernels (``cuvil_qconv.h``, ``cuvil_qgemm.h``) bit for bit against Cuvil's
+reference, on the shapes their vectorized paths split differently: depthwise planes wider than a
+vector and with more taps than one pass holds, pointwise convolutions with partial tiles, zero
+points on both sides and multipliers that are not finite; and the same bytes whatever the thread
+count.  Also: int8 PTQ runs a residual network's adds and max-pool on 8-bit data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import cuvil
+from cuvil.ir.builder import Builder
+from cuvil.ir.dtypes import DType
+from cuvil.ir.graph import Graph
+from cuvil.ir.types import TensorType
+
+
+def _f32(b: Builder, v: Any) -> Any:
+    return b.constant(np.asarray(v, np.float32))
+
+
+def _conv_graph() -> tuple[Graph, dict[str, np.ndarray]]:
+    rng = np.random.default_rng(21)
+    b = Builder()
+    c = b.constant
+    xi = b.input("xi", TensorType(DType.i8, (2, 6, 21, 37)))
+    xu = b.input("xu", TensorType(DType.u8, (1, 19, 9, 13)))
+    outs = []
+    # depthwise, int8: stride 1 (rows wider than 32 sums), then stride 2 with uneven pads, per-channel
+    # weight zero points, bias and relu
+    wd = c(rng.integers(-128, 128, (6, 1, 3, 3)).astype(np.int8))
+    wzp = c(rng.integers(-6, 6, 6).astype(np.int8))
+    for attrs in ({"group": 6, "pads": [1, 1, 1, 1]},
+                  {"group": 6, "strides": [2, 2], "pads": [0, 1, 2, 1], "relu": 1}):
+        outs.append(b.add1("qlinear_conv", [xi, _f32(b, 0.03), c(np.int8(-5)), wd,
+                                            _f32(b, rng.uniform(0.001, 0.01, 6)), wzp, _f32(b, 0.05), c(np.int8(4)),
+                                            c(rng.integers(-3000, 3000, 6).astype(np.int32))], attrs))
+    # depthwise 9x9 (81 taps: more than one pass of the vectorized kernel), dilated, channel multiplier 2,
+    # uint8 weights, int32 output
+    w9 = c(rng.integers(0, 256, (12, 1, 9, 9)).astype(np.uint8))
+    outs.append(b.add1("conv_integer", [xi, w9, c(np.int8(3)), c(rng.integers(120, 136, 12).astype(np.uint8))],
+                       {"group": 6, "dilations": [1, 2], "pads": [4, 8, 4, 8]}))
+    # pointwise: K = 19 (not a multiple of 4), 117 columns (partial 32-column panels), 13 and 40 rows;
+    # uint8 activations with a zero point; per-channel weight zero points (the row-sum terms)
+    w1 = c(rng.integers(-128, 128, (13, 19, 1, 1)).astype(np.int8))
+    outs.append(b.add1("qlinear_conv", [xu, _f32(b, 0.02), c(np.uint8(131)), w1, _f32(b, rng.uniform(0.001, 0.01, 13)),
+                                        c(rng.integers(-4, 4, 13).astype(np.int8)), _f32(b, 0.2), c(np.uint8(77)),
+                                        c(rng.integers(-900, 900, 13).astype(np.int32))]))
+    w2 = c(rng.integers(-128, 128, (40, 19, 1, 1)).astype(np.int8))
+    outs.append(b.add1("qlinear_conv", [xu, _f32(b, 0.02), c(np.uint8(131)), w2, _f32(b, 0.004), c(np.int8(0)),
+                                        _f32(b, 0.3), c(np.int8(-9))], {"strides": [2, 1]}))
+    # a multiplier that is not finite (output scale 0): NaN products give the zero point, the others saturate
+    outs.append(b.add1("qlinear_conv", [xu, _f32(b, 0.02), c(np.uint8(131)), w1, _f32(b, 0.004), c(np.int8(0)),
+                                        _f32(b, 0.0), c(np.uint8(100))]))
+    outs.append(b.add1("qlinear_conv", [xi, _f32(b, 0.03), c(np.int8(0)), wd, _f32(b, 0.01), c(np.int8(0)),
+                                        _f32(b, 0.0), c(np.int8(2))], {"group": 6, "pads": [1, 1, 1, 1]}))
+    # a matmul: per-column multipliers and biases, int8 x int8
+    a = b.input("a", TensorType(DType.i8, (35, 70)))
+    outs.append(b.add1("qlinear_matmul", [a, _f32(b, 0.02), c(np.int8(3)), c(rng.integers(-128, 128, (70, 45)).astype(
+        np.int8)), _f32(b, rng.uniform(0.001, 0.01, 45)), c(np.zeros(45, np.int8)), _f32(b, 0.4), c(np.int8(-7)),
+        c(rng.integers(-2000, 2000, 45).astype(np.int32))]))
+    b.output(*outs)
+    inputs = {"xi": rng.integers(-128, 128, (2, 6, 21, 37)).astype(np.int8),
+              "xu": rng.integers(0, 256, (1, 19, 9, 13)).astype(np.uint8),
+              "a": rng.integers(-128, 128, (35, 70)).astype(np.int8)}
+    inputs["xu"].reshape(-1)[:40] = 131  # the zero point itself: products of 0 (NaN under an infinite multiplier)
+    inputs["xi"][:, :, :4, :] = 0
+    return b.graph, inputs
+
+
+@pytest.mark.parametrize("target", ["native", "x86_avx512", "generic"])
+def test_int8_conv_kernels_match_the_reference_bit_for_bit(target: str, tmp_path: Path) -> None:
+    graph, inputs = _conv_graph()
+    want = cuvil.compile(graph, "ref").run(inputs)
+    got = cuvil.compile(graph, target, passes="", cache_dir=str(tmp_path)).run(inputs)
+    for name, w in want.items():
+        assert got[name].dtype == w.dtype and np.array_equal(got[name], w), name
+
+
+def test_int8_conv_kernels_give_the_same_bytes_on_two_threads(tmp_path: Path) -> None:
+    graph, inputs = _conv_graph()
+    one = cuvil.compile(graph, "native", passes="", cache_dir=str(tmp_path), num_threads=1).run(inputs)
+    two = cuvil.compile(graph, "native", passes="", cache_dir=str(tmp_path), num_threads=2)
+    for _ in range(3):
+        got = two.run(inputs)
+        for name, w in one.items():
+            assert np.array_equal(got[name], w), name
+
+
+# PTQ: residual adds and max-pool on 8-bit data ---------------------------------------------------
+
+
+def _residual_net() -> Graph:
+    """conv -> relu -> max_pool -> [conv -> relu -> conv] + skip -> relu -> conv -> add(graph input branch)."""
+    rng = np.random.default_rng(5)
+    b = Builder()
+    x = b.input("x", TensorType(DType.f32, (1, 3, 20, 20)))
+
+    def conv(v: Any, cin: int, cout: int, name: str) -> Any:
+        w = b.constant((rng.standard_normal((cout, cin, 3, 3)) * (0.5 / cin) ** 0.5).astype(np.float32))
+        bias = b.constant(rng.uniform(-0.1, 0.1, cout).astype(np.float32))
+        return b.add1("conv", [v, w, bias], {"pads": [1, 1, 1, 1]}, names=[name])
+
+    h = b.add1("relu", [conv(x, 3, 8, "c0")], names=["r0"])
+    p = b.add1("max_pool", [h], {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, names=["pool"])
+    t = conv(b.add1("relu", [conv(p, 8, 8, "c1")], names=["r1"]), 8, 8, "c2")
+    s = b.add1("relu", [b.add1("add", [t, p], names=["sum"])], names=["r2"])
+    y = conv(s, 8, 4, "c3")
+    # an add read by no quantized node (a graph output): stays float32
+    b.output(b.add1("add", [y, b.add1("relu", [y], names=["ry"])], names=["out"]))
+    return b.graph
+
+
+def test_ptq_runs_residual_adds_and_max_pool_on_int8(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    data = [(rng.standard_normal((1, 3, 20, 20)).astype(np.float32),) for _ in range(64)]
+    m = cuvil.compile(_residual_net(), "native", cache_dir=str(tmp_path), quant_dtype="int8",
+                      calibration_dataset=data)
+    assert m.graph is not None
+    pools = [n for n in m.graph.nodes if n.op == "max_pool"]
+    assert len(pools) == 1 and pools[0].inputs[0] is not None and pools[0].inputs[0].type.dtype is DType.i8
+    adds = [n for n in m.graph.nodes if n.op == "qlinear_add"]
+    assert len(adds) == 1 and adds[0].attrs["relu"] == 1
+    out = m.graph.outputs[0]
+    assert out.producer is not None and out.producer.op != "qlinear_add" and out.type.dtype is DType.f32
+    q = m.info.precision
+    assert q is not None
+    acts = q["quantization"]["activations"]
+    assert acts["pool"] == acts["r0"]  # the pool passes its input's scale and zero point on
+    # the native build computes exactly what the reference interpreter does on the quantized graph
+    x = rng.standard_normal((1, 3, 20, 20)).astype(np.float32)
+    want = cuvil.compile(m.graph, "ref")(x)[0]
+    got = m(x)[0]
+    assert np.array_equal(got, want)
+    # and stays close to float32
+    ref = cuvil.compile(_residual_net(), "ref")(x)[0]
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 0.05
