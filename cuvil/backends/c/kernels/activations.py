@@ -69,9 +69,14 @@ def thresholded_relu(s: Scalar, a: Sequence[str]) -> str:
     return f"({x} > {_attr(s, 'alpha')} ? {x} : {s.lit(0)})"
 
 
+def _sigmoid(s: Scalar, x: str) -> str:
+    """The logistic function; in float, the vectorisable one of ``cuvil_vmath.h``."""
+    return f"cuvil_sigmoid_d({x})" if s.is_double else f"cuvil_sigmoid_vf({x})"
+
+
 @elementwise_op("sigmoid")
 def sigmoid(s: Scalar, a: Sequence[str]) -> str:
-    return f"{s.helper('sigmoid')}({a[0]})"
+    return _sigmoid(s, a[0])
 
 
 def _hard_sigmoid(s: Scalar, x: str, alpha: float, beta: float) -> str:
@@ -105,11 +110,16 @@ def mish(s: Scalar, a: Sequence[str]) -> str:
 
 @elementwise_op("gelu")
 def gelu(s: Scalar, a: Sequence[str]) -> str:
-    """X * Phi(X), written as sigmoid / erfc so that large negative X does not cancel."""
+    """X * Phi(X), written as sigmoid / erfc so that large negative X does not cancel.
+
+    In float, both forms are the branch-free functions of ``cuvil_vmath.h``, so a loop over them
+    (an elementwise kernel, a fused loop, a GEMM epilogue) vectorises."""
     x = a[0]
     if s.attrs.get("approximate", "none") == "tanh":
         u = f"{s.lit(2 * _SQRT_2_OVER_PI)} * ({x} + {s.lit(0.044715)} * ({x} * {x} * {x}))"
-        return f"({x} * {s.helper('sigmoid')}({u}))"
+        return f"({x} * {_sigmoid(s, u)})"
+    if not s.is_double:
+        return f"cuvil_gelu_f({x})"
     return f"({s.lit(0.5)} * {x} * {s.fn('erfc')}(-{x} / {s.lit(math.sqrt(2.0))}))"
 
 

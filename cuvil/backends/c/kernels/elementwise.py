@@ -250,10 +250,16 @@ def round_(s: Scalar, a: Sequence[str]) -> str:
     return f"{s.fn('rint')}({a[0]})"
 
 
+# Functions whose float version is the vectorisable one of cuvil_vmath.h (libm's cannot be vectorised).
+_VMATH = {"exp": "cuvil_exp_f", "erf": "cuvil_erf_f"}
+
+
 def _libm(name: str) -> None:
-    """An op that is the C math function of the same name."""
+    """An op that is the C math function of the same name (in float, maybe ``cuvil_vmath.h``'s)."""
 
     def expr(s: Scalar, a: Sequence[str]) -> str:
+        if name in _VMATH and not s.is_double:
+            return f"{_VMATH[name]}({a[0]})"
         return f"{s.fn(name)}({a[0]})"
 
     expr.__name__ = name

@@ -1,0 +1,158 @@
+/* Cuvil C runtime: float32 exp, erf, erfc, sigmoid and GELU that loops can vectorise.
+ *
+ * libm's expf / erff / erfcf are calls the compiler cannot vectorise (without -ffast-math and a
+ * vector math library), so a loop applying them runs one element at a time: a GELU epilogue
+ * cost five times the GEMM it finished.  The functions here are branch-free C11 (selects,
+ * polynomials, a division, integer bit operations), so after inlining GCC and Clang vectorise a
+ * loop over them for SSE, AVX, AVX-512 or wasm SIMD128 alike; no intrinsics, no target checks.
+ * They give the same bits on every target (the build keeps -ffp-contract=off, so no
+ * multiply-add is fused behind our back).
+ *
+ * The methods:
+ *  - exp(y + d) * m: y rounded to n ln 2 + r (Cody-Waite, with the ln 2 of 9 bits so that
+ *    y - n ln2_hi is exact), e^r by Cephes' degree-7 polynomial on |r| <= ln 2 / 2, and 2^n
+ *    applied as two exact powers of two (2^(n/2) then the rest), so a result in the subnormal
+ *    range is rounded once.  The extra term d carries the low part of an argument whose high
+ *    part y is exact (below), and m a factor applied before the scaling.
+ *  - erfc(a), a >= 0: exp(-a^2) erfcx(a) with erfcx(a) = erfc(a) exp(a^2) a rational of degree
+ *    (4, 5) in a with positive coefficients (no cancellation in Horner's scheme), fitted for the
+ *    least maximum relative error on [0, 10.5] (approximation error 6.2e-9).  exp(-a^2) is where
+ *    the accuracy would go: one ulp of a^2 near 100 is 8e-6 relative in the result, so a is
+ *    split into a 12-bit high part h (h^2 exact) and the rest, and -a^2 = -h^2 - (a - h)(a + h)
+ *    goes to exp as y = -h^2 (exact) and d.  Beyond a = 10.5 erfc(a) < 1e-49 rounds to 0; for
+ *    x < 0, erfc(x) = 2 - erfc(-x).
+ *  - erf(x): x P(x^2) for |x| < 0.875 (degree 5 in x^2, approximation error 8.5e-9), beyond it
+ *    +-(1 - erfc(|x|)).
+ *  - gelu(x) = x Phi(x) = x erfc(-x / sqrt 2) / 2: erfc as above, but -x^2 / 2 split from x
+ *    itself, so the rounding of x / sqrt 2 never reaches the exponential: the result is accurate
+ *    to a few ulp of the exact x Phi(x) for every x (including the far negative tail, where
+ *    1 + erf(x / sqrt 2) would cancel to nothing).
+ *  - sigmoid(x) = 1 / (1 + e) for x >= 0, e / (1 + e) for x < 0, with e = exp(-|x|).
+ *
+ * Largest errors against double-precision libm over every 7th float, where the result is a normal
+ * float: exp 0.98 ulp, erf 2.5, erfc 6.9, gelu 7.8, sigmoid 2.3 (erfc and gelu: the rational's
+ * Horner rounding, about 3 ulp, and exp's); a subnormal result is within a few units of 2^-149.
+ * NaN gives NaN, +-inf the limits.  tests/backends/c/test_vmath.py checks these bounds.
+ */
+#ifndef CUVIL_VMATH_H
+#define CUVIL_VMATH_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Inlined even where a model calls them from many loops: a call left in a loop stops its vectorisation. */
+#if defined(__GNUC__) || defined(__clang__)
+#define CUVIL_VM_INLINE static inline __attribute__((always_inline))
+#else
+#define CUVIL_VM_INLINE static inline
+#endif
+
+CUVIL_VM_INLINE float cuvil_vm_float(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+CUVIL_VM_INLINE uint32_t cuvil_vm_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* m * exp(y + d) for y in [-110, 89] (callers clamp it; NaN never gets here), |d| < 0.1. */
+CUVIL_VM_INLINE float cuvil_vm_exp_mul(float y, float d, float m) {
+    const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds a float below 2^22 to an integer */
+    const float nf = ((y + d) * 1.44269504088896341f + magic) - magic;
+    /* exact: n ln2_hi has at most 17 significant bits, and y is within a factor 2 of it (or n = 0) */
+    float r = y - nf * 0.693359375f;
+    r = (r + d) - nf * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;
+    const int32_t n = (int32_t)nf, n1 = n / 2, n2 = n - n1; /* both in [-80, 64]: normal powers of two */
+    const float s1 = cuvil_vm_float((uint32_t)(n1 + 127) << 23), s2 = cuvil_vm_float((uint32_t)(n2 + 127) << 23);
+    return ((p * m) * s1) * s2; /* the first product is exact, the second rounds once (maybe to a subnormal) */
+}
+
+/* exp(x). */
+CUVIL_VM_INLINE float cuvil_exp_f(float x) {
+    const int nan = x != x;
+    float c = x > 89.0f ? 89.0f : x; /* e^89 overflows to inf, e^-104 rounds to 0 */
+    c = c < -104.0f ? -104.0f : c;
+    const float e = cuvil_vm_exp_mul(nan ? 0.0f : c, 0.0f, 1.0f);
+    return nan ? x : e;
+}
+
+/* erfc(a) exp(a^2) for 0 <= a <= 10.5. */
+CUVIL_VM_INLINE float cuvil_vm_erfcx(float a) {
+    float p = 3.313674033e-02f, q = 5.873269960e-02f;
+    p = p * a + 2.308359742e-01f;
+    p = p * a + 7.349922657e-01f;
+    p = p * a + 1.241639733e+00f;
+    p = p * a + 1.0f;
+    q = q * a + 4.091709554e-01f;
+    q = q * a + 1.331694007e+00f;
+    q = q * a + 2.409262896e+00f;
+    q = q * a + 2.370019436e+00f;
+    q = q * a + 1.0f;
+    return p / q;
+}
+
+/* erfc(a) for 0 <= a <= 10.5: exp(-h^2 - (a - h)(a + h)) erfcx(a), h = a rounded down to 12 bits. */
+CUVIL_VM_INLINE float cuvil_vm_erfc_pos(float a) {
+    const float h = cuvil_vm_float(cuvil_vm_bits(a) & 0xfffff000u);
+    return cuvil_vm_exp_mul(-(h * h), -((a - h) * (a + h)), cuvil_vm_erfcx(a));
+}
+
+/* 10.5 or more: erfc rounds to 0 (and NaN is set aside before), so the argument is clamped there. */
+CUVIL_VM_INLINE float cuvil_vm_clamp_arg(float a) { return a > 10.5f ? 10.5f : a; }
+
+/* erfc(x). */
+CUVIL_VM_INLINE float cuvil_erfc_f(float x) {
+    const int nan = x != x;
+    const float a = nan ? 0.0f : cuvil_vm_clamp_arg(x < 0 ? -x : x);
+    const float e = cuvil_vm_erfc_pos(a);
+    return nan ? x : (x < 0 ? 2.0f - e : e);
+}
+
+/* erf(x). */
+CUVIL_VM_INLINE float cuvil_erf_f(float x) {
+    const float z = x * x;
+    float p = -6.203263183e-04f;
+    p = p * z + 5.032182671e-03f;
+    p = p * z + -2.679146454e-02f;
+    p = p * z + 1.128245518e-01f;
+    p = p * z + -3.761255145e-01f;
+    p = p * z + 1.128379107e+00f;
+    const float a = x < 0 ? -x : x;
+    const float big = 1.0f - cuvil_erfc_f(a); /* NaN stays NaN here */
+    return a < 0.875f ? x * p : (x < 0 ? -big : big);
+}
+
+/* x Phi(x) = x erfc(-x / sqrt 2) / 2, the exact (erf) GELU.  For x < 0 the factor x / 2 goes
+ * into exp's multiplier, so a result in the subnormal range is rounded once. */
+CUVIL_VM_INLINE float cuvil_gelu_f(float x) {
+    const int nan = x != x;
+    const float xs = nan ? 0.0f : (x > 14.8f ? 14.8f : (x < -14.8f ? -14.8f : x)); /* 14.8 / sqrt 2 > 10.46 */
+    const float a = (xs < 0 ? -xs : xs) * 0.707106781f;
+    /* -x^2 / 2 from x itself: h^2 is exact, and so is halving it */
+    const float h = cuvil_vm_float(cuvil_vm_bits(xs) & 0xfffff000u);
+    const float m = cuvil_vm_erfcx(cuvil_vm_clamp_arg(a)) * (xs < 0 ? 0.5f * xs : 0.5f);
+    const float e = cuvil_vm_exp_mul(-0.5f * (h * h), -0.5f * ((xs - h) * (xs + h)), m); /* x Phi(x), or Phi(-x) */
+    /* -inf: NaN, as the reference's -inf * erfc(inf) = -inf * 0 */
+    return nan ? x : (x < 0 ? (x == -INFINITY ? NAN : e) : x * (1.0f - e));
+}
+
+/* 1 / (1 + exp(-x)), as exp(x) / (1 + exp(x)) for x < 0: the exponential is of -|x|, so it never
+ * overflows, and a result that is tiny (down to the subnormals) keeps its relative accuracy. */
+CUVIL_VM_INLINE float cuvil_sigmoid_vf(float x) {
+    const float e = cuvil_exp_f(x < 0 ? x : -x);
+    return (x < 0 ? e : 1.0f) / (1.0f + e);
+}
+
+#endif /* CUVIL_VMATH_H */
