@@ -13,6 +13,7 @@ import contextlib
 import ctypes
 import functools
 import logging
+import math
 import os
 import weakref
 from collections.abc import Sequence
@@ -26,6 +27,9 @@ from cuvil.ir.dtypes import DType
 
 MAX_RANK = 8
 _CODE_TO_DTYPE = {ct.code(d): d for d in DType}
+# Per call, the marshalling below looks types up in these instead of going through DType.
+_CODE_TO_NP = {c: d.np for c, d in _CODE_TO_DTYPE.items() if d.np is not None}
+_NP_TO_CODE = {d.np: c for c, d in _CODE_TO_DTYPE.items() if d.np is not None}
 _log = logging.getLogger(__name__)
 
 
@@ -121,9 +125,9 @@ class NativeModel:
         for t, a in zip(ins, arrays):
             t.data = a.ctypes.data
             t.rank = a.ndim
-            t.dtype = ct.code(DType.from_np(a.dtype))
-            for j, n in enumerate(a.shape):
-                t.shape[j] = n
+            code = _NP_TO_CODE.get(a.dtype)
+            t.dtype = code if code is not None else ct.code(DType.from_np(a.dtype))
+            t.shape[: a.ndim] = a.shape
         outs = (CTensor * max(self.n_outputs, 1))()
         err = ctypes.create_string_buffer(1024)
         if self._handle is None:
@@ -133,9 +137,9 @@ class NativeModel:
             raise RunError(err.value.decode("utf-8", errors="replace"))
         results = []
         for t in outs[: self.n_outputs]:
-            dt = _CODE_TO_DTYPE[t.dtype].np
-            shape = tuple(t.shape[j] for j in range(t.rank))
-            count = int(np.prod(shape, dtype=np.int64))
+            dt = _CODE_TO_NP[t.dtype]
+            shape = tuple(t.shape[: t.rank])
+            count = math.prod(shape)
             if count == 0:
                 results.append(np.zeros(shape, dt))
                 self.lib.cuvil_free(t.data)

@@ -116,7 +116,8 @@ static inline int64_t cuvil_pool2d_cols(const cuvil_pool2d *g) {
         int threads = cuvil_num_threads_now();                                                                      \
         if (threads > 1 && !cuvil_parallel_worth(ns)) threads = 1;                                                  \
         const int64_t per_thread = cuvil_pool2d_cols(g) + cuvil_pool2d_owpad(g);                                   \
-        T *tmp = (T *)malloc(cuvil_size3(sizeof(T), (size_t)threads, (size_t)per_thread));                         \
+        const size_t bytes = cuvil_size3(sizeof(T), (size_t)threads, (size_t)per_thread);                           \
+        T *tmp = bytes == SIZE_MAX ? NULL : (T *)malloc(bytes);                                                     \
         if (!tmp) return -1;                                                                                        \
         const int64_t per_task = threads > 1 ? CUVIL_POOL_ROWS_PER_TASK : rows;                                     \
         cuvil_maxpool2d_job_##sfx j = {g, x, y, tmp, rows, per_task, per_thread};                                   \
