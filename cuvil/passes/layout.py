@@ -39,6 +39,7 @@ from cuvil.passes.base import Pass, PassResult, register_pass
 from cuvil.passes.fuse_elementwise import drop_unused_constants, nested_graphs
 
 LAYOUTS = ("nhwc",)
+CONV_DTYPES = (DType.f32, DType.f16, DType.bf16)  # what the channels-last kernels run
 POLICIES = ("all", "auto")
 
 
@@ -47,8 +48,8 @@ POLICIES = ("all", "auto")
 class ConvertLayout(Pass):
     """Runs 2-D convolutions in NHWC; layout changes only where NHWC and NCHW regions meet.
 
-    1. A candidate is a ``conv`` with a float32 ``[N, C, H, W]`` input, a constant weight, and
-       a 1-D bias or none.  With ``convs=all`` every candidate converts.  With ``convs=auto``
+    1. A candidate is a ``conv`` with a float32, float16 or bfloat16 ``[N, C, H, W]`` input, a
+       constant weight, and a 1-D bias or none.  With ``convs=all`` every candidate converts.  With ``convs=auto``
        (the default) a graph's candidates convert together, or none does: all of them when
        more of their multiply-adds are in convolutions the channels-last kernels serve best
        (depthwise, 1x1, strided, grouped, kernels other than 3x3) than in dense unit-stride
@@ -98,7 +99,7 @@ def _is_candidate(node: Node) -> bool:
         return False
     x, w = node.inputs[0], node.inputs[1]
     b = node.inputs[2] if len(node.inputs) > 2 else None
-    if x is None or w is None or x.type.rank != 4 or x.type.dtype is not DType.f32 or const_of(w) is None:
+    if x is None or w is None or x.type.rank != 4 or x.type.dtype not in CONV_DTYPES or const_of(w) is None:
         return False
     return b is None or b.type.rank == 1
 

@@ -116,3 +116,15 @@ def test_options_and_default_pipeline() -> None:
     text = default_pipeline("native")
     assert "convert-layout" in text and text.index("convert-layout") < text.index("fuse-epilogue")
     assert "convert-layout" not in default_pipeline("native", enable_fusion=False)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_reduced_precision_convolutions_convert(dtype: str) -> None:
+    """float16 / bfloat16 convolutions go channels-last like float32 ones (their kernels widen the
+    operands); a float64 one stays (no channels-last kernel runs it)."""
+    low = CHAIN.replace("f32[", f"{dtype}[").replace("dense<f32", f"dense<{dtype}")
+    g = _run(_graph(low, f"%x: {dtype}[n, 8, 6, 6]"))
+    assert _ops(g) == ["transpose", "conv_nhwc", "relu", "conv_nhwc", "add", "transpose"]
+    assert str(g.outputs[0].type) == f"{dtype}[n, 8, 6, 6]"
+    wide = CHAIN.replace("f32[", "f64[").replace("dense<f32", "dense<f64")
+    assert _ops(_run(_graph(wide, "%x: f64[n, 8, 6, 6]"))) == ["conv", "relu", "conv", "add"]

@@ -1,11 +1,16 @@
-"""The channels-last convolution kernel (conv_nhwc, cuvil_conv_nhwc.h) against the reference interpreter.
+"""The channels-last convolution kernels (conv_nhwc, cuvil_conv_nhwc.h, cuvil_nhwc_direct.h) against the
+reference interpreter.
 
-Each case runs ``convert-layout{convs=all}`` so every convolution goes through conv_nhwc: 1x1
-(the GEMM on the input itself), strided 1x1, k x k with padding / strides / dilations (im2col
-of channel runs), groups, depthwise with multiplier 1 (the vectorised strips, channel counts
-with and without a vector remainder) and 2, SAME padding, a symbolic batch, and the fused
-epilogue (bias, clip, a residual).  Tolerance: 1e-5 relative and absolute, as for the NCHW
-kernels.  Results are bitwise the same with 1 and 2 threads; generic and wasm32 build and agree.
+Each case runs ``convert-layout{convs=all}`` so every convolution goes through conv_nhwc.  The direct
+kernel: 1x1 over the flattened pixels (strips of full, 4 and 1 pixels; panels of 1 to 4 vectors, a
+partial last vector, several panels, several L2 chunks of panels, groups), strided 1x1, k x k with
+padding / strides / dilations (tap rows as one run or one run per tap, border pixels one by one), a
+3-channel stride-2 stem, groups.  A convolution whose weight panels outgrow the cache (K > 8192) runs
+im2col + GEMM.  Depthwise: multiplier 1 (the 3x3 strips at strides 1 and 2, the generic strips,
+channel counts with and without a vector remainder) and 2.  SAME padding, a symbolic batch, and the
+fused epilogue (bias, clip, a residual).  Tolerance: 1e-5 relative and absolute, as for the NCHW
+kernels (1e-4 for the 8280-term sums of the GEMM case).  Results are bitwise the same with 1 and 2
+threads; generic and wasm32 build and agree.
 """
 
 from __future__ import annotations
@@ -86,6 +91,14 @@ CASES: dict[str, dict[str, object]] = {
     "residual_no_bias": dict(cin=16, cout=16, k=(3, 3), hw=(6, 7), group=16, pads=[1, 1, 1, 1], relu6=False,
                              residual=True, bias=False),
     "1x1_residual": dict(cin=16, cout=16, k=(1, 1), hw=(6, 7), residual=True),
+    "1x1_to_16": dict(cin=32, cout=16, k=(1, 1), hw=(5, 7)),
+    "1x1_to_24_residual": dict(cin=24, cout=24, k=(1, 1), hw=(5, 6), residual=True),
+    "1x1_wide": dict(cin=20, cout=200, k=(1, 1), hw=(3, 5)),
+    "1x1_chunks": dict(cin=256, cout=512, k=(1, 1), hw=(3, 3)),
+    "1x1_groups": dict(cin=16, cout=96, k=(1, 1), hw=(4, 5), group=2),
+    "stem": dict(cin=3, cout=32, k=(3, 3), hw=(15, 17), pads=[1, 1, 1, 1], strides=[2, 2]),
+    "depthwise_wide": dict(cin=48, cout=48, k=(3, 3), hw=(5, 21), group=48, pads=[1, 1, 1, 1]),
+    "depthwise_s2_wide": dict(cin=40, cout=40, k=(3, 3), hw=(6, 37), group=40, pads=[1, 1, 1, 1], strides=[2, 2]),
 }
 
 
@@ -103,11 +116,23 @@ def test_matches_reference(tmp_path: Path) -> None:
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=tag)
 
 
+def test_gemm_path_for_large_k(tmp_path: Path) -> None:
+    """K = 3 * 3 * 920 = 8280: the weight panels outgrow the cache and im2col + GEMM runs instead."""
+    case = {"big_k": dict(cin=920, cout=8, k=(3, 3), hw=(3, 4), pads=[1, 1, 1, 1])}
+    model = _model(case)
+    c = _compile(model, "native", tmp_path)
+    ref = cuvil.compile(model, target="ref")
+    xs = _inputs(model, 2)
+    np.testing.assert_allclose(c(*xs)[0], ref(*xs)[0], rtol=1e-4, atol=1e-4)
+
+
 def test_bitwise_same_across_thread_counts(tmp_path: Path) -> None:
     model = _model({
         "dw": dict(cin=64, cout=64, k=(3, 3), hw=(28, 28), group=64, pads=[1, 1, 1, 1]),
+        "dw_s2": dict(cin=48, cout=48, k=(3, 3), hw=(28, 28), group=48, pads=[1, 1, 1, 1], strides=[2, 2]),
         "k3": dict(cin=32, cout=48, k=(3, 3), hw=(28, 28), pads=[1, 1, 1, 1]),
         "k1": dict(cin=64, cout=96, k=(1, 1), hw=(28, 28)),
+        "k1_columns": dict(cin=64, cout=1280, k=(1, 1), hw=(7, 7)),
     })
     one, two = _compile(model, "native", tmp_path, 1), _compile(model, "native", tmp_path, 2)
     xs = _inputs(model, 4)
@@ -116,11 +141,12 @@ def test_bitwise_same_across_thread_counts(tmp_path: Path) -> None:
 
 
 def test_generic_target_and_notes(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    model = _model({k: CASES[k] for k in ("depthwise", "depthwise_mult2", "5x3_stride_dil", "1x1")})
+    model = _model({k: CASES[k] for k in ("depthwise", "depthwise_mult2", "5x3_stride_dil", "1x1", "1x1_to_24_residual",
+                                          "stem", "depthwise_s2_wide")})
     with caplog.at_level(logging.DEBUG, logger="cuvil.backends.c.kernel"):
         c = cuvil.compile(model, target="generic", passes=PIPELINE, cache_dir=str(tmp_path))
     assert c.build_info is not None and c.build_info.warnings == ""
-    assert "NHWC depthwise" in caplog.text and "im2col of channel runs" in caplog.text
+    assert "NHWC depthwise" in caplog.text and "NHWC convolution, direct" in caplog.text
     ref = cuvil.compile(model, target="ref")
     xs = _inputs(model, 2)
     for got, want in zip(c(*xs), ref(*xs)):
@@ -128,9 +154,30 @@ def test_generic_target_and_notes(tmp_path: Path, caplog: pytest.LogCaptureFixtu
 
 
 def test_wasm32(wasm_cache: str) -> None:
-    model = _model({k: CASES[k] for k in ("depthwise", "3x3_pad", "1x1_residual")})
+    model = _model({k: CASES[k] for k in ("depthwise", "3x3_pad", "1x1_residual", "1x1_to_24_residual", "stem")})
     m = cuvil.compile(model, target="wasm32", passes=PIPELINE, cache_dir=wasm_cache)
     ref = cuvil.compile(model, target="ref")
     xs = _inputs(model, 2)
     for got, want in zip(m(*xs), ref(*xs)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_reduced_precision_runs_channels_last(precision: str, tmp_path: Path) -> None:
+    """precision=fp16/bf16: the convolutions still go channels-last (the float32 kernels on widened
+    operands, weights widened once per model) and match the reference's reduced-precision graph within
+    one rounding of the result; a second call (cached weights) gives the same bits."""
+    cases = {k: CASES[k] for k in ("1x1_to_24_residual", "stem", "depthwise_s2_wide", "grouped", "1x1_wide")}
+    model = _model(cases)
+    c = cuvil.compile(model, target="native", passes=PIPELINE, cache_dir=str(tmp_path), precision=precision)
+    low = np.float16 if precision == "fp16" else cuvil.ir.dtypes.DType.bf16.np
+    convs = [n for n in c.graph.nodes if n.op == "fused_conv_nhwc"]
+    assert len(convs) == len(cases) and all(n.outputs[0].type.dtype.np == low for n in convs)
+    ref = cuvil.compile(model, target="ref", precision=precision)
+    step = 2.0 ** (-10 if precision == "fp16" else -7)
+    xs = _inputs(model, 2)
+    first = c(*xs)
+    for tag, got, want in zip(cases, first, ref(*xs)):
+        err = np.abs(got.astype(np.float64) - want.astype(np.float64))
+        assert np.all(err <= step * np.abs(want.astype(np.float64)) + 1e-3), (tag, float(np.max(err)))
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(first, c(*xs)))

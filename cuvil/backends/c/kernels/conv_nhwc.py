@@ -1,18 +1,20 @@
-"""Kernel of ``conv_nhwc`` (``cuvil/ops/layout.py``): channels-last 2-D convolution, float32.
+"""Kernel of ``conv_nhwc`` (``cuvil/ops/layout.py``): channels-last 2-D convolution, float32 (f16 / bf16
+operands are widened to it and the result rounded once).
 
-The generated code fills a ``cuvil_nhwc_geom`` and calls ``cuvil_conv_nhwc.h``: one GEMM per
-group over the ``[N*OH*OW, M]`` output (the input itself as the left operand for a 1x1
-unit-stride unpadded kernel, im2col rows of contiguous channel runs otherwise), or the direct
-depthwise kernel vectorised across channels when each group has one input channel.  The bias
-and, for ``fused_conv_nhwc``, the fused epilogue (``KernelCtx.epilogue``, a
-``cuvil_sgemm_epilogue``) run on each finished tile or row of the output, so the kernel
-reports the epilogue applied.
+The generated code fills a ``cuvil_nhwc_geom`` and calls the runtime: the direct kernel
+(``cuvil_nhwc_direct.h``: the input read in place, the weights packed once per model into panels
+as wide as the output channels need; im2col + GEMM in ``cuvil_conv_nhwc.h`` when the panels would
+outgrow the cache or the target has no vector extensions), or the depthwise kernel vectorised
+across channels when each group has one input channel.  The bias and, for ``fused_conv_nhwc``,
+the fused epilogue (``KernelCtx.epilogue``, a ``cuvil_sgemm_epilogue``) run on each finished strip
+or row of the float32 output, so the kernel reports the epilogue applied.
 """
 
 from __future__ import annotations
 
 from cuvil.backends.c.codegen import CodegenError
 from cuvil.backends.c.kernel import CVal, KernelCtx, kernel
+from cuvil.backends.c.kernels.half import HALF
 from cuvil.ir.dtypes import DType
 
 
@@ -41,9 +43,9 @@ def _pads(k: KernelCtx, x: CVal, y: CVal, kernel_dims: list[str]) -> list[str]:
 @kernel("conv_nhwc")
 def _conv_nhwc(k: KernelCtx) -> None:
     x, w, y = k.inp(0), k.inp(1), k.out(0)
-    if x.dtype is not DType.f32:
+    if x.dtype not in (DType.f32, *HALF):
         raise CodegenError(f"node {k.node.name!r} (conv_nhwc): element type {x.dtype}; the channels-last kernels "
-                           "run float32 only")
+                           "run float32, float16 and bfloat16 only")
     k.include("cuvil_conv_nhwc.h")
     group = int(k.attrs.get("group", 1))
     kd = [w.dim(0), w.dim(1)]
@@ -66,18 +68,41 @@ def _conv_nhwc(k: KernelCtx) -> None:
              f".oh = {y.dim(1)}, .ow = {y.dim(2)}, .m = {y.dim(3)}, .kh = {kd[0]}, .kw = {kd[1]}, "
              f".sh = {strides[0]}, .sw = {strides[1]}, .dh = {dilations[0]}, .dw = {dilations[1]}, "
              f".ph = {pads[0]}, .pw = {pads[1]}, .group = {group}}};")
+    depthwise = group > 1 and w.static_dim(2) == 1
+    if x.dtype in HALF:
+        _half(k, g, depthwise, group, x, w, b, y)
+        return
     ep = k.epilogue or "NULL"
     bias = b.ptr if b is not None else "NULL"
-    depthwise = group > 1 and w.static_dim(2) == 1
     epi = "; bias and epilogue on each finished row" if k.epilogue else ""
     if depthwise:
         k.note(f"NHWC depthwise, direct kernel vectorised across channels ({group} groups){epi}")
         k.w.line(f"cuvil_conv_nhwc_depthwise_f32(&{g}, {x.ptr}, {w.ptr}, {bias}, {y.ptr}, {ep});")
     else:
-        ones = w.static_dim(0) == 1 and w.static_dim(1) == 1
-        how = "GEMM on the input itself when unit-stride and unpadded" if ones else "im2col of channel runs + GEMM"
-        k.note(f"NHWC convolution, {how}, per group ({group}){epi.replace('row', 'tile')}")
+        k.note(f"NHWC convolution, direct (input read in place, weights in panels of the output channels; "
+               f"im2col of channel runs + GEMM when the panels outgrow the cache or the target has no vectors), "
+               f"{group} group(s){epi.replace('row', 'strip')}")
         rc = k.tmp("rc")
-        k.w.line(f"int {rc} = cuvil_conv_nhwc_gemm_f32(&{g}, {x.ptr}, {w.ptr}, {bias}, {y.ptr}, {ep});")
+        k.w.line(f"int {rc} = cuvil_conv_nhwc_f32(&{g}, {x.ptr}, {w.ptr}, {bias}, {y.ptr}, {ep});")
         k.fail_if(f"{rc} != 0", "out of memory")
     k.epilogue_applied = k.epilogue is not None
+
+
+def _half(k: KernelCtx, g: str, depthwise: bool, group: int, x: CVal, w: CVal, b: CVal | None, y: CVal) -> None:
+    """f16 / bf16 operands: the float32 kernel on widened operands, the result rounded once
+    (``cuvil_conv_nhwc_half.h``); float32 scratch for the input and the result."""
+    k.include("cuvil_conv_nhwc_half.h")
+    x32, y32, rc = k.tmp("x32"), k.tmp("y32"), k.tmp("rc")
+    for buf, v in ((x32, x), (y32, y)):  # written whole before being read: not zeroed
+        k.w.line(f"float *{buf} = (float *)cuvil_alloc_uninit(call, (int64_t)sizeof(float) * (int64_t)({v.numel()}));")
+        k.fail_if(f"!{buf}", "out of memory")
+    bptr = f"(const uint16_t *){b.ptr}" if b is not None else "NULL"
+    bn = b.numel() if b is not None else "0"
+    k.w.line(f"int {rc} = cuvil_conv_nhwc_half(&{g}, {int(depthwise)}, {int(x.dtype is DType.bf16)}, "
+             f"(const uint16_t *){x.ptr}, {x.numel()}, (const uint16_t *){w.ptr}, {w.numel()}, {bptr}, {bn}, "
+             f"(uint16_t *){y.ptr}, {y.numel()}, {x32}, {y32});")
+    k.release(x32)
+    k.release(y32)
+    k.fail_if(f"{rc} != 0", "out of memory")
+    kind = f"NHWC depthwise ({group} groups)" if depthwise else f"NHWC convolution, direct, {group} group(s)"
+    k.note(f"{kind} on {x.dtype} operands widened to float32 (weights once per model), the result rounded once")

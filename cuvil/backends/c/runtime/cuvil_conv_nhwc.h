@@ -1,8 +1,10 @@
 /* Cuvil's channels-last 2-D convolutions (conv_nhwc: X [N, H, W, C], W [KH, KW, C/group, M],
- * Y [N, OH, OW, M]), float32.
+ * Y [N, OH, OW, M]), float32: the entry points the generated code calls.
  *
- * In NHWC every output pixel is one row of a [N*OH*OW, M] matrix, so a convolution is, per
- * group, one GEMM  Y_g [P, Mg] = cols [P, K] x W_g [K, Mg]  with K = KH*KW*Cg:
+ * Dense and grouped convolutions (cuvil_conv_nhwc_f32) run the direct kernel of
+ * cuvil_nhwc_direct.h.  Where it does not apply (no vector extensions, or weight panels too
+ * large for the cache) they run, per group, one GEMM  Y_g [P, Mg] = cols [P, K] x W_g [K, Mg]
+ * with K = KH*KW*Cg:
  *   - a 1x1 kernel with unit strides and no padding needs no im2col: the input itself is the
  *     [P, C] matrix (each group a column slice of it);
  *   - otherwise the im2col row of a pixel is KH*KW contiguous runs of Cg channels, copied
@@ -13,9 +15,12 @@
  * epilogue run on each finished GEMM tile (cuvil_nhwc_finish below).
  *
  * Depthwise convolutions (one input channel per group) run a direct kernel that is vectorised
- * across channels: a strip of CUVIL_NHWC_DW_OB output pixels by one vector of channels is kept
- * in registers across all kernel taps, each tap's weights are one vector load.  Rows of output
- * pixels are the parallel tasks.
+ * across channels: a strip of output pixels by one vector of channels is kept in registers
+ * across all kernel taps.  3-wide kernels at column stride 1 or 2 (MobileNet's) take strips of
+ * CUVIL_NHWC_DW3_R pixels that load each input vector of a tap row once for all the outputs
+ * reading it, the border strips reading columns outside the image as zeros; other shapes take
+ * strips of CUVIL_NHWC_DW_OB pixels with every tap's column in the image, and pixels one at a
+ * time at the borders.  Rows of output pixels are the parallel tasks.
  *
  * Every output element is computed by one thread, in an order that does not depend on the
  * number of threads: results are bitwise the same for any thread count.
@@ -24,6 +29,7 @@
 #define CUVIL_CONV_NHWC_H
 
 #include "cuvil_gemm.h"
+#include "cuvil_nhwc_direct.h"
 #include "cuvil_rt.h"
 #include "cuvil_threads.h"
 
@@ -33,13 +39,6 @@
 #define CUVIL_NHWC_DW_OB 4
 /* Below this many multiply-adds a depthwise convolution runs on one thread. */
 #define CUVIL_NHWC_PAR_MIN ((int64_t)1 << 16)
-
-typedef struct cuvil_nhwc_geom {
-    int64_t n, h, w, c;     /* input */
-    int64_t oh, ow, m;      /* output */
-    int64_t kh, kw, sh, sw, dh, dw, ph, pw; /* ph, pw: padding at the beginning */
-    int64_t group;
-} cuvil_nhwc_geom;
 
 /* The bias and then the fused epilogue (either may be absent) on a finished tile of Y.  As a
  * cuvil_sgemm_epi_fn it finds the tile's columns from its offset in Y, whose rows are m wide. */
@@ -140,6 +139,17 @@ static CUVIL_UNUSED int cuvil_conv_nhwc_gemm_f32(const cuvil_nhwc_geom *g, const
     return rc;
 }
 
+/* Dense (and grouped) convolution: the direct kernel (cuvil_nhwc_direct.h) when the target has
+ * vectors and the weight panels stay cacheable, im2col + GEMM otherwise.  Returns 0, or -1 when
+ * memory cannot be had. */
+static CUVIL_UNUSED int cuvil_conv_nhwc_f32(const cuvil_nhwc_geom *g, const float *x, const float *w, const float *b,
+                                            float *y, const cuvil_sgemm_epilogue *ep) {
+#if CUVIL_NHWC_DIRECT
+    if (cuvil_nhwc_direct_fits(g)) return cuvil_conv_nhwc_direct_f32(g, x, w, b, y, ep);
+#endif
+    return cuvil_conv_nhwc_gemm_f32(g, x, w, b, y, ep);
+}
+
 /* ---- depthwise ---------------------------------------------------------------------------- */
 
 typedef struct cuvil_nhwc_dw_job {
@@ -221,6 +231,79 @@ static void cuvil_nhwc_dw_strip(const cuvil_nhwc_geom *g, const float *x, const 
         }
     }
 }
+
+/* The 3-wide kernels with unit column dilation and column stride S (1 or 2): a strip of R output
+ * pixels per vector of channels, each input vector of a tap row loaded once and multiplied into
+ * every output of the strip that reads it (3 of them at stride 1), so a tap row costs
+ * (R - 1) * S + 3 loads instead of 3 * R.  With EDGE, input columns outside the image read as
+ * zeros (the strips at the borders); taps are added in the generic order (rows, then columns). */
+#if CUVIL_GEMM_NREG >= 32
+#define CUVIL_NHWC_DW3_R 8
+#else
+#define CUVIL_NHWC_DW3_R 4
+#endif
+static inline __attribute__((always_inline)) void cuvil_nhwc_dw3_strip(const int S, const int R, const int EDGE,
+                                                                       const cuvil_nhwc_geom *g, const float *x,
+                                                                       const float *w, float *yr, int64_t n,
+                                                                       int64_t oh, int64_t o0) {
+    const int64_t C = g->c, VW = CUVIL_GEMM_W, cv = C / VW * VW, iw0 = o0 * S - g->pw;
+    for (int64_t c = 0; c < cv; c += VW) {
+        cuvil_vf acc[CUVIL_NHWC_DW3_R];
+#pragma GCC unroll 8
+        for (int o = 0; o < R; o++) acc[o] = (cuvil_vf){0};
+        for (int64_t i = 0; i < 3; i++) {
+            const int64_t ih = oh * g->sh - g->ph + i * g->dh;
+            if (ih < 0 || ih >= g->h) continue;
+            const float *xrow = x + (n * g->h + ih) * g->w * C + c;
+            const cuvil_vf w0 = cuvil_vload(w + i * 3 * C + c), w1 = cuvil_vload(w + (i * 3 + 1) * C + c),
+                           w2 = cuvil_vload(w + (i * 3 + 2) * C + c);
+#pragma GCC unroll 24
+            for (int t = 0; t < (R - 1) * S + 3; t++) {
+                const int64_t iw = iw0 + t;
+                const cuvil_vf xv = !EDGE || (iw >= 0 && iw < g->w) ? cuvil_vload(xrow + iw * C) : (cuvil_vf){0};
+                if (t % S == 0 && t / S < R) acc[t / S] = CUVIL_VFMA(xv, w0, acc[t / S]);
+                if (t >= 1 && (t - 1) % S == 0 && (t - 1) / S < R) acc[(t - 1) / S] = CUVIL_VFMA(xv, w1, acc[(t - 1) / S]);
+                if (t >= 2 && (t - 2) % S == 0 && (t - 2) / S < R) acc[(t - 2) / S] = CUVIL_VFMA(xv, w2, acc[(t - 2) / S]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int o = 0; o < R; o++) cuvil_vstore(yr + (o0 + o) * C + c, acc[o]);
+    }
+    for (int64_t c = cv; c < C; c++) /* the channels past the last full vector, in the same order of taps */
+        for (int o = 0; o < R; o++) {
+            float acc = 0.0f;
+            for (int64_t i = 0; i < 3; i++) {
+                const int64_t ih = oh * g->sh - g->ph + i * g->dh;
+                if (ih < 0 || ih >= g->h) continue;
+                for (int64_t j = 0; j < 3; j++) {
+                    const int64_t iw = iw0 + o * S + j;
+                    if (iw >= 0 && iw < g->w) acc += x[((n * g->h + ih) * g->w + iw) * C + c] * w[(i * 3 + j) * C + c];
+                }
+            }
+            yr[(o0 + o) * C + c] = acc;
+        }
+}
+
+/* Output columns [o, ow) of a row of a 3-wide depthwise convolution with column stride S: strips of
+ * R then 4 pixels (bounds-checked where they reach past [olo, ohi)); returns where they stop. */
+static inline __attribute__((always_inline)) int64_t cuvil_nhwc_dw3_row(const int S, const cuvil_nhwc_geom *g,
+                                                                        const float *x, const float *w, float *yr,
+                                                                        int64_t n, int64_t oh, int64_t olo,
+                                                                        int64_t ohi) {
+    const int R = CUVIL_NHWC_DW3_R;
+    int64_t o = 0;
+    for (; o + R <= g->ow; o += R) {
+        if (o >= olo && o + R <= ohi) cuvil_nhwc_dw3_strip(S, R, 0, g, x, w, yr, n, oh, o);
+        else cuvil_nhwc_dw3_strip(S, R, 1, g, x, w, yr, n, oh, o);
+    }
+#if CUVIL_NHWC_DW3_R > 4
+    for (; o + 4 <= g->ow; o += 4) {
+        if (o >= olo && o + 4 <= ohi) cuvil_nhwc_dw3_strip(S, 4, 0, g, x, w, yr, n, oh, o);
+        else cuvil_nhwc_dw3_strip(S, 4, 1, g, x, w, yr, n, oh, o);
+    }
+#endif
+    return o;
+}
 #endif
 
 static void cuvil_nhwc_dw_part(void *ctx, int64_t task, int tid) {
@@ -244,7 +327,11 @@ static void cuvil_nhwc_dw_part(void *ctx, int64_t task, int tid) {
         const int64_t n = r / g->oh, oh = r % g->oh;
         float *yr = jb->y + r * g->ow * g->m;
 #if CUVIL_GEMM_VECTOR
-        if (mult == 1) {
+        if (mult == 1 && g->kh == 3 && g->kw == 3 && g->dw == 1 && (g->sw == 1 || g->sw == 2)) {
+            const int64_t o = g->sw == 1 ? cuvil_nhwc_dw3_row(1, g, jb->x, jb->w, yr, n, oh, olo, ohi)
+                                         : cuvil_nhwc_dw3_row(2, g, jb->x, jb->w, yr, n, oh, olo, ohi);
+            cuvil_nhwc_dw_pixels(g, jb->x, jb->w, yr, n, oh, o, g->ow, 1);
+        } else if (mult == 1) {
             int64_t o = olo;
             cuvil_nhwc_dw_pixels(g, jb->x, jb->w, yr, n, oh, 0, olo, 1);
             for (; o + CUVIL_NHWC_DW_OB <= ohi; o += CUVIL_NHWC_DW_OB) cuvil_nhwc_dw_strip(g, jb->x, jb->w, yr, n, oh, o);

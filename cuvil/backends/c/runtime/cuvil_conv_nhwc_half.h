@@ -1,0 +1,38 @@
+/* Channels-last convolutions (conv_nhwc) of float16 / bfloat16 operands.
+ *
+ * As for every f16/bf16 convolution (cuvil_half.h), the operands are widened exactly to float32,
+ * the float32 kernel runs (the direct kernel of cuvil_nhwc_direct.h, or the depthwise one of
+ * cuvil_conv_nhwc.h) and its result, bias included, is rounded once: the reference's semantics.
+ * The weight is widened once per loaded model into the constant cache, where it counts as a
+ * constant itself, so the float32 kernel's packed panels of it are cached too: after the first
+ * call a weight costs nothing; the input is widened and the output rounded on each call.
+ */
+#ifndef CUVIL_CONV_NHWC_HALF_H
+#define CUVIL_CONV_NHWC_HALF_H
+
+#include "cuvil_conv_nhwc.h"
+#include "cuvil_half.h"
+
+/* x: xn values, w: wn, b: bn (or NULL), y: yn; x32 and y32: float32 scratch of xn and yn values.
+ * Returns 0, or -1 when out of memory. */
+static CUVIL_UNUSED int cuvil_conv_nhwc_half(const cuvil_nhwc_geom *g, int depthwise, int is_bf16, const uint16_t *x,
+                                             int64_t xn, const uint16_t *w, int64_t wn, const uint16_t *b,
+                                             int64_t bn, uint16_t *y, int64_t yn, float *x32, float *y32) {
+    float *wown, *bown = NULL;
+    const float *w32 = cuvil_half_widened(is_bf16, w, wn, &wown), *b32 = NULL;
+    if (!w32) return -1;
+    if (b && !(b32 = cuvil_half_widened(is_bf16, b, bn, &bown))) {
+        free(wown);
+        return -1;
+    }
+    cuvil_half_to_f32(is_bf16, x, x32, xn);
+    int rc = 0;
+    if (depthwise) cuvil_conv_nhwc_depthwise_f32(g, x32, w32, b32, y32, NULL);
+    else rc = cuvil_conv_nhwc_f32(g, x32, w32, b32, y32, NULL);
+    if (rc == 0) cuvil_f32_to_half(is_bf16, y32, y, yn);
+    free(wown);
+    free(bown);
+    return rc;
+}
+
+#endif /* CUVIL_CONV_NHWC_HALF_H */
