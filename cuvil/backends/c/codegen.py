@@ -195,7 +195,7 @@ class FunctionEmitter:
                     w.line(f"{size} = cuvil_arena_above({size}, {self.buf_off[i]}, {self.buf_size[i]});")
             w.line(f'if ({size} < 0) {{ cuvil_fail(call, "the intermediate tensors are too large for these input '
                    f'shapes"); goto fail; }}')
-        w.line(f"unsigned char *{self.arena} = (unsigned char *)cuvil_alloc_uninit(call, {size});")
+        w.line(f"unsigned char *{self.arena} = (unsigned char *)cuvil_arena_get(call, m->shared, {size});")
         w.line(f'if (!{self.arena}) {{ cuvil_fail(call, "out of memory for the %lld-byte arena", (long long){size}); '
                "goto fail; }")
         if plan.poison:  # every byte not yet written reads as NaN (or -1, or true)

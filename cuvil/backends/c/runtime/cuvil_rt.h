@@ -43,6 +43,12 @@ typedef struct cuvil_call {
     size_t n_allocs, cap_allocs;
     char *err;
     size_t errlen;
+    /* the arena of a memory-planned call, lent by its model (cuvil_threads.h's cuvil_arena_get)
+     * and given back by cuvil_call_end */
+    void *arena;
+    size_t arena_cap;
+    void *arena_home;
+    void (*arena_put)(void *home, void *arena, size_t cap);
 } cuvil_call;
 
 static CUVIL_UNUSED int cuvil_fail(cuvil_call *c, const char *fmt, ...) {
@@ -120,6 +126,8 @@ static CUVIL_UNUSED void cuvil_release(cuvil_call *c, void *p) {
 }
 
 static CUVIL_UNUSED void cuvil_call_end(cuvil_call *c) {
+    if (c->arena) c->arena_put(c->arena_home, c->arena, c->arena_cap);
+    c->arena = NULL;
     for (size_t i = 0; i < c->n_allocs; i++) free(c->allocs[i]);
     free(c->allocs);
     c->allocs = NULL;

@@ -123,6 +123,9 @@ typedef struct cuvil_cache_entry {
 
 typedef struct cuvil_shared cuvil_shared;
 
+/* Arenas a model keeps between calls: one per call that may run at once, up to this many. */
+#define CUVIL_ARENA_KEEP 4
+
 #if CUVIL_POOL
 struct cuvil_pool;
 typedef struct cuvil_worker {
@@ -169,6 +172,9 @@ struct cuvil_shared {
     size_t size;
     cuvil_cache_entry *cache[CUVIL_CACHE_BUCKETS];
     cuvil_cache_entry *consts; /* entries that count as constants, like the weights */
+    /* arenas of finished calls, kept for the next ones (cuvil_arena_get); guarded by cache_lock */
+    void *arenas[CUVIL_ARENA_KEEP];
+    size_t arena_caps[CUVIL_ARENA_KEEP];
 #if CUVIL_HAVE_PTHREADS
     pthread_mutex_t cache_lock;
 #endif
@@ -463,9 +469,92 @@ static void cuvil_shared_destroy(cuvil_shared *s) {
         s->cache[b] = NULL;
     }
     s->consts = NULL;
+    for (int i = 0; i < CUVIL_ARENA_KEEP; i++) {
+        free(s->arenas[i]);
+        s->arenas[i] = NULL;
+        s->arena_caps[i] = 0;
+    }
 #if CUVIL_HAVE_PTHREADS
     pthread_mutex_destroy(&s->cache_lock);
 #endif
+}
+
+/* ---- arenas ------------------------------------------------------------------------------
+ * A memory-planned call needs one arena for its intermediates.  Allocating it per call would
+ * give a large one fresh pages every time (above glibc's mmap threshold, up to 32 MiB, malloc
+ * maps and unmaps it, so each call faults its pages in again, and zeroes them); instead a model
+ * keeps the arenas of finished calls and lends them to the next ones.  A call takes the smallest
+ * kept arena that is large enough (a free one too small is replaced), and gives it back at its
+ * end; one that finds none free (calls running at once) gets a new one.  So a model holds, between
+ * calls, the arenas of its largest recent calls, as many as ran at once (at most
+ * CUVIL_ARENA_KEEP): the memory its calls use anyway, freed by cuvil_unload. */
+static void cuvil_arena_put(void *home, void *arena, size_t cap) {
+    cuvil_shared *s = (cuvil_shared *)home;
+#if CUVIL_HAVE_PTHREADS
+    pthread_mutex_lock(&s->cache_lock);
+#endif
+    int slot = -1;
+    for (int i = 0; i < CUVIL_ARENA_KEEP; i++)
+        if (!s->arenas[i] && slot < 0) slot = i;
+    if (slot < 0) { /* all kept: keep the larger, free the smallest */
+        slot = 0;
+        for (int i = 1; i < CUVIL_ARENA_KEEP; i++)
+            if (s->arena_caps[i] < s->arena_caps[slot]) slot = i;
+        if (s->arena_caps[slot] >= cap) slot = -1;
+        else free(s->arenas[slot]);
+    }
+    if (slot >= 0) {
+        s->arenas[slot] = arena;
+        s->arena_caps[slot] = cap;
+        arena = NULL;
+    }
+#if CUVIL_HAVE_PTHREADS
+    pthread_mutex_unlock(&s->cache_lock);
+#endif
+    free(arena);
+}
+
+/* An arena of at least `bytes` (64-byte aligned, NOT zeroed) for call `c` of the model sharing
+ * `s`, given back by cuvil_call_end; NULL when memory cannot be had. */
+static CUVIL_UNUSED void *cuvil_arena_get(cuvil_call *c, cuvil_shared *s, int64_t bytes) {
+    if (bytes < 0 || (uint64_t)bytes > (uint64_t)(SIZE_MAX - CUVIL_ALIGN)) return NULL;
+    const size_t need = bytes == 0 ? CUVIL_ALIGN : ((size_t)bytes + CUVIL_ALIGN - 1) / CUVIL_ALIGN * CUVIL_ALIGN;
+    void *p = NULL, *small = NULL;
+    size_t cap = 0;
+#if CUVIL_HAVE_PTHREADS
+    pthread_mutex_lock(&s->cache_lock);
+#endif
+    int best = -1, under = -1;
+    for (int i = 0; i < CUVIL_ARENA_KEEP; i++) {
+        if (!s->arenas[i]) continue;
+        if (s->arena_caps[i] >= need) {
+            if (best < 0 || s->arena_caps[i] < s->arena_caps[best]) best = i;
+        } else if (under < 0) {
+            under = i;
+        }
+    }
+    if (best >= 0) {
+        p = s->arenas[best];
+        cap = s->arena_caps[best];
+        s->arenas[best] = NULL;
+    } else if (under >= 0) { /* too small for this call: replaced by the new one when it comes back */
+        small = s->arenas[under];
+        s->arenas[under] = NULL;
+    }
+#if CUVIL_HAVE_PTHREADS
+    pthread_mutex_unlock(&s->cache_lock);
+#endif
+    free(small);
+    if (!p) {
+        p = aligned_alloc(CUVIL_ALIGN, need);
+        if (!p) return NULL;
+        cap = need;
+    }
+    c->arena = p;
+    c->arena_cap = cap;
+    c->arena_home = s;
+    c->arena_put = cuvil_arena_put;
+    return p;
 }
 
 /* Use n threads from now on (n - 1 workers are started here); 0, or -1 when threads cannot be had
