@@ -179,12 +179,12 @@ def _tile_epilogue(k: KernelCtx, epilogue: Graph, y: CVal, extras: Sequence[CVal
 
     located = bool(per_row)  # some extra is read at the tile's offset in y
     body = ["        float *py = c + i * ldc;"] + (["        const int64_t o = off + i * ldc;"] if located else [])
-    if wraps:
-        body.append("        const int64_t col = o % x->nl;")
     body += per_row
     if wraps:
         body += ["        if (col + cols <= x->nl) {", *loop(fast, "            "), "        } else {",
-                 *loop(slow, "            "), "        }"]
+                 *loop(slow, "            "), "        }",
+                 "        col += step;  /* the next row's column: two divisions a tile, not one a row */",
+                 "        if (col >= x->nl) col -= x->nl;"]
     else:
         body += loop(fast, "        ")
     text = "\n".join([
@@ -193,6 +193,7 @@ def _tile_epilogue(k: KernelCtx, epilogue: Graph, y: CVal, extras: Sequence[CVal
         "    const NAME_ctx *x = (const NAME_ctx *)vctx;",
         "    (void)x, (void)i0, (void)j0;",
         *(["    const int64_t off = (int64_t)(c - x->y);"] if located else []),
+        *(["    const int64_t step = ldc % x->nl;", "    int64_t col = off % x->nl;"] if wraps else []),
         "    for (int64_t i = 0; i < rows; i++) {", *body, "    }", "}", ""])
     # Named by its text: nodes with the same epilogue share one function, and no two differ by name only.
     name = "cuvil_epi_" + hashlib.sha256(text.encode()).hexdigest()[:16]
