@@ -158,3 +158,19 @@ def test_separable_max_pool_2d_matches_reference_bitwise(tmp_path: Path) -> None
     for got, want, one in zip(two(*big), ref(*big), c(*big)):
         np.testing.assert_array_equal(got, want)
         assert got.tobytes() == one.tobytes()
+
+
+def test_separable_max_pool_on_halves(tmp_path: Path) -> None:
+    """float16 and bfloat16 max pools widen to float and narrow the max back exactly (NaN kept)."""
+    import ml_dtypes
+
+    nodes = [helper.make_node("MaxPool", [n], [f"{n}o"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+             for n in ("h", "b")]
+    model = make_model(nodes, [vi("h", T.FLOAT16, [1, 4, 33, 70]), vi("b", T.BFLOAT16, [1, 4, 33, 70])], ["ho", "bo"])
+    h = randn(1, 4, 33, 70).astype(np.float16)
+    b = randn(1, 4, 33, 70).astype(ml_dtypes.bfloat16)
+    h[0, 1, 5, 5] = np.nan
+    b[0, 2, 7, 9] = np.nan
+    c = compare(model, [[h, b]], tmp_path, target="native", rtol=0, atol=0)
+    source = c.build_info.source.read_text()  # type: ignore[union-attr]
+    assert "cuvil_maxpool2d_f16(" in source and "cuvil_maxpool2d_bf16(" in source

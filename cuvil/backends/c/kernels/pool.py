@@ -5,6 +5,10 @@ shared with the conv kernels through :func:`window_dims`).  Each output position
 taps of its window that land inside the input -- padding and the ``ceil_mode`` overhang never take
 part -- using per-dim tap ranges computed once per position, so the inner loops carry no bounds
 tests.  Loops are generated for the node's rank; every plane ``[n, c]`` is independent.
+
+A 2-D max pool without indices (float, half or byte elements) -- the one CNNs have -- instead
+calls the separable, vectorised and threaded kernel of runtime/cuvil_pool.h (a max is exact, so
+both give the same bits).
 """
 
 from __future__ import annotations
@@ -77,8 +81,9 @@ def _open_taps(k: KernelCtx, stack: ExitStack, wins: list[Window], starts: list[
     return idx, coords
 
 
-# Element types of the separable 2-D max pool (runtime/cuvil_pool.h): stored as computed.
-_SEPARABLE = {DType.f32: "f32", DType.f64: "f64", DType.u8: "u8", DType.i8: "i8"}
+# Element types of the separable 2-D max pool (runtime/cuvil_pool.h).
+_SEPARABLE = {DType.f32: "f32", DType.f64: "f64", DType.u8: "u8", DType.i8: "i8", DType.f16: "f16",
+              DType.bf16: "bf16"}
 
 
 def _max_pool_2d(k: KernelCtx, x: CVal, y: CVal, wins: list[Window]) -> None:

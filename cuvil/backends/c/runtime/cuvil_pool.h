@@ -15,9 +15,9 @@
  * the output NaN (as NumPy's max does).  A max is exact and its order does not matter, so the
  * result is bitwise the same however the rows are split across threads.
  *
- * Work is split over (plane, output row) ranges; each thread has its own row buffer.  Indices
- * (MaxPool's second output), other ranks and reduced-precision storage use the generic loops in
- * kernels/pool.py.
+ * Work is split over (plane, output row) ranges; each thread has its own row buffer.  Halves are
+ * widened to float as rows are read.  Indices (MaxPool's second output) and other ranks use the
+ * generic loops in kernels/pool.py.
  */
 #ifndef CUVIL_POOL_H
 #define CUVIL_POOL_H
@@ -61,21 +61,22 @@ static inline int64_t cuvil_pool2d_cols(const cuvil_pool2d *g) {
     return reach > g->pw + g->iw ? reach : g->pw + g->iw;
 }
 
-#define CUVIL_DEFINE_MAXPOOL2D(sfx, T, LOWEST, PMAX)                                                               \
+#define CUVIL_DEFINE_MAXPOOL2D(sfx, T, C, LOAD, STORE, LOWEST, PMAX)                                                               \
     typedef struct {                                                                                                \
         const cuvil_pool2d *g;                                                                                      \
         const T *x;                                                                                                 \
-        T *y, *tmp; /* tmp: one set of row buffers per thread */                                                    \
+        T *y;                                                                                                       \
+        C *tmp; /* one set of row buffers per thread, in the compute type */                                                    \
         int64_t rows, per_task, per_thread;                                                                         \
     } cuvil_maxpool2d_job_##sfx;                                                                                    \
                                                                                                                     \
-    static void cuvil_maxpool2d_rows_##sfx(const cuvil_pool2d *g, const T *restrict x, T *restrict y, T *restrict buf, \
+    static void cuvil_maxpool2d_rows_##sfx(const cuvil_pool2d *g, const T *restrict x, T *restrict y, C *restrict buf, \
                                            int64_t r0, int64_t r1) {                                               \
         const int64_t ncols = cuvil_pool2d_cols(g), n = cuvil_pool2d_owpad(g);                                     \
-        T *restrict cols = buf, *restrict dst = buf + ncols;                                                        \
+        C *restrict cols = buf, *restrict dst = buf + ncols;                                                        \
         for (int64_t i = 0; i < ncols; i++) cols[i] = LOWEST; /* padding and overhang stay lowest */                \
-        T *restrict data = cols + g->pw;                                                                            \
-        const T *restrict src = cols;                                                                               \
+        C *restrict data = cols + g->pw;                                                                            \
+        const C *restrict src = cols;                                                                               \
         for (int64_t r = r0; r < r1; r++) {                                                                         \
             const int64_t p = r / g->oh, oy = r % g->oh;                                                            \
             const T *restrict plane = x + p * g->ih * g->iw;                                                        \
@@ -84,19 +85,19 @@ static inline int64_t cuvil_pool2d_cols(const cuvil_pool2d *g) {
             int64_t tlo, thi;                                                                                       \
             cuvil_conv_valid(base, g->dh, g->ih, g->kh, &tlo, &thi);                                                \
             if (tlo == thi) { /* no row of the window inside the input */                                           \
-                for (int64_t ox = 0; ox < g->ow; ox++) out[ox] = LOWEST;                                            \
+                for (int64_t ox = 0; ox < g->ow; ox++) out[ox] = STORE(LOWEST);                                            \
                 continue;                                                                                           \
             }                                                                                                       \
             const T *restrict row = plane + (base + tlo * g->dh) * g->iw;                                           \
-            for (int64_t i = 0; i < g->iw; i++) data[i] = row[i];                                                   \
+            for (int64_t i = 0; i < g->iw; i++) data[i] = LOAD(row[i]);                                                   \
             for (int64_t t = tlo + 1; t < thi; t++) {                                                               \
                 row = plane + (base + t * g->dh) * g->iw;                                                           \
-                for (int64_t i = 0; i < g->iw; i++) data[i] = PMAX(data[i], row[i]);                                \
+                for (int64_t i = 0; i < g->iw; i++) data[i] = PMAX(data[i], LOAD(row[i]));                                \
             }                                                                                                       \
-            if (g->sw == 1) CUVIL_POOL_ROW(T, PMAX, 1);                                                             \
-            else if (g->sw == 2) CUVIL_POOL_ROW(T, PMAX, 2);                                                        \
-            else CUVIL_POOL_ROW(T, PMAX, g->sw);                                                                    \
-            memcpy(out, dst, sizeof(T) * (size_t)g->ow);                                                            \
+            if (g->sw == 1) CUVIL_POOL_ROW(C, PMAX, 1);                                                             \
+            else if (g->sw == 2) CUVIL_POOL_ROW(C, PMAX, 2);                                                        \
+            else CUVIL_POOL_ROW(C, PMAX, g->sw);                                                                    \
+            for (int64_t ox = 0; ox < g->ow; ox++) out[ox] = STORE(dst[ox]); /* a max is an input: exact */                                                            \
         }                                                                                                           \
     }                                                                                                               \
                                                                                                                     \
@@ -116,8 +117,8 @@ static inline int64_t cuvil_pool2d_cols(const cuvil_pool2d *g) {
         int threads = cuvil_num_threads_now();                                                                      \
         if (threads > 1 && !cuvil_parallel_worth(ns)) threads = 1;                                                  \
         const int64_t per_thread = cuvil_pool2d_cols(g) + cuvil_pool2d_owpad(g);                                   \
-        const size_t bytes = cuvil_size3(sizeof(T), (size_t)threads, (size_t)per_thread);                           \
-        T *tmp = bytes == SIZE_MAX ? NULL : (T *)malloc(bytes);                                                     \
+        const size_t bytes = cuvil_size3(sizeof(C), (size_t)threads, (size_t)per_thread);                           \
+        C *tmp = bytes == SIZE_MAX ? NULL : (C *)malloc(bytes);                                                     \
         if (!tmp) return -1;                                                                                        \
         const int64_t per_task = threads > 1 ? CUVIL_POOL_ROWS_PER_TASK : rows;                                     \
         cuvil_maxpool2d_job_##sfx j = {g, x, y, tmp, rows, per_task, per_thread};                                   \
@@ -126,9 +127,15 @@ static inline int64_t cuvil_pool2d_cols(const cuvil_pool2d *g) {
         return 0;                                                                                                   \
     }
 
-CUVIL_DEFINE_MAXPOOL2D(f32, float, -INFINITY, CUVIL_PMAX_FLOAT)
-CUVIL_DEFINE_MAXPOOL2D(f64, double, -INFINITY, CUVIL_PMAX_FLOAT)
-CUVIL_DEFINE_MAXPOOL2D(u8, uint8_t, 0, CUVIL_PMAX_INT)
-CUVIL_DEFINE_MAXPOOL2D(i8, int8_t, -128, CUVIL_PMAX_INT)
+#define CUVIL_POOL_SAME(v) (v)
+
+CUVIL_DEFINE_MAXPOOL2D(f32, float, float, CUVIL_POOL_SAME, CUVIL_POOL_SAME, -INFINITY, CUVIL_PMAX_FLOAT)
+CUVIL_DEFINE_MAXPOOL2D(f64, double, double, CUVIL_POOL_SAME, CUVIL_POOL_SAME, -INFINITY, CUVIL_PMAX_FLOAT)
+CUVIL_DEFINE_MAXPOOL2D(u8, uint8_t, uint8_t, CUVIL_POOL_SAME, CUVIL_POOL_SAME, 0, CUVIL_PMAX_INT)
+CUVIL_DEFINE_MAXPOOL2D(i8, int8_t, int8_t, CUVIL_POOL_SAME, CUVIL_POOL_SAME, -128, CUVIL_PMAX_INT)
+/* Halves compare in float: widening is exact, and the max is one of the inputs, so narrowing it
+ * back is too (a NaN stays a NaN). */
+CUVIL_DEFINE_MAXPOOL2D(f16, cuvil_f16, float, cuvil_f16_to_f32, cuvil_f32_to_f16, -INFINITY, CUVIL_PMAX_FLOAT)
+CUVIL_DEFINE_MAXPOOL2D(bf16, cuvil_bf16, float, cuvil_bf16_to_f32, cuvil_f32_to_bf16, -INFINITY, CUVIL_PMAX_FLOAT)
 
 #endif /* CUVIL_POOL_H */
