@@ -43,6 +43,11 @@ The integer ops compute exactly in int32 (wrapping, as ONNX's int32 arithmetic):
    ``quantize_linear(dequantize_linear(A) + dequantize_linear(B))``, each step in float32 as
    rules 1 and 2 define it (dequantize, add, divide by ``y_scale``, round half to even,
    saturate).  ``relu=1`` applies ``relu`` to the sum before it is quantized.
+9. ``qlinear_matmul_float(A, a_scale, a_zp, B, b_scale, b_zp, bias?)`` (a Cuvil op, made by the
+   fold-qdq pass for a product whose result stays float32, such as a classifier's logits): the
+   integer product as in 5 plus the int32 ``bias`` (per column), dequantized instead of
+   requantized: ``y = float32(acc) * (a_scale * b_scale)``, the scale product computed in
+   float32 (both scales float32), per column when ``b_scale`` is.
  :func:`quantize_values` are the one NumPy definition
 of the granularity and the quantization step; the integer-kernel ops
 below requantize with them too.
@@ -617,5 +622,57 @@ register(
         reference=_qlinear_add_ref,
         tolerance=0.0,
         doc="quantize(dequantize(A) + dequantize(B)) in float32, optionally through relu (made by fold-qdq).",
+    )
+)
+
+
+# a product dequantized to float32: inputs (X, x_scale, x_zp, W, w_scale, w_zp, bias?) ----------------------
+
+
+def _qlinear_matmul_float_infer(ctx: InferCtx) -> list[TensorType]:
+    from cuvil.ops.linalg import matmul_shape
+
+    a, b = ctx.type(0), ctx.type(3)
+    if b.rank < 1:
+        raise ctx.fail("B must have rank >= 1")
+    ctx.require_dtype(0, _BYTES)
+    ctx.require_dtype(3, _BYTES)
+    for i, what in ((1, "the input scale"), (4, "the weight scale")):
+        if ctx.type(i).dtype is not DType.f32:
+            raise ctx.fail(f"{what} must be f32, got {ctx.type(i).dtype}")
+    _same(ctx, 0, 2, "the input zero point")
+    _same(ctx, 3, 5, "the weight zero point")
+    _per_tensor(ctx, 1, "the input scale")
+    _per_tensor(ctx, 2, "the input zero point")
+    _per_channel(ctx, 4, b.shape[-1], "the weight scale")
+    _per_channel(ctx, 5, b.shape[-1], "the weight zero point")
+    if ctx.has(6):
+        bias = ctx.type(6)
+        if bias.dtype is not DType.i32 or bias.rank != 1:
+            raise ctx.fail(f"the bias must be 1-D i32, got {bias}")
+        ctx.assume_equal(bias.shape[0], b.shape[-1], "bias length and output channels")
+    return [TensorType(DType.f32, matmul_shape(ctx, a.shape, b.shape))]
+
+
+def _qlinear_matmul_float_ref(ctx: RefCtx) -> list[np.ndarray]:
+    a = _int_operand(ctx.input(0), ctx.input(2))
+    b = _int_operand(ctx.input(3), ctx.input(5))
+    acc = np.asarray(np.matmul(a, b))
+    if ctx.has(6):
+        acc = acc + ctx.input(6).astype(np.int64)
+    acc = acc.astype(np.int32)  # wrapping, as the kernels' int32 sums
+    with np.errstate(all="ignore"):
+        s = (ctx.input(1).reshape(()) * ctx.input(4).reshape(-1)).astype(np.float32)
+        return [np.asarray(acc.astype(np.float32) * s, np.float32)]
+
+
+register(
+    OpDef(
+        name="qlinear_matmul_float",
+        inputs=("X", "x_scale", "x_zero_point", "W", "w_scale", "w_zero_point", "bias?"),
+        infer=_qlinear_matmul_float_infer,
+        reference=_qlinear_matmul_float_ref,
+        tolerance=0.0,
+        doc="Quantized matmul (plus int32 bias) dequantized to float32 at x_scale * w_scale (made by fold-qdq).",
     )
 )

@@ -1,4 +1,5 @@
-"""QDQ folding: a float conv/matmul/gemm between dequantize and quantize nodes becomes one integer kernel."""
+"""QDQ folding: a float conv/matmul/gemm between dequantize and quantize nodes becomes one integer kernel
+(and, for int8 PTQ, a float32 matmul/gemm of dequantized operands: :func:`fold_float_products`)."""
 
 from __future__ import annotations
 
@@ -110,6 +111,10 @@ class FoldQDQ(Pass):
        ``a``, ``b`` and the result are per-tensor 8-bit tensors of one static shape, every scale is
        a float32 constant, the dequantizes give float32, the quantize divides in float32, and the
        sum (and the relu's result) is read only there and is not a graph output.
+
+    The pass preserves the graph's values exactly wherever the quantize after the product absorbs
+    the rounding.  :func:`fold_float_products` (used by int8 PTQ, not by this pass) also folds a
+    product whose result stays float32, which changes the rounding of that result.
     """
 
     name: ClassVar[str] = "fold-qdq"
@@ -289,18 +294,7 @@ def _fold(g: Graph, q: Node, counts: dict[Value, int], names: _Names) -> tuple[l
         channels = wq.shape[0]
     else:
         op = "qlinear_matmul"
-        if wq.ndim != 2:
-            raise _UnfoldableError("the weight is not 2-D")
-        if p.op == "gemm":
-            a = get("gemm").fill_attrs(p.attrs)
-            if a["transA"] or float(a["alpha"]) != 1.0 or float(a["beta"]) != 1.0:
-                raise _UnfoldableError("gemm with transA, alpha or beta")
-            trans_b = bool(a["transB"])
-            bias_in = p.inputs[2] if len(p.inputs) > 2 else None
-        if w.axis not in (None, 0 if trans_b else 1):
-            raise _UnfoldableError(f"the weight is quantized along axis {w.axis}, not its columns")
-        if trans_b:
-            wq = np.ascontiguousarray(wq.T)
+        wq, trans_b, bias_in = _matmul_weight(p, w, wq)
         channels = wq.shape[1]
     new: list[Node] = []
 
@@ -322,6 +316,81 @@ def _fold(g: Graph, q: Node, counts: dict[Value, int], names: _Names) -> tuple[l
     q.outputs[0].producer = fused
     new.append(fused)
     return new, gone
+
+
+def _matmul_weight(p: Node, w: _Dq, wq: np.ndarray) -> tuple[np.ndarray, bool, Value | None]:
+    """Rules 2 and 4 for a matmul or gemm: its weight as [K, N] (transposed when ``transB``), whether it
+    was transposed, and the bias input (gemm's ``C``)."""
+    trans_b = False
+    bias_in = None
+    if wq.ndim != 2:
+        raise _UnfoldableError("the weight is not 2-D")
+    if p.op == "gemm":
+        a = get("gemm").fill_attrs(p.attrs)
+        if a["transA"] or float(a["alpha"]) != 1.0 or float(a["beta"]) != 1.0:
+            raise _UnfoldableError("gemm with transA, alpha or beta")
+        trans_b = bool(a["transB"])
+        bias_in = p.inputs[2] if len(p.inputs) > 2 else None
+    if w.axis not in (None, 0 if trans_b else 1):
+        raise _UnfoldableError(f"the weight is quantized along axis {w.axis}, not its columns")
+    return (np.ascontiguousarray(wq.T) if trans_b else wq), trans_b, bias_in
+
+
+def fold_float_products(g: Graph, products: list[Node]) -> list[Node]:
+    """Each float32 ``matmul``/``gemm`` of ``products`` (nodes of ``g``) whose operands pass rules 2
+    to 4 (the scales float32, the data input dequantized to float32) becomes one
+    ``qlinear_matmul_float``: the integer product plus the int32 bias, times ``x_scale * w_scale``
+    (the float product of the dequantized operands is the same sum, rounded differently).  Returns
+    the products that stay float32; the dequantizes left unread are removed."""
+    names = _Names(g)
+    replaced: dict[Node, list[Node]] = {}
+    kept: list[Node] = []
+    stale: list[Value] = []
+    for p in products:
+        try:
+            if p.op not in ("matmul", "gemm") or p.outputs[0].type.dtype is not DType.f32:
+                raise _UnfoldableError("not a float32 matmul or gemm")
+            replaced[p] = _fold_float(p, names)
+        except _UnfoldableError as why:
+            _log.debug("fold-qdq: %r (%s) stays float: %s", p.name, p.op, why)
+            kept.append(p)
+            continue
+        stale.extend(v for v in p.inputs if v is not None)
+    if replaced:
+        rebuild(g, replaced, set())
+        _drop_dead(g, stale)
+    return kept
+
+
+def _fold_float(p: Node, names: _Names) -> list[Node]:
+    """The float32 product ``p`` of dequantized operands as one ``qlinear_matmul_float``."""
+    x = _dq(p.inputs[0], "the data input")
+    if x.axis is not None or x.q.type.dtype not in _BYTES or x.node.outputs[0].type.dtype is not DType.f32:
+        raise _UnfoldableError("the data input is not a per-tensor int8/uint8 dequantization to float32")
+    w = _dq(p.inputs[1], "the weight")
+    wq = const_of(w.q)
+    if wq is None or w.q.type.dtype not in _BYTES:
+        raise _UnfoldableError("the weight is not a constant int8/uint8 tensor")
+    if x.scale is None or w.scale is None or x.scale.dtype != np.float32 or w.scale.dtype != np.float32:
+        raise _UnfoldableError("the scales are not float32")
+    wq, trans_b, bias_in = _matmul_weight(p, w, wq)
+    new: list[Node] = []
+    out = p.outputs[0]
+
+    def const(value: np.ndarray, hint: str) -> Value:
+        val = Value(names(f"{out.name}/{hint}"), TensorType(DType.from_np(value.dtype), value.shape))
+        new.append(Node("constant", [], [val], {"value": value}))
+        return val
+
+    bias = _bias(bias_in, x, w, wq.shape[1])
+    ins: list[Value | None] = [x.q, _param(x.node, 1), _zero(x, const, "x_zp"),
+                               const(wq, "w") if trans_b else w.q, _param(w.node, 1), _zero(w, const, "w_zp")]
+    if bias is not None:
+        ins.append(bias)
+    fused = Node("qlinear_matmul_float", ins, [out], {}, p.name)
+    out.producer = fused
+    new.append(fused)
+    return new
 
 
 def _fold_add(g: Graph, q: Node, counts: dict[Value, int], names: _Names) -> tuple[list[Node], set[Node]]:

@@ -50,6 +50,10 @@ one ``fold-qdq`` can turn into an integer kernel:
    layer norm) stay float32.
 8. The results of rules 6 and 7 are integer-produced: every reader reads them through their
    dequantize, as in rule 4.
+9. A quantized ``gemm`` or ``matmul`` whose result is a graph output (rule 3: it stays float32)
+   becomes one ``qlinear_matmul_float`` (``fold_float_products``, ``cuvil/passes/fold_qdq.py``):
+   the integer product plus the int32 bias, dequantized at ``x_scale * w_scale``, so a
+   classifier reads its int8 weights instead of float32 ones.
 """
 
 from __future__ import annotations
@@ -68,6 +72,7 @@ from cuvil.ir.graph import Graph, Node, Value
 from cuvil.ops.common import const_of, infer_all
 from cuvil.ops.registry import get
 from cuvil.passes.base import Pass
+from cuvil.passes.fold_qdq import fold_float_products
 from cuvil.quant.accuracy import PrecisionReport
 from cuvil.quant.calibrate import RunnerOptions, check_coverage, observe
 from cuvil.quant.data import CalibrationSet, calibration_set
@@ -447,6 +452,7 @@ def quantize_graph(graph: Graph, nodes: Sequence[QuantNode], params: dict[Value,
             if o in params:
                 qdq_activation(o)
     graph.nodes = new_nodes
+    fold_float_products(graph, [qn.node for qn in nodes if qn.output is None])  # rule 9
     DeadCodeElimination().run(graph)  # the float32 weights nothing reads any more
 
 

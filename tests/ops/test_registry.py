@@ -51,6 +51,7 @@ COVERED_ELSEWHERE = {
     "qlinear_conv": "tests/ops/test_quant_ops.py (the quantization ops are outside the core op list)",
     "qlinear_matmul": "tests/ops/test_quant_ops.py (the quantization ops are outside the core op list)",
     "qlinear_add": "tests/ops/test_quant_ops.py (built by fold-qdq; native against the unfused reference)",
+    "qlinear_matmul_float": "tests/quant/test_int8_kernels.py (built by fold-qdq; bit for bit against the reference)",
     "quantize_linear": "tests/ops/test_quant_ops.py (the quantization ops are outside the core op list)",
     "shape": "tests/ops/test_shape.py (single-op cases fold to constants at import)",
     "size": "tests/ops/test_shape.py (single-op cases fold to constants at import)",

@@ -63,6 +63,13 @@ def _conv_graph() -> tuple[Graph, dict[str, np.ndarray]]:
     outs.append(b.add1("qlinear_matmul", [a, _f32(b, 0.02), c(np.int8(3)), c(rng.integers(-128, 128, (70, 45)).astype(
         np.int8)), _f32(b, rng.uniform(0.001, 0.01, 45)), c(np.zeros(45, np.int8)), _f32(b, 0.4), c(np.int8(-7)),
         c(rng.integers(-2000, 2000, 45).astype(np.int32))]))
+    # the same product dequantized to float32 (per-column scales, column zero points, a bias), and an
+    # unsigned one without bias over a partial column panel
+    outs.append(b.add1("qlinear_matmul_float", [a, _f32(b, 0.02), c(np.int8(3)), c(rng.integers(-128, 128, (70, 45)).astype(
+        np.int8)), _f32(b, rng.uniform(0.001, 0.01, 45)), c(rng.integers(-3, 3, 45).astype(np.int8)),
+        c(rng.integers(-2000, 2000, 45).astype(np.int32))]))
+    outs.append(b.add1("qlinear_matmul_float", [a, _f32(b, 0.5), c(np.int8(0)), c(rng.integers(0, 256, (70, 7)).astype(
+        np.uint8)), _f32(b, 0.25), c(np.uint8(128))]))
     b.output(*outs)
     inputs = {"xi": rng.integers(-128, 128, (2, 6, 21, 37)).astype(np.int8),
               "xu": rng.integers(0, 256, (1, 19, 9, 13)).astype(np.uint8),
@@ -72,7 +79,8 @@ def _conv_graph() -> tuple[Graph, dict[str, np.ndarray]]:
     return b.graph, inputs
 
 
-@pytest.mark.parametrize("target", ["native", "x86_avx512", "generic"])
+@pytest.mark.parametrize("target", ["native", "x86_avx512", "x86_avx2", "generic",
+                                    pytest.param("wasm32", marks=pytest.mark.slow)])
 def test_int8_conv_kernels_match_the_reference_bit_for_bit(target: str, tmp_path: Path) -> None:
     graph, inputs = _conv_graph()
     want = cuvil.compile(graph, "ref").run(inputs)
@@ -113,6 +121,27 @@ def _residual_net() -> Graph:
     # an add read by no quantized node (a graph output): stays float32
     b.output(b.add1("add", [y, b.add1("relu", [y], names=["ry"])], names=["out"]))
     return b.graph
+
+
+def test_ptq_runs_a_float_classifier_as_an_int8_product(tmp_path: Path) -> None:
+    """A gemm whose logits are the graph output: PTQ quantizes its operands and fold-qdq makes it one
+    integer product dequantized to float32 (no float weights read at run time)."""
+    rng = np.random.default_rng(3)
+    b = Builder()
+    x = b.input("x", TensorType(DType.f32, (2, 24)))
+    h = b.add1("relu", [b.add1("gemm", [x, _f32(b, rng.standard_normal((40, 24)) * 0.3), _f32(b, rng.uniform(-.1, .1, 40))],
+                               {"transB": 1})])
+    b.output(b.add1("gemm", [h, _f32(b, rng.standard_normal((40, 10)) * 0.3), _f32(b, rng.uniform(-.1, .1, 10))]))
+    data = [(rng.standard_normal((2, 24)).astype(np.float32),) for _ in range(64)]
+    m = cuvil.compile(b.graph, "native", cache_dir=str(tmp_path), quant_dtype="int8", calibration_dataset=data)
+    assert m.graph is not None
+    assert [n.op for n in m.graph.nodes if n.op in ("gemm", "matmul", "qlinear_matmul", "qlinear_matmul_float")] == [
+        "qlinear_matmul", "qlinear_matmul_float"]
+    t = rng.standard_normal((2, 24)).astype(np.float32)
+    got = m(t)[0]
+    assert np.array_equal(got, cuvil.compile(m.graph, "ref")(t)[0])
+    ref = cuvil.compile(b.graph, "ref")(t)[0]
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 0.05
 
 
 def test_ptq_runs_residual_adds_and_max_pool_on_int8(tmp_path: Path) -> None:

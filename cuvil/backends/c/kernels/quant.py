@@ -139,12 +139,13 @@ def _dynamic(k: KernelCtx) -> None:
 
 
 class Requant(NamedTuple):
-    """The operands that requantize a product: scales, the output zero point, the int32 bias."""
+    """The operands that requantize a product: scales, the output zero point, the int32 bias.  Without
+    ``y_scale`` the product is dequantized to float32 instead (``qlinear_matmul_float``)."""
 
     x_scale: CVal
     w_scale: CVal
-    y_scale: CVal
-    y_zero_point: CVal
+    y_scale: CVal | None
+    y_zero_point: CVal | None
     bias: CVal | None
 
 
@@ -173,8 +174,10 @@ def _round_scale(dt: DType, expr: str) -> str:
     return expr
 
 
-def _multipliers(k: KernelCtx, xs: CVal, ws: CVal, ys: CVal, count: str, scratch: list[str]) -> tuple[str, str]:
-    """float32 ``x_scale * w_scale / y_scale`` per channel (or one), in the scales' type; and its step."""
+def _multipliers(k: KernelCtx, xs: CVal, ws: CVal, ys: CVal | None, count: str,
+                 scratch: list[str]) -> tuple[str, str]:
+    """float32 ``x_scale * w_scale / y_scale`` (without ``ys``: ``x_scale * w_scale``) per channel (or
+    one), in the scales' type; and its step."""
     dt = xs.dtype
     ct_ = "double" if dt is DType.f64 else "float"
     per = not _one(ws)
@@ -183,7 +186,8 @@ def _multipliers(k: KernelCtx, xs: CVal, ws: CVal, ys: CVal, count: str, scratch
     scratch.append(buf)
     with k.w.block(f"for (int64_t c = 0; c < {n}; c++)"):
         prod = _round_scale(dt, f"({ct_}){xs.load('0')} * ({ct_}){ws.load('c' if per else '0')}")
-        k.w.line(f"{buf}[c] = (float)({_round_scale(dt, f'({prod}) / ({ct_}){ys.load(chr(48))}')});")
+        full = prod if ys is None else _round_scale(dt, f"({prod}) / ({ct_}){ys.load(chr(48))}")
+        k.w.line(f"{buf}[c] = (float)({full});")
     if per:
         k.require(ws.numel(), count, "weight scale length and channels")
     return buf, "1" if per else "0"
@@ -191,7 +195,8 @@ def _multipliers(k: KernelCtx, xs: CVal, ws: CVal, ys: CVal, count: str, scratch
 
 def _output(k: KernelCtx, y: CVal, requant: Requant | None, chan_rows: bool, channels: str,
             scratch: list[str]) -> str:
-    """Declare the ``cuvil_qg_output`` of node output ``y``: requantized for the qlinear ops, int32 otherwise."""
+    """Declare the ``cuvil_qg_output`` of node output ``y``: requantized for the qlinear ops, dequantized to
+    float32 without an output scale, int32 otherwise."""
     o = k.tmp("qout")
     w = k.w
     w.line(f"cuvil_qg_output {o};")
@@ -202,11 +207,15 @@ def _output(k: KernelCtx, y: CVal, requant: Requant | None, chan_rows: bool, cha
     xs, ws, ys, yz, bias = requant
     mult, mstep = _multipliers(k, xs, ws, ys, channels, scratch)
     rs, cs = (mstep, "0") if chan_rows else ("0", mstep)
-    lo, hi = QUANT_RANGES[y.dtype]
-    zp = f"(int32_t){yz.load('0')}"
-    w.line(f"{o}.yq = {y.ptr}; {o}.yq_signed = {int(y.dtype is DType.i8)};")
     w.line(f"{o}.mult = {mult}; {o}.mult_rs = {rs}; {o}.mult_cs = {cs};")
-    w.line(f"{o}.zp = {zp}; {o}.lo = {lo if not k.attrs.get('relu') else zp}; {o}.hi = {hi};")
+    if ys is None:
+        w.line(f"{o}.yf = {y.ptr};")
+    else:
+        assert yz is not None
+        lo, hi = QUANT_RANGES[y.dtype]
+        zp = f"(int32_t){yz.load('0')}"
+        w.line(f"{o}.yq = {y.ptr}; {o}.yq_signed = {int(y.dtype is DType.i8)};")
+        w.line(f"{o}.zp = {zp}; {o}.lo = {lo if not k.attrs.get('relu') else zp}; {o}.hi = {hi};")
     if bias is not None:
         k.require(bias.dim(0), channels, "bias length and channels")
         w.line(f"{o}.bias = {bias.ptr}; {o}.bias_rs = {1 if chan_rows else 0}; {o}.bias_cs = {0 if chan_rows else 1};")
@@ -228,20 +237,22 @@ def _matmul_like(k: KernelCtx, a: CVal, b: CVal, azp: CVal | None, bzp: CVal | N
     o = _output(k, y, requant, False, n, scratch)
     w.line(f"{o}.ldy = {n};")
     sa, sb = str(int(a.dtype is DType.i8)), str(int(b.dtype is DType.i8))
-    yel = f"{o}.y32" if requant is None else f"{o}.yq"
+    yel, ycast = (f"{o}.y32", "(int32_t *)") if requant is None else (
+        (f"{o}.yf", "(float *)") if requant.y_scale is None else (f"{o}.yq", "(uint8_t *)"))
 
     def product(rows: str, ap: str, bp: str, yoff: str) -> None:
         with w.block(""):
             w.line(f"const cuvil_qg_operand R = {{{ap}, {kd}, 1, {sa}, {za}, 0}};")
             w.line(f"const cuvil_qg_operand C = {{{bp}, {n}, 1, {sb}, {zb}, {zbstep}}};")
             w.line(f"cuvil_qg_output ob = {o};")
-            w.line(f"ob.{yel.split('.')[1]} = {'(int32_t *)' if requant is None else '(uint8_t *)'}{yel} + {yoff};")
+            w.line(f"ob.{yel.split('.')[1]} = {ycast}{yel} + {yoff};")
             k.fail_if(f"cuvil_qgemm({rows}, {n}, {kd}, &R, &C, &ob) != 0", "out of memory")
 
     ba, bb = max(ra - 2, 0), max(rb - 2, 0)
     nb = max(ba, bb)
     m = a.dim(ra - 2) if ra > 1 else "1"
-    k.note(f"cuvil_qgemm ({'requantized' if requant else 'int32'} output), kernel {QGEMM_HEADER}")
+    kind = "int32" if requant is None else ("float32" if requant.y_scale is None else "requantized")
+    k.note(f"cuvil_qgemm ({kind} output), kernel {QGEMM_HEADER}")
     if bb == 0:
         rows = prod_expr(a, 0, ra - 1) if ra > 1 else "INT64_C(1)"
         product(rows, a.ptr, b.ptr, "0")
@@ -272,6 +283,12 @@ def _qlinear_matmul(k: KernelCtx) -> None:
     bias = k.inp(8) if k.has(8) else None
     _matmul_like(k, k.inp(0), k.inp(3), k.inp(2), k.inp(5), k.out(0),
                  Requant(k.inp(1), k.inp(4), k.inp(6), k.inp(7), bias))
+
+
+@kernel("qlinear_matmul_float")
+def _qlinear_matmul_float(k: KernelCtx) -> None:
+    bias = k.inp(6) if k.has(6) else None
+    _matmul_like(k, k.inp(0), k.inp(3), k.inp(2), k.inp(5), k.out(0), Requant(k.inp(1), k.inp(4), None, None, bias))
 
 
 def _conv_like(k: KernelCtx, x: CVal, wt: CVal, xzp: CVal | None, wzp: CVal | None, y: CVal,

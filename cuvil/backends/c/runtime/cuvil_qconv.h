@@ -175,6 +175,35 @@ static inline __attribute__((always_inline)) void cuvil_qdw_row_avx512(int16_t *
 }
 #endif
 
+#if defined(__AVX512BW__)
+/* Bits [lo, hi) of a 64-bit mask (clamped to 0..64). */
+static inline uint64_t cuvil_qdw_bits(int64_t lo, int64_t hi) {
+    lo = lo < 0 ? 0 : lo;
+    hi = hi > 64 ? 64 : hi;
+    if (hi <= lo) return 0;
+    return (hi == 64 ? ~(uint64_t)0 : (((uint64_t)1 << hi) - 1)) & ~(((uint64_t)1 << lo) - 1);
+}
+
+/* Column stride 2: both column phases of one padded row from the same loads.  src[px] is the input
+ * byte of padded column px (read only for clo <= px < chi, by masked loads); padded column
+ * 2q + c goes to dc[q] - xzp for q in [q0[c], q1[c]).  The even bytes are the low halves of the
+ * 16-bit words, the odd ones the high halves. */
+static inline __attribute__((always_inline)) void cuvil_qdw_row2_avx512(int16_t *d0, int16_t *d1, const uint8_t *src,
+                                                                       int x_signed, int64_t clo, int64_t chi,
+                                                                       const int64_t q0[2], const int64_t q1[2],
+                                                                       int32_t xzp) {
+    const __m512i z = _mm512_set1_epi16((int16_t)xzp);
+    const int64_t qe = q1[0] > q1[1] ? q1[0] : q1[1];
+    for (int64_t qs = clo / 2; qs < qe; qs += 32) {
+        const __m512i b = _mm512_maskz_loadu_epi8((__mmask64)cuvil_qdw_bits(clo - 2 * qs, chi - 2 * qs), src + 2 * qs);
+        const __m512i ev = x_signed ? _mm512_srai_epi16(_mm512_slli_epi16(b, 8), 8) : _mm512_and_si512(b, _mm512_set1_epi16(0xff));
+        const __m512i od = x_signed ? _mm512_srai_epi16(b, 8) : _mm512_srli_epi16(b, 8);
+        _mm512_mask_storeu_epi16(d0 + qs, (__mmask32)cuvil_qdw_bits(q0[0] - qs, q1[0] - qs), _mm512_sub_epi16(ev, z));
+        _mm512_mask_storeu_epi16(d1 + qs, (__mmask32)cuvil_qdw_bits(q0[1] - qs, q1[1] - qs), _mm512_sub_epi16(od, z));
+    }
+}
+#endif
+
 /* One (image, output channel).  The padded plane (every row and column a tap reads) is split into
  * sh * sw phases by row and column remainder modulo the strides, so every tap reads one phase at
  * unit stride: output (oy, ox) of tap (ky, kx) is element (oy + ky*dh / sh, ox + kx*dw / sw) of
@@ -201,6 +230,16 @@ static void cuvil_qdw_task(void *ctx, int64_t task, int tid) {
         for (int64_t iy = 0; iy < rows && chi > clo; iy++)
             cuvil_qdw_row_avx512(plane + (iy + pt) * PWp + clo, (const uint8_t *)j->x + base + iy * W + clo - pl,
                                  j->x_signed, 1, chi - clo, j->xzp);
+    } else if (sw == 2) { /* both column phases of a row at once */
+        int64_t q0[2], q1[2];
+        for (int64_t c0 = 0; c0 < 2; c0++) {
+            q0[c0] = clo > c0 ? (clo - c0 + 1) / 2 : 0;
+            q1[c0] = chi > c0 ? (chi - c0 + 1) / 2 : 0;
+        }
+        int64_t pr = pt % sh, pq = pt / sh;
+        for (int64_t iy = 0; iy < H && pq < PHp && chi > clo; iy++, pr = pr + 1 < sh ? pr + 1 : 0, pq += pr == 0)
+            cuvil_qdw_row2_avx512(plane + pr * 2 * phase + pq * PWp, plane + (pr * 2 + 1) * phase + pq * PWp,
+                                  (const uint8_t *)j->x + base + iy * W - pl, j->x_signed, clo, chi, q0, q1, j->xzp);
     } else
 #endif
     for (int64_t c0 = 0; c0 < sw; c0++) { /* column phase c0: px = q * sw + c0 */

@@ -4,7 +4,8 @@
  * int8 or uint8 (any strides) with zero points zr (per row or one) and zc (per column or one),
  *   acc[i, j] = sum_k (R[i, k] - zr[i]) * (C[k, j] - zc[j])       in int32, wrapping,
  * then either stores acc, or adds an int32 bias and requantizes:
- *   y[i, j] = clamp(rint(float(acc + bias) * mult), lo - zp, hi - zp) + zp.
+ *   y[i, j] = clamp(rint(float(acc + bias) * mult), lo - zp, hi - zp) + zp,
+ * or adds the bias and dequantizes to float32: y[i, j] = float(acc + bias) * mult.
  * Matmul passes the activations as R and the weight as C (channels are columns); convolution
  * (cuvil_qconv.h) passes the weight as R and the im2col'ed input as C (channels are rows, the
  * output is NCHW).
@@ -73,9 +74,11 @@ typedef struct cuvil_qg_operand {
     int64_t zstep;
 } cuvil_qg_operand;
 
-/* What happens to acc: stored as int32 (y32), or requantized into yq (int8 when yq_signed). */
+/* What happens to acc: stored as int32 (y32), dequantized into yf, or requantized into yq (int8
+ * when yq_signed); exactly one of the three is set. */
 typedef struct cuvil_qg_output {
     int32_t *y32;
+    float *yf;
     void *yq;
     int yq_signed;
     int64_t ldy;
@@ -449,10 +452,14 @@ static void cuvil_qg_epilogue_v(const cuvil_qg_job *g, const int32_t *tile, int6
             }
             const float *mp = o->mult + i * o->mult_rs;
             const __m512 m = o->mult_cs ? _mm512_maskz_loadu_ps(km[h], mp + j) : _mm512_set1_ps(mp[0]);
+            if (o->yf) {
+                _mm512_mask_storeu_ps(o->yf + i * o->ldy + j, km[h], _mm512_mul_ps(_mm512_cvtepi32_ps(v), m));
+                continue;
+            }
             q[h] = cuvil_qreq16(v, m, lo, hi, zp, g->mult_nan);
         }
         /* one 32-byte store per row: a narrowing store per half is slow on some cores */
-        if (!o->y32)
+        if (o->yq)
             _mm256_mask_storeu_epi8((uint8_t *)o->yq + i * o->ldy + j0, kq,
                                     _mm256_inserti128_si256(_mm256_castsi128_si256(q[0]), q[1], 1));
     }
@@ -487,6 +494,11 @@ static void cuvil_qg_epilogue(const cuvil_qg_job *g, const int32_t *tile, int64_
             continue;
         }
         const float *m = o->mult + i * o->mult_rs + j0 * o->mult_cs;
+        if (o->yf) {
+            float *y = o->yf + i * o->ldy + j0;
+            for (int c = 0; c < nr; c++) y[c] = (float)v[c] * m[c * o->mult_cs];
+            continue;
+        }
         const float lo = (float)(o->lo - o->zp), hi = (float)(o->hi - o->zp);
         int32_t q[CUVIL_QG_NR];
         for (int c = 0; c < nr; c++) {
@@ -533,8 +545,12 @@ static CUVIL_UNUSED int cuvil_qgemm(int64_t M, int64_t N, int64_t K, const cuvil
                     out->y32[i * out->ldy + j] = v;
                     continue;
                 }
-                const int32_t q = cuvil_quantize_f((float)v * out->mult[i * out->mult_rs + j * out->mult_cs], out->zp,
-                                                   out->lo, out->hi);
+                const float m = out->mult[i * out->mult_rs + j * out->mult_cs];
+                if (out->yf) {
+                    out->yf[i * out->ldy + j] = (float)v * m;
+                    continue;
+                }
+                const int32_t q = cuvil_quantize_f((float)v * m, out->zp, out->lo, out->hi);
                 if (out->yq_signed)
                     ((int8_t *)out->yq)[i * out->ldy + j] = (int8_t)q;
                 else
@@ -563,7 +579,7 @@ static CUVIL_UNUSED int cuvil_qgemm(int64_t M, int64_t N, int64_t K, const cuvil
     g.nrb = (M + CUVIL_QG_RB - 1) / CUVIL_QG_RB, g.ncp = (N + CUVIL_QG_NR - 1) / CUVIL_QG_NR;
     g.mult_nan = 1;
 #if defined(__AVX512BW__)
-    if (!out->y32) /* the multipliers are per row, per column or one */
+    if (out->yq) /* the multipliers are per row, per column or one */
         g.mult_nan = out->mult_rs ? cuvil_qnonfinite(out->mult, M, out->mult_rs)
                                   : cuvil_qnonfinite(out->mult, out->mult_cs ? N : 1, out->mult_cs);
 #endif
