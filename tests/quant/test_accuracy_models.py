@@ -6,7 +6,12 @@ What issue 7 asks of each reduced build, measured here on native builds:
 2. int8, the transformer encoder: output SNR at least 30 dB;
 3. fp16 and bf16: outputs within relative L2 1e-2 of float32.  bf16 on ResNet-18 does not meet
    it (relative L2 0.017; PyTorch's own bf16 model is 0.026 off on the same inputs): that
-   test is an expected failure, strict, so that it reports when the gap closes.
+   test is an expected failure, strict, so that it reports when the gap closes.  The fitted
+   head amplifies the noise of its input features about 5x (bf16 features are 0.0025-0.003
+   off; its logits are a small difference of large terms), and the head alone in bf16 (its
+   weights and input features rounded, the backbone in float32) is already 0.011 off: no
+   choice of which ops run in float32 passes while that gemm reads bf16, and with it in
+   float32 the backbone's bf16 activations still leave 0.014.
 
 The int8 builds are calibrated on 128 examples drawn from the same distribution as the
 test inputs (never the test inputs themselves).  For the CNN that distribution is
@@ -149,7 +154,8 @@ def test_cnn_int8_top1_agrees_with_fp32(classifier: Classifier, build_cache: str
 @pytest.mark.parametrize("precision", [
     "fp16",
     pytest.param("bf16", marks=pytest.mark.xfail(
-        strict=True, reason="bf16 activations: relative L2 0.017 on ResNet-18 (PyTorch's bf16: 0.026)")),
+        strict=True, reason="bf16: relative L2 0.017 on ResNet-18, its fitted head amplifying feature "
+                            "noise (PyTorch's bf16: 0.026)")),
 ])
 def test_cnn_reduced_precision_within_1e_2(classifier: Classifier, precision: str, build_cache: str) -> None:
     m = cuvil.compile(classifier.program, "native", cache_dir=build_cache, precision=precision,
