@@ -17,8 +17,9 @@ float32 ``gemm`` / ``matmul`` it becomes a tile function (``cuvil_sgemm_epilogue
 product as soon as the tile is finished (in L1, right after the micro-kernel's last store): no
 second pass over the output.  Elsewhere (other element types; ``conv`` unless its kernel takes
 the epilogue itself) it runs right after the base kernel, in place over the result, as a row
-loop.  Both evaluate the same composed scalar expression on the same float32 result, so they
-give bitwise the same output.
+loop (for a float16 result, over chunks widened to float32 and rounded back by the vectorised
+bulk conversions of ``cuvil_half.h``).  Both evaluate the same composed scalar expression on the
+same float32 result, so they give bitwise the same output.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from collections.abc import Sequence
 from cuvil.backends.c import ctypes_map as ct
 from cuvil.backends.c.codegen import CodegenError
 from cuvil.backends.c.kernel import CVal, KernelCtx, find_kernel, kernel
-from cuvil.backends.c.kernels.common import elementwise
+from cuvil.backends.c.kernels.common import F16_CHUNK, elementwise
 from cuvil.backends.c.kernels.elementwise import MATH_HEADER, SCALAR, Scalar, nan_max, nan_min
 from cuvil.backends.c.kernels.half import HALF
 from cuvil.ir.dtypes import DType
@@ -60,9 +61,19 @@ _EXACT = frozenset({"relu", "max", "min", "clip", "neg", "abs", "sign"})
 
 
 def _rounded(dt: DType, expr: str) -> str:
-    """``expr`` (float32) rounded to the f16/bf16 ``dt`` and read back, as storing and loading it would."""
-    back = "cuvil_bf16_to_f32" if dt is DType.bf16 else "cuvil_f16_to_f32"
-    return f"{back}({ct.convert(dt, expr)})"
+    """``expr`` (float32) rounded to the f16/bf16 ``dt`` and read back, as storing and loading it would.
+
+    float16 by ``cuvil_f16_round_f`` (``cuvil_half.h``: the same bits, in operations that vectorise;
+    a kernel composing one includes the header, see :func:`_include_half`)."""
+    if dt is DType.f16:
+        return f"cuvil_f16_round_f({expr})"
+    return f"cuvil_bf16_to_f32({ct.convert(dt, expr)})"
+
+
+def _include_half(k: KernelCtx, region: Graph) -> None:
+    """Include ``cuvil_half.h`` when ``region`` has a float16 value (its rounding is defined there)."""
+    if any(v.type.dtype is DType.f16 for n in region.nodes for v in n.outputs):
+        k.include("cuvil_half.h")
 
 
 def compose(body: Graph, leaves: Sequence[str]) -> str:
@@ -92,6 +103,7 @@ def compose(body: Graph, leaves: Sequence[str]) -> str:
 def _fused_elementwise(k: KernelCtx) -> None:
     k.include(MATH_HEADER)
     body = k.attrs["body"]
+    _include_half(k, body)
     k.note(f"fused elementwise loop: {', '.join(n.op for n in body.nodes)}")
     describe(k, body)
     elementwise(k, lambda args: compose(body, args))
@@ -101,6 +113,7 @@ def _fused_elementwise(k: KernelCtx) -> None:
 def _fused_linear(k: KernelCtx) -> None:
     """The base op's kernel, then the epilogue in place over its result."""
     k.include(MATH_HEADER)
+    _include_half(k, k.attrs["epilogue"])
     base = EPILOGUE_BASES[k.node.op]
     n_base = len(get(base).inputs)
     attrs = {key: v for key, v in k.attrs.items() if key != "epilogue"}
@@ -206,6 +219,9 @@ def _tile_epilogue(k: KernelCtx, epilogue: Graph, y: CVal, extras: Sequence[CVal
 
 def _apply_epilogue(k: KernelCtx, epilogue: Graph, y: CVal, extras: Sequence[CVal]) -> None:
     """``y = epilogue(y, extras...)`` in place, row by row (rows along ``y``'s last axis)."""
+    if y.dtype is DType.f16:
+        _apply_epilogue_f16(k, epilogue, y, extras)
+        return
     w = k.w
     with w.block(""):
         last = y.dim(y.rank - 1) if y.rank else "1"
@@ -236,3 +252,73 @@ def _apply_epilogue(k: KernelCtx, epilogue: Graph, y: CVal, extras: Sequence[CVa
             with w.block(f"for (int64_t {j} = 0; {j} < {n_last}; {j}++)"):
                 w.line(f"const {y.ctype_compute} {acc} = {ct.load(y.dtype, py, j)};")
                 w.line(ct.store(y.dtype, py, j, compose(epilogue, leaves)))
+
+
+def _apply_epilogue_f16(k: KernelCtx, epilogue: Graph, y: CVal, extras: Sequence[CVal]) -> None:
+    """``_apply_epilogue`` for a float16 result, in chunks that vectorise.
+
+    A float16 value loaded or stored one at a time (F16C's scalar conversions, or the portable bit
+    manipulation) keeps the loop from vectorising, so the result and each float16 full extra are
+    widened a chunk at a time by the vectorised ``cuvil_f16_to_f32_n`` into float32 buffers, the
+    composed expression runs over the buffers, and the chunk is rounded back by
+    ``cuvil_f32_to_f16_n``: the same conversions (round to nearest even) as the scalar loop, so
+    bitwise the same result.  A row extra (a bias along the last axis) is widened once into float32
+    scratch, and without one the whole tensor is one row (long chunks whatever the last dim).
+    A chunk is read whole before it is written, so an extra may share ``y``'s memory."""
+    k.include("cuvil_half.h")
+    w = k.w
+    with w.block(""):
+        kinds = [extra_kind(y.value.type.shape, e.value.type.shape) for e in extras]
+        for e, kind in zip(extras, kinds):
+            if kind not in ("scalar", "full", "row"):
+                raise CodegenError(f"node {k.node.name!r}: epilogue operand {e.value} does not fit {y.value}")
+        has_row = "row" in kinds
+        n_last, rows = k.tmp("nl"), k.tmp("rows")
+        last = (y.dim(y.rank - 1) if y.rank else "1") if has_row else y.numel()
+        w.line(f"const int64_t {n_last} = {last};")
+        w.line(f"const int64_t {rows} = {n_last} > 0 ? {y.numel()} / {n_last} : 0;")
+        acc, j, j0, m, cy = k.tmp("acc"), k.tmp("j"), k.tmp("j0"), k.tmp("m"), k.tmp("cy")
+        leaves = [acc]
+        fulls: list[tuple[str, str, CVal]] = []  # (row pointer, chunk buffer, extra)
+        row_ptrs: list[tuple[str, CVal]] = []
+        owned: list[str] = []
+        for e, kind in zip(extras, kinds):
+            if kind == "scalar":
+                name = k.tmp("s")
+                w.line(f"const {e.ctype_compute} {name} = {e.load('0')};")
+                leaves.append(name)
+            elif kind == "row":  # the same last-axis vector for every row: widened once
+                vec = k.scratch("float", f"{n_last} > 0 ? {n_last} : 1", "rw")
+                owned.append(vec)
+                iv = k.tmp("i")
+                with w.block(f"for (int64_t {iv} = 0; {iv} < {n_last}; {iv}++)"):
+                    w.line(f"{vec}[{iv}] = {e.load(iv)};")
+                leaves.append(f"{vec}[{j0} + {j}]")
+            elif e.dtype is DType.f16:
+                p, buf = k.tmp("pe"), k.tmp("ce")
+                fulls.append((p, buf, e))
+                leaves.append(f"{buf}[{j}]")
+            else:
+                p = k.tmp("pe")
+                row_ptrs.append((p, e))
+                leaves.append(ct.load(e.dtype, p, f"{j0} + {j}"))
+        r, py = k.tmp("r"), k.tmp("py")
+        with w.block(f"for (int64_t {r} = 0; {r} < {rows}; {r}++)"):
+            w.line(f"{y.ctype} *{py} = {y.ptr} + {r} * {n_last};")
+            for p, _, e in fulls:
+                w.line(f"const {e.ctype} *{p} = {e.ptr} + {r} * {n_last};")
+            for p, e in row_ptrs:
+                w.line(f"const {e.ctype} *{p} = {e.ptr} + {r} * {n_last};")
+            with w.block(f"for (int64_t {j0} = 0; {j0} < {n_last}; {j0} += {F16_CHUNK})"):
+                w.line(f"const int64_t {m} = {n_last} - {j0} < {F16_CHUNK} ? {n_last} - {j0} : {F16_CHUNK};")
+                w.line(f"float {cy}[{F16_CHUNK}];")
+                w.line(f"cuvil_f16_to_f32_n({py} + {j0}, {cy}, {m});")
+                for p, buf, _ in fulls:
+                    w.line(f"float {buf}[{F16_CHUNK}];")
+                    w.line(f"cuvil_f16_to_f32_n({p} + {j0}, {buf}, {m});")
+                with w.block(f"for (int64_t {j} = 0; {j} < {m}; {j}++)"):
+                    w.line(f"const float {acc} = {cy}[{j}];")
+                    w.line(f"{cy}[{j}] = {compose(epilogue, leaves)};")
+                w.line(f"cuvil_f32_to_f16_n({cy}, {py} + {j0}, {m});")
+        for buf in owned:
+            k.release(buf)

@@ -38,8 +38,14 @@ def half_buffers(k: KernelCtx, m: str, n: str, kd: str) -> HalfBuffers:
     def size(e: str) -> str:
         return f"((int64_t)({e}) > 0 ? (int64_t)({e}) : 1)"
 
-    return HalfBuffers(k.scratch("float", size(f"(int64_t){m} * (int64_t){kd}"), "a32"),
-                       k.scratch("float", size(f"(int64_t){kd} * (int64_t){n}"), "b32"),
+    def uninit(count: str, hint: str) -> str:  # written whole before being read (when read at all): not zeroed
+        name = k.tmp(hint)
+        k.w.line(f"float *{name} = (float *)cuvil_alloc_uninit(call, (int64_t)sizeof(float) * (int64_t)({count}));")
+        k.fail_if(f"!{name}", "out of memory")
+        return name
+
+    return HalfBuffers(uninit(size(f"(int64_t){m} * (int64_t){kd}"), "a32"),
+                       uninit(size(f"(int64_t){kd} * (int64_t){n}"), "b32"),
                        k.scratch("float", size(f"(int64_t){m} * (int64_t){n}"), "y32"))
 
 
@@ -57,9 +63,14 @@ def half_product(k: KernelCtx, dt: DType, bufs: HalfBuffers, m: str, n: str, kd:
         w.line("} else")
         w.line("#endif")
     with w.block(""):
-        w.line(f"cuvil_half_matrix_to_f32({bf}, (const uint16_t *)({a}), {m}, {kd}, {rsa}, {csa}, {bufs.a});")
-        w.line(f"cuvil_half_matrix_to_f32({bf}, (const uint16_t *)({b}), {kd}, {n}, {rsb}, {csb}, {bufs.b});")
-        k.fail_if(f"cuvil_sgemm({m}, {n}, {kd}, {alpha}, {bufs.a}, {kd}, 1, {bufs.b}, {n}, 1, {beta}, {bufs.y}, {n}) != 0",
+        # A constant operand (a weight) is the model's cached widened copy, so the GEMM caches its panels.
+        pa, pb, ra, ca, rb, cb = (k.tmp(h) for h in ("pa", "pb", "ra", "ca", "rb", "cb"))
+        w.line(f"int64_t {ra}, {ca}, {rb}, {cb};")
+        w.line(f"const float *{pa} = cuvil_half_matrix_operand({bf}, (const uint16_t *)({a}), {m}, {kd}, {rsa}, {csa}, "
+               f"{bufs.a}, &{ra}, &{ca});")
+        w.line(f"const float *{pb} = cuvil_half_matrix_operand({bf}, (const uint16_t *)({b}), {kd}, {n}, {rsb}, {csb}, "
+               f"{bufs.b}, &{rb}, &{cb});")
+        k.fail_if(f"cuvil_sgemm({m}, {n}, {kd}, {alpha}, {pa}, {ra}, {ca}, {pb}, {rb}, {cb}, {beta}, {bufs.y}, {n}) != 0",
                   "out of memory")
 
 

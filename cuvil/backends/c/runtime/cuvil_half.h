@@ -19,6 +19,7 @@
 #define CUVIL_HALF_H
 
 #include "cuvil_conv.h"
+#include "cuvil_conv_tiled.h"
 #include "cuvil_gemm.h"
 #include "cuvil_rt.h"
 #include "cuvil_threads.h"
@@ -30,6 +31,30 @@
 #if defined(__AVX512BF16__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #define CUVIL_HAVE_BF16_DOT 1
 #endif
+
+/* ---- rounding in registers ------------------------------------------------------------- */
+
+/* x rounded to the nearest float16 (ties to even) and widened back: bitwise
+ * cuvil_f16_to_f32(cuvil_f32_to_f16(x)), in float32 and integer operations that vectorise (the
+ * scalar conversions keep a loop from vectorising).  A fused f16 intermediate is rounded by it. */
+static inline float cuvil_f16_round_f(float x) {
+    uint32_t b, s, r;
+    memcpy(&b, &x, 4);
+    const uint32_t sign = b & 0x80000000u, a = b & 0x7fffffffu;
+    float ax, sub, y;
+    memcpy(&ax, &a, 4);
+    /* f16 normals: the mantissa rounded to 10 bits, ties to even (a carry moves into the exponent) */
+    const uint32_t n = (a + 0xfffu + ((a >> 13) & 1u)) & 0xffffe000u;
+    /* f16 subnormals (|x| < 2^-14): multiples of 2^-24, float32's spacing in [0.5, 1) */
+    sub = (ax + 0.5f) - 0.5f;
+    memcpy(&s, &sub, 4);
+    r = a < 0x38800000u ? s : n;
+    r = r > 0x477fe000u ? 0x7f800000u : r;                      /* beyond 65504: infinity */
+    r = a > 0x7f800000u ? ((a | 0x00400000u) & 0xffffe000u) : r; /* NaN: quiet, its payload's top bits */
+    r |= sign;
+    memcpy(&y, &r, 4);
+    return y;
+}
 
 /* ---- bulk conversions ------------------------------------------------------------------ */
 
@@ -192,13 +217,42 @@ static CUVIL_UNUSED const float *cuvil_half_widened(int is_bf16, const uint16_t 
     return *owned;
 }
 
+/* A strided rows x cols matrix of f16 / bf16 values as a float32 operand of cuvil_sgemm, its
+ * strides in *ors / *ocs.  A constant (a weight) with non-negative strides: the model's cached
+ * widened copy of the values it spans, read with its own strides (a constant too, so the GEMM caches
+ * its packed panels: after the first call the weight costs nothing, a transposed one included).
+ * Otherwise, or when the cache has no memory: widened row-major into d (rows * cols values). */
+static CUVIL_UNUSED const float *cuvil_half_matrix_operand(int is_bf16, const uint16_t *s, int64_t rows, int64_t cols,
+                                                           int64_t rs, int64_t cs, float *restrict d, int64_t *ors,
+                                                           int64_t *ocs) {
+    if (rows > 0 && cols > 0 && rs >= 0 && cs >= 0) {
+        const int64_t span = (rows - 1) * rs + (cols - 1) * cs + 1;
+        if (cuvil_is_constant(s, (size_t)span * sizeof(uint16_t))) {
+            const int64_t key[CUVIL_CACHE_KEY] = {CUVIL_HALF_TAG_WIDE, is_bf16, span, 0, 0, 0, 0, 0};
+            const cuvil_half_widen_args args = {is_bf16, s, span};
+            const float *c = (const float *)cuvil_cache_get_constant(s, key, (size_t)span * sizeof(float),
+                                                                      cuvil_half_widen_build, &args);
+            if (c) {
+                *ors = rs;
+                *ocs = cs;
+                return c;
+            }
+        }
+    }
+    cuvil_half_matrix_to_f32(is_bf16, s, rows, cols, rs, cs, d);
+    *ors = cols;
+    *ocs = 1;
+    return d;
+}
+
 /* ---- convolution on widened operands ------------------------------------------------------ */
 
 enum { CUVIL_HALF_CONV = 0, CUVIL_HALF_CONV_DEPTHWISE = 1, CUVIL_HALF_CONV_TRANSPOSE = 2 };
 
 /* A convolution of f16 / bf16 operands (x: xn values, w: wn, b: the bias or NULL, y: yn) by the
- * float32 algorithm `kind` (CUVIL_HALF_CONV: Winograd F(m x m, 3 x 3) when wino_m > 0, else
- * im2col + GEMM), through float32 scratch x32 (xn values) and y32 (yn values).
+ * float32 algorithm `kind` (CUVIL_HALF_CONV: Winograd F(m x m, 3 x 3) when wino_m > 0, else the
+ * float32 path's GEMM over tiles of output rows, cuvil_conv_tiled.h), through float32 scratch x32
+ * (xn values) and y32 (yn values).
  * Returns 0, or -1 when out of memory. */
 static CUVIL_UNUSED int cuvil_conv_half(const cuvil_conv_geom *g, int kind, int is_bf16, const uint16_t *x,
                                         int64_t xn, const uint16_t *w, int64_t wn, const uint16_t *b, int64_t bn,
@@ -215,7 +269,7 @@ static CUVIL_UNUSED int cuvil_conv_half(const cuvil_conv_geom *g, int kind, int 
     if (kind == CUVIL_HALF_CONV_DEPTHWISE) cuvil_conv_depthwise2d_f32(g, x32, w32, b32, y32);
     else if (kind == CUVIL_HALF_CONV_TRANSPOSE) rc = cuvil_conv_transpose_f32(g, x32, w32, b32, y32);
     else if (wino_m > 0) rc = cuvil_conv_winograd_f32(g, wino_m, x32, w32, b32, y32, NULL, NULL, 0);
-    else rc = cuvil_conv_f32(g, x32, w32, b32, y32);
+    else rc = cuvil_conv_tiled_f32(g, x32, w32, b32, y32, NULL);
     if (rc == 0) cuvil_f32_to_half(is_bf16, y32, y, yn);
     free(wown);
     free(bown);
