@@ -88,7 +88,7 @@ _SEPARABLE = {DType.f32: "f32", DType.f64: "f64", DType.u8: "u8", DType.i8: "i8"
 
 def _max_pool_2d(k: KernelCtx, x: CVal, y: CVal, wins: list[Window]) -> None:
     """A 2-D max pool without indices: cuvil_pool.h's separable, threaded kernel."""
-    k.include("cuvil_pool.h")
+    k.include("cuvil_half.h" if x.dtype in (DType.f16, DType.bf16) else "cuvil_pool.h")
     g, rc = k.tmp("pool"), k.tmp("rc")
     (hw, ww) = wins
     k.w.line(f"const cuvil_pool2d {g} = {{(int64_t){x.dim(0)} * (int64_t){x.dim(1)}, {hw.size}, {ww.size}, "

@@ -637,4 +637,12 @@ static CUVIL_UNUSED int cuvil_conv_bf16(const cuvil_conv_geom *g, const uint16_t
 }
 #endif /* CUVIL_HAVE_BF16_DOT */
 
+/* Max pools of halves (cuvil_pool.h): compared in float, since widening is exact; the max is one
+ * of the inputs, so narrowing it back is exact too (a NaN stays a NaN). */
+#include "cuvil_pool.h"
+CUVIL_POOL_HALF_ROWS(f16, cuvil_f16)
+CUVIL_POOL_HALF_ROWS(bf16, cuvil_bf16)
+CUVIL_DEFINE_MAXPOOL2D(f16, cuvil_f16, float, -INFINITY, CUVIL_PMAX_FLOAT)
+CUVIL_DEFINE_MAXPOOL2D(bf16, cuvil_bf16, float, -INFINITY, CUVIL_PMAX_FLOAT)
+
 #endif /* CUVIL_HALF_H */

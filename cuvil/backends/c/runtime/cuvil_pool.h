@@ -15,8 +15,8 @@
  * the output NaN (as NumPy's max does).  A max is exact and its order does not matter, so the
  * result is bitwise the same however the rows are split across threads.
  *
- * Work is split over (plane, output row) ranges; each thread has its own row buffer.  Halves are
- * widened to float as rows are read.  Indices (MaxPool's second output) and other ranks use the
+ * Work is split over (plane, output row) ranges; each thread has its own row buffers.  Halves are
+ * widened to float a row at a time (cuvil_half.h instantiates their pools).  Indices (MaxPool's second output) and other ranks use the
  * generic loops in kernels/pool.py.
  */
 #ifndef CUVIL_POOL_H
@@ -61,19 +61,38 @@ static inline int64_t cuvil_pool2d_cols(const cuvil_pool2d *g) {
     return reach > g->pw + g->iw ? reach : g->pw + g->iw;
 }
 
-#define CUVIL_DEFINE_MAXPOOL2D(sfx, T, C, LOAD, STORE, LOWEST, PMAX)                                                               \
+/* Row conversions between the element type T and the compute type C: a whole row at a time,
+ * so that they vectorise (halves: cuvil_half.h's converters; the rest: the row itself). */
+#define CUVIL_POOL_SAME_ROWS(sfx, T)                                                                                \
+    static inline const T *cuvil_pool_widen_##sfx(const T *row, T *wide, int64_t n) {                              \
+        (void)wide, (void)n;                                                                                        \
+        return row;                                                                                                 \
+    }                                                                                                               \
+    static inline void cuvil_pool_narrow_##sfx(const T *restrict src, T *restrict dst, int64_t n) {                 \
+        memcpy(dst, src, sizeof(T) * (size_t)n);                                                                    \
+    }
+#define CUVIL_POOL_HALF_ROWS(sfx, T)                                                                                \
+    static inline const float *cuvil_pool_widen_##sfx(const T *row, float *wide, int64_t n) {                       \
+        cuvil_##sfx##_to_f32_n(row, wide, n);                                                                       \
+        return wide;                                                                                                \
+    }                                                                                                               \
+    static inline void cuvil_pool_narrow_##sfx(const float *restrict src, T *restrict dst, int64_t n) {             \
+        cuvil_f32_to_##sfx##_n(src, dst, n);                                                                        \
+    }
+
+#define CUVIL_DEFINE_MAXPOOL2D(sfx, T, C, LOWEST, PMAX)                                                             \
     typedef struct {                                                                                                \
         const cuvil_pool2d *g;                                                                                      \
         const T *x;                                                                                                 \
         T *y;                                                                                                       \
-        C *tmp; /* one set of row buffers per thread, in the compute type */                                                    \
+        C *tmp; /* one set of row buffers per thread, in the compute type */                                        \
         int64_t rows, per_task, per_thread;                                                                         \
     } cuvil_maxpool2d_job_##sfx;                                                                                    \
                                                                                                                     \
     static void cuvil_maxpool2d_rows_##sfx(const cuvil_pool2d *g, const T *restrict x, T *restrict y, C *restrict buf, \
                                            int64_t r0, int64_t r1) {                                               \
         const int64_t ncols = cuvil_pool2d_cols(g), n = cuvil_pool2d_owpad(g);                                     \
-        C *restrict cols = buf, *restrict dst = buf + ncols;                                                        \
+        C *restrict cols = buf, *restrict dst = buf + ncols, *restrict wide = dst + n;                              \
         for (int64_t i = 0; i < ncols; i++) cols[i] = LOWEST; /* padding and overhang stay lowest */                \
         C *restrict data = cols + g->pw;                                                                            \
         const C *restrict src = cols;                                                                               \
@@ -85,19 +104,20 @@ static inline int64_t cuvil_pool2d_cols(const cuvil_pool2d *g) {
             int64_t tlo, thi;                                                                                       \
             cuvil_conv_valid(base, g->dh, g->ih, g->kh, &tlo, &thi);                                                \
             if (tlo == thi) { /* no row of the window inside the input */                                           \
-                for (int64_t ox = 0; ox < g->ow; ox++) out[ox] = STORE(LOWEST);                                            \
+                for (int64_t ox = 0; ox < g->ow; ox++) dst[ox] = LOWEST;                                            \
+                cuvil_pool_narrow_##sfx(dst, out, g->ow);                                                           \
                 continue;                                                                                           \
             }                                                                                                       \
-            const T *restrict row = plane + (base + tlo * g->dh) * g->iw;                                           \
-            for (int64_t i = 0; i < g->iw; i++) data[i] = LOAD(row[i]);                                                   \
+            const C *row = cuvil_pool_widen_##sfx(plane + (base + tlo * g->dh) * g->iw, wide, g->iw);              \
+            for (int64_t i = 0; i < g->iw; i++) data[i] = row[i];                                                   \
             for (int64_t t = tlo + 1; t < thi; t++) {                                                               \
-                row = plane + (base + t * g->dh) * g->iw;                                                           \
-                for (int64_t i = 0; i < g->iw; i++) data[i] = PMAX(data[i], LOAD(row[i]));                                \
+                row = cuvil_pool_widen_##sfx(plane + (base + t * g->dh) * g->iw, wide, g->iw);                     \
+                for (int64_t i = 0; i < g->iw; i++) data[i] = PMAX(data[i], row[i]);                                \
             }                                                                                                       \
             if (g->sw == 1) CUVIL_POOL_ROW(C, PMAX, 1);                                                             \
             else if (g->sw == 2) CUVIL_POOL_ROW(C, PMAX, 2);                                                        \
             else CUVIL_POOL_ROW(C, PMAX, g->sw);                                                                    \
-            for (int64_t ox = 0; ox < g->ow; ox++) out[ox] = STORE(dst[ox]); /* a max is an input: exact */                                                            \
+            cuvil_pool_narrow_##sfx(dst, out, g->ow); /* a max is one of its inputs: narrowing is exact */          \
         }                                                                                                           \
     }                                                                                                               \
                                                                                                                     \
@@ -116,7 +136,8 @@ static inline int64_t cuvil_pool2d_cols(const cuvil_pool2d *g) {
         const double ns = 0.3 * (double)rows * (double)(g->kh * g->iw + g->kw * g->ow);                             \
         int threads = cuvil_num_threads_now();                                                                      \
         if (threads > 1 && !cuvil_parallel_worth(ns)) threads = 1;                                                  \
-        const int64_t per_thread = cuvil_pool2d_cols(g) + cuvil_pool2d_owpad(g);                                   \
+        /* the columns, the output row, a widened input row */                                                      \
+        const int64_t per_thread = cuvil_pool2d_cols(g) + cuvil_pool2d_owpad(g) + g->iw;                           \
         const size_t bytes = cuvil_size3(sizeof(C), (size_t)threads, (size_t)per_thread);                           \
         C *tmp = bytes == SIZE_MAX ? NULL : (C *)malloc(bytes);                                                     \
         if (!tmp) return -1;                                                                                        \
@@ -127,15 +148,14 @@ static inline int64_t cuvil_pool2d_cols(const cuvil_pool2d *g) {
         return 0;                                                                                                   \
     }
 
-#define CUVIL_POOL_SAME(v) (v)
+CUVIL_POOL_SAME_ROWS(f32, float)
+CUVIL_POOL_SAME_ROWS(f64, double)
+CUVIL_POOL_SAME_ROWS(u8, uint8_t)
+CUVIL_POOL_SAME_ROWS(i8, int8_t)
 
-CUVIL_DEFINE_MAXPOOL2D(f32, float, float, CUVIL_POOL_SAME, CUVIL_POOL_SAME, -INFINITY, CUVIL_PMAX_FLOAT)
-CUVIL_DEFINE_MAXPOOL2D(f64, double, double, CUVIL_POOL_SAME, CUVIL_POOL_SAME, -INFINITY, CUVIL_PMAX_FLOAT)
-CUVIL_DEFINE_MAXPOOL2D(u8, uint8_t, uint8_t, CUVIL_POOL_SAME, CUVIL_POOL_SAME, 0, CUVIL_PMAX_INT)
-CUVIL_DEFINE_MAXPOOL2D(i8, int8_t, int8_t, CUVIL_POOL_SAME, CUVIL_POOL_SAME, -128, CUVIL_PMAX_INT)
-/* Halves compare in float: widening is exact, and the max is one of the inputs, so narrowing it
- * back is too (a NaN stays a NaN). */
-CUVIL_DEFINE_MAXPOOL2D(f16, cuvil_f16, float, cuvil_f16_to_f32, cuvil_f32_to_f16, -INFINITY, CUVIL_PMAX_FLOAT)
-CUVIL_DEFINE_MAXPOOL2D(bf16, cuvil_bf16, float, cuvil_bf16_to_f32, cuvil_f32_to_bf16, -INFINITY, CUVIL_PMAX_FLOAT)
+CUVIL_DEFINE_MAXPOOL2D(f32, float, float, -INFINITY, CUVIL_PMAX_FLOAT)
+CUVIL_DEFINE_MAXPOOL2D(f64, double, double, -INFINITY, CUVIL_PMAX_FLOAT)
+CUVIL_DEFINE_MAXPOOL2D(u8, uint8_t, uint8_t, 0, CUVIL_PMAX_INT)
+CUVIL_DEFINE_MAXPOOL2D(i8, int8_t, int8_t, -128, CUVIL_PMAX_INT)
 
 #endif /* CUVIL_POOL_H */
