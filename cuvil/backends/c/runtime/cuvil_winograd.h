@@ -29,7 +29,10 @@
  * Work is split into blocks of whole tile rows (of one or several images), sized so that a
  * block's transformed input stays in L2 while the weights stream past it, and, when blocks are
  * few, into ranges of output-channel panels.  Each task transforms its own input and computes
- * its outputs in a fixed order: results are bitwise the same for any number of threads.
+ * its outputs in a fixed order: results are bitwise the same for any number of threads.  When a
+ * block would be split into more than two panel ranges (deep layers: one block, many panels),
+ * the block's input transform is made once, split across the threads by tile slots, and shared
+ * by its panel tasks, instead of repeated by each.
  *
  * The transform matrices (Lavin & Gray; points 0, +-1, +-2, +-1/2, infinity):
  *   F(2,3): B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]   G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1]
@@ -339,6 +342,11 @@ typedef struct cuvil_wino_job {
     int64_t sw;             /* floats per staging row: OW rounded up to W */
     const float *bias;      /* cout_p floats (zero past cout) */
     int64_t off_xs, off_v, off_m, off_o, off_s; /* where Xs, V, M, O and S start in a thread's scratch */
+    /* shared mode (few blocks, their panels split across threads): the current block's Xs, org and V,
+     * made once for all its tasks instead of by each */
+    float *xs_sh, *v_sh;
+    int64_t *org_sh;
+    int64_t cur_block, vparts;
 } cuvil_wino_job;
 
 /* Image row `row` (in padded coordinates) of image n into dst [wp][cin_p], zero outside. */
@@ -392,14 +400,15 @@ static void cuvil_wino_copy_rows(const cuvil_wino_job *j, int64_t g0, int64_t g1
     }
 }
 
-/* V_p[s][0:cin_p] = (B^T d B)[p] for the tile slots [0, slots) of a block of tile rows. */
+/* V_p[s][0:cin_p] = (B^T d B)[p] for the tile slots [s0, s1) of a block of tile rows. */
 static inline __attribute__((always_inline)) void cuvil_wino_input(const cuvil_wino_job *j, const int m,
                                                                    int64_t ntiles, const float *Xs,
-                                                                   const int64_t *org, float *V) {
+                                                                   const int64_t *org, float *V, int64_t s0,
+                                                                   int64_t s1) {
     enum { W = CUVIL_WINO_W };
     const int alpha = m + 2, P = alpha * alpha;
     const int64_t cin_p = j->cin_p, slots = j->slots, tw = j->tw, wp = j->wp;
-    for (int64_t s = 0; s < slots; s++) {
+    for (int64_t s = s0; s < s1; s++) {
         if (s >= ntiles) { /* slots past the block's tiles: zero rows of the products */
             for (int p = 0; p < P; p++) memset(V + (p * slots + s) * cin_p, 0, sizeof(float) * (size_t)cin_p);
             continue;
@@ -496,7 +505,8 @@ static inline __attribute__((always_inline)) void cuvil_wino_task(const cuvil_wi
     const cuvil_conv_geom *g = j->g;
     const int64_t cin_p = j->cin_p, cout_p = j->cout_p, slots = j->slots, cout = g->cout;
     const int64_t OH = g->out[0], OW = g->out[1], sw = j->sw, srows = j->rb * m;
-    const int64_t block = task / j->cparts, g0 = block * j->rb, g1 = cuvil_gemm_min(g0 + j->rb, j->trows);
+    const int64_t block = j->v_sh ? j->cur_block : task / j->cparts;
+    const int64_t g0 = block * j->rb, g1 = cuvil_gemm_min(g0 + j->rb, j->trows);
     const int64_t ntiles = (g1 - g0) * j->tw;
     int64_t plo, phi;
     cuvil_split(cout_p / CUVIL_WINO_NW, j->cparts, task % j->cparts, &plo, &phi);
@@ -505,8 +515,12 @@ static inline __attribute__((always_inline)) void cuvil_wino_task(const cuvil_wi
     int64_t *org = (int64_t *)mine;
     float *Xs = mine + j->off_xs, *V = mine + j->off_v, *M = mine + j->off_m, *O = mine + j->off_o;
     float *S = mine + j->off_s;
-    cuvil_wino_copy_rows(j, g0, g1, Xs, org);
-    cuvil_wino_input(j, m, ntiles, Xs, org, V);
+    if (j->v_sh) {
+        V = j->v_sh; /* made for the block by cuvil_wino_vtask */
+    } else {
+        cuvil_wino_copy_rows(j, g0, g1, Xs, org);
+        cuvil_wino_input(j, m, ntiles, Xs, org, V, 0, slots);
+    }
     for (int64_t panel = plo; panel < phi; panel++) {
         const int64_t c0 = panel * CUVIL_WINO_NW;
         for (int p = 0; p < P; p++) {
@@ -531,6 +545,19 @@ static inline __attribute__((always_inline)) void cuvil_wino_task(const cuvil_wi
         }
     }
 }
+
+/* Shared mode: part `task` of the current block's tile slots through the input transform. */
+static inline __attribute__((always_inline)) void cuvil_wino_vtask(const cuvil_wino_job *j, const int m,
+                                                                   int64_t task) {
+    const int64_t g0 = j->cur_block * j->rb, g1 = cuvil_gemm_min(g0 + j->rb, j->trows);
+    int64_t s0, s1;
+    cuvil_split(j->slots, j->vparts, task, &s0, &s1);
+    cuvil_wino_input(j, m, (g1 - g0) * j->tw, j->xs_sh, j->org_sh, j->v_sh, s0, s1);
+}
+
+static void cuvil_wino_vtask2(void *ctx, int64_t task, int tid) { (void)tid; cuvil_wino_vtask((const cuvil_wino_job *)ctx, 2, task); }
+static void cuvil_wino_vtask4(void *ctx, int64_t task, int tid) { (void)tid; cuvil_wino_vtask((const cuvil_wino_job *)ctx, 4, task); }
+static void cuvil_wino_vtask6(void *ctx, int64_t task, int tid) { (void)tid; cuvil_wino_vtask((const cuvil_wino_job *)ctx, 6, task); }
 
 static void cuvil_wino_task2(void *ctx, int64_t task, int tid) { cuvil_wino_task((const cuvil_wino_job *)ctx, 2, task, tid); }
 static void cuvil_wino_task4(void *ctx, int64_t task, int tid) { cuvil_wino_task((const cuvil_wino_job *)ctx, 4, task, tid); }
@@ -614,14 +641,40 @@ static CUVIL_UNUSED int cuvil_conv_winograd_f32(const cuvil_conv_geom *g, int m,
         return -1;
     }
     cuvil_task_fn fn = m == 2 ? cuvil_wino_task2 : m == 4 ? cuvil_wino_task4 : cuvil_wino_task6;
-    if (ntasks == 1)
+    int rc = 0;
+    if (ntasks == 1) {
         fn(&j, 0, 0);
-    else
+    } else if (j.cparts > 2) {
+        /* Few blocks, each split into several panel ranges: rather than each task repeating its
+         * block's input transform, the block's rows are copied once and its transform is split
+         * across the threads by tile slots, then its panels are. */
+        const size_t xs_f = (size_t)cuvil_gemm_round_up(j.rb * (m + 2) * j.wp * j.cin_p, a4);
+        const size_t v_f = (size_t)cuvil_gemm_round_up((int64_t)P * j.slots * j.cin_p, a4);
+        const size_t shb = cuvil_size3(sizeof(float), xs_f + v_f + (size_t)cuvil_gemm_round_up(2 * j.rb, a4), 1);
+        float *sh = shb == SIZE_MAX ? NULL : (float *)aligned_alloc(CUVIL_ALIGN, shb);
+        if (!sh) {
+            rc = -1;
+        } else {
+            j.org_sh = (int64_t *)sh;
+            j.xs_sh = sh + cuvil_gemm_round_up(2 * j.rb, a4);
+            j.v_sh = j.xs_sh + xs_f;
+            j.vparts = cuvil_gemm_min(j.slots, 4 * (int64_t)threads);
+            cuvil_task_fn vfn = m == 2 ? cuvil_wino_vtask2 : m == 4 ? cuvil_wino_vtask4 : cuvil_wino_vtask6;
+            for (int64_t blk = 0; blk < blocks; blk++) {
+                j.cur_block = blk;
+                cuvil_wino_copy_rows(&j, blk * j.rb, cuvil_gemm_min(blk * j.rb + j.rb, j.trows), j.xs_sh, j.org_sh);
+                cuvil_parallel_for(j.vparts, vfn, &j);
+                cuvil_parallel_for(j.cparts, fn, &j);
+            }
+            free(sh);
+        }
+    } else {
         cuvil_parallel_for(ntasks, fn, &j);
+    }
     free(j.scratch);
     free(bias);
     free(own_u);
-    return 0;
+    return rc;
 }
 
 #endif /* CUVIL_WINOGRAD_H */
