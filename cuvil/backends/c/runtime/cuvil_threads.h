@@ -16,8 +16,8 @@
  * with the other call anyway) instead of waiting.  The cache is guarded by a
  * mutex.
  *
- * Waiting.  Idle workers spin briefly for the next region, then sleep on a condition
- * variable; a call that ran a parallel region last time, or declined one only because the workers
+ * Waiting.  Idle workers spin (yielding the core to any other thread that wants it) while a call
+ * holds the pool and briefly after it leaves, then sleep on a condition variable; a call that ran a parallel region last time, or declined one only because the workers
  * slept, wakes them as it starts, so they are spinning by the time its first region comes.  The caller of a region works on its tasks too,
  * then spins briefly for the workers still inside, then sleeps until the last one leaves: on a
  * loaded machine a worker may be preempted mid-task, and spinning on the core it needs would
@@ -26,7 +26,8 @@
  * Cost model.  Kernels ask cuvil_parallel_worth whether a region that would take `ns` on one
  * thread pays for the pool: what splitting saves, ns (1 - 1/threads), must exceed a fixed cost
  * of handing out tasks (more when a worker sleeps and must be woken) plus what the caller has
- * recently spent waiting for workers at the end of its regions (a moving average, measured).
+ * recently spent waiting for workers at the end of its regions (a moving average, measured; a
+ * region that had to wake a sleeping worker is left out of it: that wait is the wake-up's).
  * On a machine whose cores are busy with other work, workers start late or are preempted, that
  * wait grows, and short regions stop being split; each region run serially for that reason
  * lets the estimate decay, so splitting is tried again once the machine is quieter.
@@ -83,12 +84,16 @@
 #endif
 
 /* An idle worker waits for the next region by spinning CUVIL_SPIN pauses (a few microseconds),
- * then by yielding its core (sched_yield) until CUVIL_SPIN_NS have passed, then it sleeps: a
- * model's kernels follow each other closely, and waking a sleeping thread costs tens of
- * microseconds.  Yielding rather than spinning matters when the cores are busy with other work:
- * a spinning worker would take the core its own caller needs. */
+ * then by yielding its core (sched_yield) while a call holds the pool and until CUVIL_SPIN_NS
+ * after, then it sleeps.  Waking a sleeping worker takes long where an idle core halts (a virtual
+ * machine's idle vCPU can take a millisecond and more to run again), and every region that
+ * comes before it is running goes single-threaded; so, like OpenMP runtimes' block time, workers
+ * stay ready across the calls of a serving loop, and only a model called rarely pays for it (a
+ * core that yields to any other thread for CUVIL_SPIN_NS after each call).  Yielding rather
+ * than spinning matters when the cores are busy with other work: a spinning worker would take
+ * the core its own caller needs. */
 #define CUVIL_SPIN 200
-#define CUVIL_SPIN_NS 100000.0
+#define CUVIL_SPIN_NS 50e6
 /* The caller of a region spins this many pauses for the workers still inside before it sleeps. */
 #define CUVIL_WAIT_SPIN 2000
 /* A region shorter than this (nanoseconds on one thread) runs on the calling thread: with the
@@ -149,6 +154,7 @@ typedef struct cuvil_pool {
     atomic_llong next;    /* the next task index to hand out */
     atomic_llong done;    /* tasks finished */
     atomic_int stop;
+    atomic_int calling;   /* a call holds the pool: idle workers keep spinning until it leaves */
     /* owned by the call holding the pool */
     int used;             /* the current call ran a parallel region */
     int used_last;        /* ... and so did the call before it */
@@ -244,7 +250,8 @@ static void *cuvil_pool_worker(void *arg) {
                 continue;
             }
             const double t = cuvil_now_ns();
-            if (idle_since == 0.0) idle_since = t;
+            /* during a call the next region may come after serial nodes of any length: stay ready */
+            if (idle_since == 0.0 || atomic_load_explicit(&p->calling, memory_order_relaxed)) idle_since = t;
             if (t - idle_since < CUVIL_SPIN_NS) {
                 sched_yield();
                 continue;
@@ -389,6 +396,8 @@ static CUVIL_UNUSED void cuvil_parallel_for(int64_t ntasks, cuvil_task_fn fn, vo
         p->ntasks = ntasks;
         atomic_store_explicit(&p->next, 0, memory_order_relaxed);
         atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+        /* a worker asleep now takes a wake-up to join: that wait says nothing of how busy the cores are */
+        const int waking = atomic_load_explicit(&p->sleepers, memory_order_relaxed) > 0;
         cuvil_pool_wake(p); /* publishes the fields above */
         cuvil_exec task = {e->shared, NULL};
         cuvil_cur_exec = &task; /* the caller's tasks run single-threaded, as the workers' do */
@@ -400,7 +409,7 @@ static CUVIL_UNUSED void cuvil_parallel_for(int64_t ntasks, cuvil_task_fn fn, vo
         atomic_store(&p->closed, atomic_load_explicit(&p->gen, memory_order_relaxed));
         cuvil_pool_await(p, cuvil_pool_idle);
         const double waited = cuvil_now_ns() - t0;
-        p->wait_ns += CUVIL_WAIT_EMA * ((waited > 0.0 ? waited : 0.0) - p->wait_ns);
+        if (!waking) p->wait_ns += CUVIL_WAIT_EMA * ((waited > 0.0 ? waited : 0.0) - p->wait_ns);
         return;
     }
 #endif
@@ -590,6 +599,7 @@ static void cuvil_exec_enter(cuvil_exec *e, cuvil_shared *s) {
     if (pthread_mutex_trylock(&s->pool_lock) == 0) {
         if (s->pool) {
             e->pool = s->pool;
+            atomic_store(&e->pool->calling, 1);
             if (e->pool->used_last || e->pool->wanted_last) cuvil_pool_warm(e->pool);
             e->pool->used = 0;
             e->pool->wanted = 0;
@@ -606,6 +616,7 @@ static void cuvil_exec_leave(cuvil_exec *e) {
     if (e->pool) {
         e->pool->used_last = e->pool->used;
         e->pool->wanted_last = e->pool->wanted;
+        atomic_store(&e->pool->calling, 0);
         pthread_mutex_unlock(&e->shared->pool_lock);
     }
 #endif
