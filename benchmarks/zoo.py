@@ -16,11 +16,14 @@ How it measures, and why:
    ``torch.inference_mode``.  torch.compile: the default backend (inductor), compiled afresh for
    every (batch, threads) configuration, since inductor fixes the thread count in the code it
    generates; a failure is reported for that model and the run goes on.
-3. Latency is interleaved: after warm-up, each round runs every runtime once, in the same process,
-   so machine noise (frequency, other tenants) lands on all of them alike.  Between two runs the
-   script pauses ``--pause-ms`` (default 5 ms) so that a thread pool that spin-waits after its run
-   (onnxruntime's, OpenMP's) does not steal the cores from whoever runs next.  Printed: the median
-   and p90 over rounds, and Cuvil/onnxruntime and Cuvil/torch.compile as ratios of the medians.
+3. Latency is interleaved: after warm-up, each round runs every runtime in turn, in the same
+   process, so machine noise (frequency, other tenants) lands on all of them alike.  Each turn is
+   a block of ``--block`` runs (default 4) after a pause of ``--pause-ms`` (default 5 ms); the
+   first run of a block is not timed.  Thread pools spin-wait after a run (onnxruntime's,
+   OpenMP's, Cuvil's) and take time to wake after sleeping: the untimed run absorbs the switch
+   from one runtime to the next, so that each is timed as a serving loop runs it, not while the
+   previous runtime's threads still hold the cores.  Printed: the median and p90 over the timed
+   runs, and Cuvil/onnxruntime and Cuvil/torch.compile as ratios of the medians.
 4. Correctness is checked, not assumed: each runtime's first outputs are compared with
    onnxruntime's (relative L2 error, printed); a runtime whose error exceeds 1e-3 is reported as
    wrong and its latency is not used in any ratio.
@@ -161,15 +164,20 @@ class CompileResult:
 # -- one configuration -----------------------------------------------------------------------------
 
 
-def interleave(calls: dict[str, Callable[[], Any]], rounds: int, pause_s: float) -> dict[str, list[float]]:
-    """Runs each call once per round, in a fixed order, and returns the wall times (ms) per call."""
+def interleave(calls: dict[str, Callable[[], Any]], rounds: int, pause_s: float, block: int = 1) -> dict[str, list[float]]:
+    """Runs each call ``block`` times per round, in a fixed order, and returns the wall times (ms)
+    per call.  With ``block`` > 1 the first run of each block is not timed: it absorbs the switch
+    from the runtime before (its thread pool still spinning, or this one's gone to sleep)."""
     times: dict[str, list[float]] = {k: [] for k in calls}
     for _ in range(rounds):
         for name, call in calls.items():
             time.sleep(pause_s)
-            t0 = time.perf_counter()
-            call()
-            times[name].append((time.perf_counter() - t0) * 1e3)
+            if block > 1:
+                call()
+            for _ in range(max(block - 1, 1)):
+                t0 = time.perf_counter()
+                call()
+                times[name].append((time.perf_counter() - t0) * 1e3)
     return times
 
 
@@ -233,10 +241,10 @@ def run_config(name: str, batch: int, threads: int, onnx_path: Path, module: Any
     t0 = time.perf_counter()
     for call in calls.values():
         call()
-    per_round = time.perf_counter() - t0 + args.pause_ms * 1e-3 * len(calls)
+    per_round = (time.perf_counter() - t0) * max(args.block, 1) + args.pause_ms * 1e-3 * len(calls)
     rounds = int(min(args.max_rounds, max(args.min_rounds, args.seconds / max(per_round, 1e-9))))
     result.rounds = rounds
-    times = interleave(calls, rounds, args.pause_ms * 1e-3)
+    times = interleave(calls, rounds, args.pause_ms * 1e-3, args.block)
     for rt, ts in times.items():
         result.timings[rt].median_ms = statistics.median(ts)
         result.timings[rt].p90_ms = percentile(ts, 0.9)
@@ -346,7 +354,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-rounds", type=int, default=15)
     parser.add_argument("--max-rounds", type=int, default=300)
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--pause-ms", type=float, default=5.0, help="pause before each timed run")
+    parser.add_argument("--pause-ms", type=float, default=5.0, help="pause before each block of runs")
+    parser.add_argument("--block", type=int, default=4,
+                        help="runs of one runtime in a row per round, the first not timed (1: one timed run)")
     parser.add_argument("--no-torch-compile", action="store_true")
     parser.add_argument("--no-memory", action="store_true")
     parser.add_argument("--quick", action="store_true", help="smoke run: the MLP, batch 1, 1 thread, few rounds")

@@ -27,7 +27,8 @@
  * thread pays for the pool: what splitting saves, ns (1 - 1/threads), must exceed a fixed cost
  * of handing out tasks (more when a worker sleeps and must be woken) plus what the caller has
  * recently spent waiting for workers at the end of its regions (a moving average, measured; a
- * region that had to wake a sleeping worker is left out of it: that wait is the wake-up's).
+ * region that had to wake a sleeping worker, and a call that started by waking them, are left out
+ * of it: a worker just woken can be slow for a while, which says nothing of how busy the cores are).
  * On a machine whose cores are busy with other work, workers start late or are preempted, that
  * wait grows, and short regions stop being split; each region run serially for that reason
  * lets the estimate decay, so splitting is tried again once the machine is quieter.
@@ -85,15 +86,14 @@
 
 /* An idle worker waits for the next region by spinning CUVIL_SPIN pauses (a few microseconds),
  * then by yielding its core (sched_yield) while a call holds the pool and until CUVIL_SPIN_NS
- * after, then it sleeps.  Waking a sleeping worker takes long where an idle core halts (a virtual
- * machine's idle vCPU can take a millisecond and more to run again), and every region that
- * comes before it is running goes single-threaded; so, like OpenMP runtimes' block time, workers
- * stay ready across the calls of a serving loop, and only a model called rarely pays for it (a
- * core that yields to any other thread for CUVIL_SPIN_NS after each call).  Yielding rather
- * than spinning matters when the cores are busy with other work: a spinning worker would take
- * the core its own caller needs. */
+ * after, then it sleeps.  A call that threaded last time wakes the workers as it starts; where an
+ * idle core halts (a virtual machine's idle vCPU), that can take a millisecond and more, and the
+ * caller runs the tasks alone until they join.  The spin after a call is kept short so that
+ * workers idle between calls do not take the cores from other work.  Yielding rather than
+ * spinning matters when the cores are busy with other work: a spinning worker would take the
+ * core its own caller needs. */
 #define CUVIL_SPIN 200
-#define CUVIL_SPIN_NS 50e6
+#define CUVIL_SPIN_NS 2e6
 /* The caller of a region spins this many pauses for the workers still inside before it sleeps. */
 #define CUVIL_WAIT_SPIN 2000
 /* A region shorter than this (nanoseconds on one thread) runs on the calling thread: with the
@@ -158,6 +158,8 @@ typedef struct cuvil_pool {
     /* owned by the call holding the pool */
     int used;             /* the current call ran a parallel region */
     int used_last;        /* ... and so did the call before it */
+    int warmed;           /* the current call had the workers ready as it started */
+    int woke;             /* ... by waking sleeping ones: its waits are wake-ups', not contention */
     int wanted;           /* the current call declined a region only because workers slept */
     int wanted_last;      /* ... and so did the call before it */
     double wait_ns;       /* moving average of the caller's end-of-region wait */
@@ -297,14 +299,17 @@ static void cuvil_pool_wake(cuvil_pool *p) {
     }
 }
 
-/* Have sleeping workers spin again: a call that is likely to run regions is starting. */
-static void cuvil_pool_warm(cuvil_pool *p) {
+/* Have sleeping workers spin again: a call that is likely to run regions is starting.  Whether
+ * any slept. */
+static int cuvil_pool_warm(cuvil_pool *p) {
     if (atomic_load(&p->sleepers) > 0) {
         pthread_mutex_lock(&p->mu);
         atomic_fetch_add(&p->warm, 1);
         pthread_cond_broadcast(&p->cv);
         pthread_mutex_unlock(&p->mu);
+        return 1;
     }
+    return 0;
 }
 
 /* Until ready(p): spin a little, then sleep on done_cv (woken by cuvil_pool_notify). */
@@ -409,7 +414,7 @@ static CUVIL_UNUSED void cuvil_parallel_for(int64_t ntasks, cuvil_task_fn fn, vo
         atomic_store(&p->closed, atomic_load_explicit(&p->gen, memory_order_relaxed));
         cuvil_pool_await(p, cuvil_pool_idle);
         const double waited = cuvil_now_ns() - t0;
-        if (!waking) p->wait_ns += CUVIL_WAIT_EMA * ((waited > 0.0 ? waited : 0.0) - p->wait_ns);
+        if (!waking && !p->woke) p->wait_ns += CUVIL_WAIT_EMA * ((waited > 0.0 ? waited : 0.0) - p->wait_ns);
         return;
     }
 #endif
@@ -423,7 +428,10 @@ static CUVIL_UNUSED int cuvil_parallel_worth(double ns) {
     const cuvil_exec *e = cuvil_cur_exec;
     if (!e || !e->pool) return 0;
     cuvil_pool *p = e->pool;
-    const int asleep = atomic_load_explicit(&p->sleepers, memory_order_relaxed) > 0;
+    /* Workers this call woke as it started count as awake: until they run, the caller takes the
+     * tasks itself (an idle vCPU can take a millisecond to run again; declining every region
+     * until then would run the call's first part single-threaded). */
+    const int asleep = !p->warmed && atomic_load_explicit(&p->sleepers, memory_order_relaxed) > 0;
     const double saved = ns * (1.0 - 1.0 / p->n);
     if (saved >= (asleep ? CUVIL_PAR_MIN_NS_ASLEEP : CUVIL_PAR_MIN_NS) + p->wait_ns) return 1;
     /* Worth it with the workers awake: the next call wakes them as it starts (cuvil_exec_enter),
@@ -600,7 +608,8 @@ static void cuvil_exec_enter(cuvil_exec *e, cuvil_shared *s) {
         if (s->pool) {
             e->pool = s->pool;
             atomic_store(&e->pool->calling, 1);
-            if (e->pool->used_last || e->pool->wanted_last) cuvil_pool_warm(e->pool);
+            e->pool->warmed = e->pool->used_last || e->pool->wanted_last;
+            e->pool->woke = e->pool->warmed && cuvil_pool_warm(e->pool);
             e->pool->used = 0;
             e->pool->wanted = 0;
         } else {
