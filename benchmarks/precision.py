@@ -66,7 +66,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from zoo import export_onnx, load_average, machine_header, ort_session, percentile, rel_l2  # noqa: E402
+from zoo import export_onnx, interleave, load_average, machine_header, ort_session, percentile, rel_l2  # noqa: E402
 
 MODELS = ("resnet18", "mobilenet_v2")
 VARIANTS = ("cuvil-fp32", "cuvil-fp16", "cuvil-bf16", "cuvil-int8", "ort-fp32", "ort-int8")
@@ -235,18 +235,6 @@ def accuracy(res: VariantResult, got: np.ndarray, ref: np.ndarray) -> None:
     res.top1 = float(np.mean(np.argmax(got, axis=-1) == np.argmax(ref, axis=-1)))
 
 
-def interleave(calls: dict[str, Callable[[], Any]], rounds: int, pause_s: float) -> dict[str, list[float]]:
-    """Runs each call once per round, in a fixed order, and returns the wall times (ms) per call."""
-    times: dict[str, list[float]] = {k: [] for k in calls}
-    for _ in range(rounds):
-        for name, call in calls.items():
-            time.sleep(pause_s)
-            t0 = time.perf_counter()
-            call()
-            times[name].append((time.perf_counter() - t0) * 1e3)
-    return times
-
-
 def run_model(name: str, threads: list[int], args: argparse.Namespace, work: Path) -> list[Row]:
     from models import ZOO
 
@@ -316,7 +304,7 @@ def run_model(name: str, threads: list[int], args: argparse.Namespace, work: Pat
         for _ in range(args.warmup):
             for call in calls.values():
                 call()
-        for v, ts in interleave(calls, args.rounds, args.pause_ms * 1e-3).items():
+        for v, ts in interleave(calls, args.rounds, args.pause_ms * 1e-3, args.block).items():
             row.variants[v].median_ms = statistics.median(ts)
             row.variants[v].p90_ms = percentile(ts, 0.9)
         rows.append(row)
@@ -351,9 +339,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--threads", default="1", help="comma-separated thread counts, e.g. 1,2")
     parser.add_argument("--variants", default=",".join(VARIANTS))
-    parser.add_argument("--rounds", type=int, default=40, help="timed rounds (each runs every variant once)")
+    parser.add_argument("--rounds", type=int, default=40, help="rounds (each runs every variant --block times in a row)")
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--pause-ms", type=float, default=5.0, help="pause before each timed run")
+    parser.add_argument("--pause-ms", type=float, default=5.0, help="pause before each block of runs")
+    parser.add_argument("--block", type=int, default=4,
+                        help="runs of one variant in a row per round, the first not timed (as in zoo.py)")
     parser.add_argument("--calibration-samples", type=int, default=128)
     parser.add_argument("--test-inputs", type=int, default=64, help="images the accuracy figures are taken on")
     parser.add_argument("--quick", action="store_true", help="smoke run: few rounds and test images")
