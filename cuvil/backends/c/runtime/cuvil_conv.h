@@ -75,18 +75,25 @@ static CUVIL_UNUSED int cuvil_dgemm(int64_t M, int64_t N, int64_t K, double alph
 }
 
 /* Instantiates, for element type T and GEMM `gemm`:
+ *   cuvil_im2col_rows_<sfx>(g, x, cg, q0, q1, cols)  the columns of output rows [q0, q1) only
  *   cuvil_im2col_<sfx>(g, x, cg, cols)      x: [cg, in...]  ->  cols: [cg * taps, P]
  *   cuvil_col2im_<sfx>(g, cols, mg, y)      cols: [mg * taps, Pin]  +->  y: [mg, out...]
  *   cuvil_conv_<sfx>(g, x, w, b, y)         forward convolution, bias optional
  *   cuvil_conv_transpose_<sfx>(g, x, w, b, y)
  * For the transposed convolution, g->in is X's spatial size and g->out Y's. */
 #define CUVIL_DEFINE_CONV(T, sfx, gemm)                                                                             \
-    static CUVIL_UNUSED void cuvil_im2col_##sfx(const cuvil_conv_geom *g, const T *x, int64_t cg, T *cols) {        \
+    /* cols [cg * taps, (q1 - q0) * ow] = the im2col of output rows [q0, q1) (rows: the output's spatial       \
+     * positions but the last dim, in row-major order) */                                                       \
+    static CUVIL_UNUSED void cuvil_im2col_rows_##sfx(const cuvil_conv_geom *g, const T *x, int64_t cg, int64_t q0,   \
+                                                     int64_t q1, T *cols) {                                       \
         const int nd = g->nsp, last = nd - 1;                                                                     \
-        const int64_t taps = cuvil_conv_prod(g->k, nd), P = cuvil_conv_prod(g->out, nd);                          \
-        const int64_t plane = cuvil_conv_prod(g->in, nd), ow = g->out[last];                                     \
-        if (P == 0) return;                                                                                       \
-        const int64_t rows = P / ow, s = g->stride[last];                                                        \
+        const int64_t taps = cuvil_conv_prod(g->k, nd), plane = cuvil_conv_prod(g->in, nd);                      \
+        const int64_t ow = g->out[last], s = g->stride[last], nc = (q1 - q0) * ow;                               \
+        int64_t first[CUVIL_CONV_MAXD] = {0}; /* the coordinates of output row q0 */                             \
+        for (int64_t d = last - 1, rem = q0; d >= 0; d--) {                                                       \
+            first[d] = rem % g->out[d];                                                                           \
+            rem /= g->out[d];                                                                                     \
+        }                                                                                                         \
         for (int64_t c = 0; c < cg; c++) {                                                                        \
             for (int64_t t = 0; t < taps; t++) {                                                                  \
                 int64_t tk[CUVIL_CONV_MAXD], rem = t;                                                             \
@@ -95,13 +102,14 @@ static CUVIL_UNUSED int cuvil_dgemm(int64_t M, int64_t N, int64_t K, double alph
                     rem /= g->k[d];                                                                               \
                 }                                                                                                 \
                 const T *src = x + c * plane;                                                                     \
-                T *dst = cols + (c * taps + t) * P;                                                               \
+                T *dst = cols + (c * taps + t) * nc;                                                              \
                 const int64_t base = tk[last] * g->dil[last] - g->pad[last];                                     \
                 int64_t lo, hi;                                                                                   \
                 cuvil_conv_valid(base, s, g->in[last], ow, &lo, &hi);                                            \
-                int64_t oi[CUVIL_CONV_MAXD] = {0};                                                                \
-                for (int64_t q = 0; q < rows; q++) {                                                              \
-                    T *restrict row = dst + q * ow;                                                               \
+                int64_t oi[CUVIL_CONV_MAXD];                                                                      \
+                for (int d = 0; d < last; d++) oi[d] = first[d];                                                  \
+                for (int64_t q = q0; q < q1; q++) {                                                               \
+                    T *restrict row = dst + (q - q0) * ow;                                                        \
                     int valid = 1;                                                                                \
                     int64_t off = 0;                                                                              \
                     for (int d = 0; d < last; d++) {                                                              \
@@ -112,12 +120,14 @@ static CUVIL_UNUSED int cuvil_dgemm(int64_t M, int64_t N, int64_t K, double alph
                     if (!valid) {                                                                                 \
                         memset(row, 0, sizeof(T) * (size_t)ow);                                                   \
                     } else {                                                                                      \
-                        const int64_t start = off * g->in[last] + base; /* + o * s is in range for o in [lo, hi) */\
+                        const T *restrict in = src + off * g->in[last] + base; /* + o * s: in range on [lo, hi) */\
                         for (int64_t o = 0; o < lo; o++) row[o] = 0;                                              \
                         if (s == 1) {                                                                             \
-                            if (hi > lo) memcpy(row + lo, src + start + lo, sizeof(T) * (size_t)(hi - lo));       \
+                            if (hi > lo) memcpy(row + lo, in + lo, sizeof(T) * (size_t)(hi - lo));                \
+                        } else if (s == 2) {                                                                      \
+                            for (int64_t o = lo; o < hi; o++) row[o] = in[o * 2];                                 \
                         } else {                                                                                  \
-                            for (int64_t o = lo; o < hi; o++) row[o] = src[start + o * s];                        \
+                            for (int64_t o = lo; o < hi; o++) row[o] = in[o * s];                                 \
                         }                                                                                         \
                         for (int64_t o = hi; o < ow; o++) row[o] = 0;                                             \
                     }                                                                                             \
@@ -128,6 +138,11 @@ static CUVIL_UNUSED int cuvil_dgemm(int64_t M, int64_t N, int64_t K, double alph
                 }                                                                                                 \
             }                                                                                                     \
         }                                                                                                         \
+    }                                                                                                             \
+                                                                                                                  \
+    static CUVIL_UNUSED void cuvil_im2col_##sfx(const cuvil_conv_geom *g, const T *x, int64_t cg, T *cols) {        \
+        const int64_t ow = g->out[g->nsp - 1], P = cuvil_conv_prod(g->out, g->nsp);                               \
+        if (P > 0) cuvil_im2col_rows_##sfx(g, x, cg, 0, P / ow, cols);                                            \
     }                                                                                                             \
                                                                                                                   \
     static CUVIL_UNUSED void cuvil_col2im_##sfx(const cuvil_conv_geom *g, const T *cols, int64_t mg, T *y) {        \

@@ -26,64 +26,6 @@
  * GEMM's packed panels. */
 #define CUVIL_CONV_TILE_ELEMS ((int64_t)262144)
 
-/* cols [cg * taps, (q1 - q0) * ow] = the im2col of output rows [q0, q1) (rows: the output's
- * spatial positions but the last dim, in row-major order). */
-static void cuvil_im2col_rows_f32(const cuvil_conv_geom *g, const float *x, int64_t cg, int64_t q0, int64_t q1,
-                                  float *cols) {
-    const int nd = g->nsp, last = nd - 1;
-    const int64_t taps = cuvil_conv_prod(g->k, nd), plane = cuvil_conv_prod(g->in, nd);
-    const int64_t ow = g->out[last], s = g->stride[last], nc = (q1 - q0) * ow;
-    int64_t first[CUVIL_CONV_MAXD] = {0}; /* the coordinates of output row q0 */
-    for (int64_t d = last - 1, rem = q0; d >= 0; d--) {
-        first[d] = rem % g->out[d];
-        rem /= g->out[d];
-    }
-    for (int64_t c = 0; c < cg; c++) {
-        for (int64_t t = 0; t < taps; t++) {
-            int64_t tk[CUVIL_CONV_MAXD], rem = t;
-            for (int d = last; d >= 0; d--) {
-                tk[d] = rem % g->k[d];
-                rem /= g->k[d];
-            }
-            const float *src = x + c * plane;
-            float *dst = cols + (c * taps + t) * nc;
-            const int64_t base = tk[last] * g->dil[last] - g->pad[last];
-            int64_t lo, hi;
-            cuvil_conv_valid(base, s, g->in[last], ow, &lo, &hi);
-            int64_t oi[CUVIL_CONV_MAXD];
-            for (int d = 0; d < last; d++) oi[d] = first[d];
-            for (int64_t q = q0; q < q1; q++) {
-                float *restrict row = dst + (q - q0) * ow;
-                int valid = 1;
-                int64_t off = 0;
-                for (int d = 0; d < last; d++) {
-                    const int64_t ii = oi[d] * g->stride[d] - g->pad[d] + tk[d] * g->dil[d];
-                    if (ii < 0 || ii >= g->in[d]) valid = 0;
-                    off = off * g->in[d] + ii;
-                }
-                if (!valid) {
-                    memset(row, 0, sizeof(float) * (size_t)ow);
-                } else {
-                    const float *restrict in = src + off * g->in[last] + base; /* + o * s: in range on [lo, hi) */
-                    for (int64_t o = 0; o < lo; o++) row[o] = 0.0f;
-                    if (s == 1) {
-                        if (hi > lo) memcpy(row + lo, in + lo, sizeof(float) * (size_t)(hi - lo));
-                    } else if (s == 2) {
-                        for (int64_t o = lo; o < hi; o++) row[o] = in[o * 2];
-                    } else {
-                        for (int64_t o = lo; o < hi; o++) row[o] = in[o * s];
-                    }
-                    for (int64_t o = hi; o < ow; o++) row[o] = 0.0f;
-                }
-                for (int d = last - 1; d >= 0; d--) {
-                    if (++oi[d] < g->out[d]) break;
-                    oi[d] = 0;
-                }
-            }
-        }
-    }
-}
-
 typedef struct cuvil_conv_tiled_job {
     const cuvil_conv_geom *g;
     const float *x, *w, *b;
