@@ -107,7 +107,7 @@ class FoldQDQ(Pass):
        output zero point: ``relu=1``) and ``quantize(hi)`` its highest; other bounds stay
        explicit.  ReLU6 into a tensor calibrated on the ReLU6's output is such a clip.
     9. ``quantize_linear(add(dequantize_linear(a), dequantize_linear(b)) [-> relu])`` becomes
-       ``qlinear_add`` (exactly the same float32 arithmetic, ``cuvil/ops/quant.py`` rule 8) when
+       ``qlinear_add`` (exactly the same float32 arithmetic, ``cuvil/ops/qlinear.py`` rule 4) when
        ``a``, ``b`` and the result are per-tensor 8-bit tensors of one static shape, every scale is
        a float32 constant, the dequantizes give float32, the quantize divides in float32, and the
        sum (and the relu's result) is read only there and is not a graph output.

@@ -1,6 +1,6 @@
 """Kernels of the linear quantization ops: ``quantize_linear``, ``dequantize_linear``, ``dynamic_quantize_linear``.
 
-Semantics are ``cuvil/ops/quant.py``'s.  A node's elements are walked as
+Semantics are ``cuvil/ops/quant.py``'s and ``cuvil/ops/qlinear.py``'s.  A node's elements are walked as
 ``[outer, D, inner]`` around the quantization axis, so the scale and zero
 point are loaded once per run of ``inner`` elements that share them
 (per-tensor: one run; per-axis: ``inner`` elements; blocked: the scale index
