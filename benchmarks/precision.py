@@ -34,9 +34,10 @@ How it measures, and why:
    relative L2 error of all logits together (``rel_l2``), the worst single image (``worst``), and
    top-1 agreement (the share of images whose arg-max class is the same).
 6. Latency is interleaved: after warm-up, each of ``--rounds`` rounds runs every variant once on
-   the first test image, round-robin in one process, so machine noise lands on all alike; a 5 ms
-   pause before each run keeps a spin-waiting thread pool (onnxruntime's) from taking the cores
-   from the next variant.  Printed: median and p90 per variant and the ratios of medians
+   the first test image, round-robin in one process, so machine noise lands on all alike; each
+   turn is a block of ``--block`` runs, the first not timed, after a 40 ms pause that outlasts a
+   spin-waiting thread pool (onnxruntime's spins about 33 ms after a run), so no variant is timed
+   while another's threads still hold the cores (as ``zoo.py`` does).  Printed: median and p90 per variant and the ratios of medians
    int8/fp32 (Cuvil), Cuvil-int8/ORT-int8, fp16/fp32 and bf16/fp32 (Cuvil); below 1.0 the
    first is faster.
 7. Build times: each variant's build (Cuvil: ``cuvil.compile`` wall time, fresh build cache;
@@ -341,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--rounds", type=int, default=40, help="rounds (each runs every variant --block times in a row)")
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--pause-ms", type=float, default=5.0, help="pause before each block of runs")
+    parser.add_argument("--pause-ms", type=float, default=40.0, help="pause before each block of runs")
     parser.add_argument("--block", type=int, default=4,
                         help="runs of one variant in a row per round, the first not timed (as in zoo.py)")
     parser.add_argument("--calibration-samples", type=int, default=128)

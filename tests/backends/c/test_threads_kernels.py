@@ -192,3 +192,76 @@ def test_pool_runs_every_task_once_and_does_not_nest(tmp_path: Path) -> None:
     assert cc.returncode == 0, cc.stderr
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
     assert (run.returncode, run.stdout.strip()) == (0, "ok")
+
+
+PLACEMENT_TEST = r"""
+#define _GNU_SOURCE
+#include <sched.h>
+#include <stdio.h>
+#include <time.h>
+#include "cuvil_threads.h"
+
+typedef struct { int caller_cpu; int worker_tasks; int worker_on_caller; } job;
+
+static void task(void *ctx, int64_t i, int tid) {
+    (void)i;
+    job *j = (job *)ctx;
+    const double t0 = cuvil_now_ns();
+    while (cuvil_now_ns() - t0 < 20000.0) {
+    }
+    if (tid != 0) {
+        j->worker_tasks++;
+        j->worker_on_caller += sched_getcpu() == j->caller_cpu;
+    }
+}
+
+int main(void) {
+    cuvil_shared s;
+    if (cuvil_shared_init(&s, NULL, 0) != 0 || cuvil_shared_set_threads(&s, 2) != 0) return 3;
+    cpu_set_t one; /* the caller stays on its CPU (the worker, started before, may run on any) */
+    CPU_ZERO(&one);
+    CPU_SET(sched_getcpu(), &one);
+    if (sched_setaffinity(0, sizeof one, &one) != 0) return 2;
+    int joined = 0, later = 0, tasks = 0, on_caller = 0;
+    for (int round = 0; round < 6; round++) {
+        const struct timespec idle = {0, 150000000}; /* long enough for the workers to sleep */
+        nanosleep(&idle, NULL);
+        for (int call = 0; call < 4; call++) {
+            cuvil_exec e;
+            cuvil_exec_enter(&e, &s);
+            job j = {sched_getcpu(), 0, 0};
+            for (int r = 0; r < 10; r++) cuvil_parallel_for(8, task, &j);
+            cuvil_exec_leave(&e);
+            if (call > 0) {
+                later++;
+                joined += j.worker_tasks > 0;
+            }
+            tasks += j.worker_tasks;
+            on_caller += j.worker_on_caller;
+        }
+    }
+    cuvil_shared_destroy(&s);
+    printf("%d %d %d %d\n", joined, later, tasks, on_caller);
+    return 0;
+}
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs Linux and two CPUs")
+def test_workers_keep_off_the_callers_cpu_after_idling(tmp_path: Path) -> None:
+    """A worker woken after the pool idled must not share the caller's CPU: where the kernel places
+    it there (as it does on virtual machines whose other vCPU idled), the call runs on one core."""
+    src, exe = tmp_path / "placement.c", tmp_path / "placement"
+    src.write_text(PLACEMENT_TEST)
+    cc = subprocess.run(["cc", "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{RUNTIME_DIR}", str(src),
+                         "-o", str(exe), "-lm", "-pthread"], capture_output=True, text=True)
+    assert cc.returncode == 0, cc.stderr
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    joined, later, tasks, on_caller = map(int, run.stdout.split())
+    # the calls after the first of each round find the worker ready, and it takes a fair share of
+    # the tasks (it takes ~45%; sharing the caller's CPU it took ~15%), none on the caller's CPU
+    assert joined >= later * 3 // 4, run.stdout
+    assert tasks >= 6 * 4 * 10 * 8 // 4, run.stdout
+    assert on_caller <= tasks // 20, run.stdout

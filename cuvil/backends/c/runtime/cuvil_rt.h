@@ -8,6 +8,13 @@
 #ifndef CUVIL_RT_H
 #define CUVIL_RT_H
 
+/* The thread pool asks which CPU a thread runs on and moves its workers (sched_getcpu,
+ * sched_setaffinity: GNU extensions that glibc and musl declare under _GNU_SOURCE).  This header
+ * comes first in every generated model, before any system header. */
+#if defined(__linux__) && !defined(_GNU_SOURCE)
+#define _GNU_SOURCE 1
+#endif
+
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -62,6 +62,13 @@
 #define CUVIL_POOL 0
 #endif
 
+/* Workers can see which CPU they run on and move off the caller's (cuvil_worker_settle). */
+#if CUVIL_POOL && defined(__linux__) && defined(CPU_SET)
+#define CUVIL_POOL_MOVE 1
+#else
+#define CUVIL_POOL_MOVE 0
+#endif
+
 /* A wasm32 instance without the threads proposal runs one thread: the cache needs no lock.
  * On Windows there is no lock here: no cache (operands are prepared per call). */
 #if CUVIL_HAVE_PTHREADS || (defined(__wasm__) && !defined(__wasm_atomics__))
@@ -137,6 +144,7 @@ typedef struct cuvil_worker {
     pthread_t thread;
     struct cuvil_pool *pool;
     int tid;
+    atomic_int cpu; /* the CPU it last ran a region on (-1: not known) */
 } cuvil_worker;
 
 typedef struct cuvil_pool {
@@ -155,6 +163,7 @@ typedef struct cuvil_pool {
     atomic_llong done;    /* tasks finished */
     atomic_int stop;
     atomic_int calling;   /* a call holds the pool: idle workers keep spinning until it leaves */
+    atomic_int caller_cpu; /* the CPU the calling thread last ran on (-1: not known) */
     /* owned by the call holding the pool */
     int used;             /* the current call ran a parallel region */
     int used_last;        /* ... and so did the call before it */
@@ -238,8 +247,66 @@ static void cuvil_pool_run_tasks(cuvil_pool *p, int tid) {
     }
 }
 
+/* Keeping workers off the caller's CPU.  On a virtual machine, Linux may take a vCPU that has
+ * been idle for some milliseconds for one that is slow to run again, and then place a thread
+ * woken for the pool on the waker's CPU: the worker waits there for the caller's time slice to
+ * end (milliseconds), then shares its core and stays (the load balancer does not migrate a thread
+ * that has just run, and a spinning worker always has), so the call runs on one core in effect.
+ * So a worker going to sleep narrows its affinity to the CPUs the rest of its pool does not run
+ * on (the caller's last, the other workers'), which makes its wake-up place it on another one,
+ * and restores its affinity when woken; and a worker that finds itself on the caller's CPU or
+ * another worker's as a region comes moves the same way (narrow, then restore: the kernel
+ * migrates it at once) before it enters the region, so the caller never waits for a worker that
+ * is moving: it runs the region's tasks meanwhile.  Nothing is narrowed when the pool has more
+ * threads than the process has CPUs. */
+static int cuvil_this_cpu(void) {
+#if CUVIL_POOL_MOVE
+    return sched_getcpu();
+#else
+    return -1;
+#endif
+}
+
+#if CUVIL_POOL_MOVE
+/* Whether `cpu` is the caller's or another worker's. */
+static int cuvil_worker_clashes(cuvil_pool *p, const cuvil_worker *self, int cpu) {
+    if (cpu == atomic_load_explicit(&p->caller_cpu, memory_order_relaxed)) return 1;
+    for (int i = 0; i < p->n - 1; i++)
+        if (&p->workers[i] != self && atomic_load_explicit(&p->workers[i].cpu, memory_order_relaxed) == cpu) return 1;
+    return 0;
+}
+
+/* Narrow this worker's affinity to the CPUs the rest of its pool does not run on; its affinity
+ * before goes to *home.  Whether it was narrowed. */
+static int cuvil_worker_narrow(cuvil_pool *p, const cuvil_worker *self, cpu_set_t *home) {
+    if (sched_getaffinity(0, sizeof *home, home) != 0) return 0;
+    cpu_set_t away = *home;
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
+        if (CPU_ISSET(cpu, &away) && cuvil_worker_clashes(p, self, cpu)) CPU_CLR(cpu, &away);
+    if (CPU_COUNT(&away) == 0 || CPU_EQUAL(&away, home)) return 0;
+    return sched_setaffinity(0, sizeof away, &away) == 0;
+}
+#endif
+
+/* Move off the caller's CPU or another worker's, if on one; note the CPU this worker runs on. */
+static void cuvil_worker_settle(cuvil_pool *p, cuvil_worker *self) {
+#if CUVIL_POOL_MOVE
+    int cpu = sched_getcpu();
+    if (cpu >= 0 && cuvil_worker_clashes(p, self, cpu)) {
+        cpu_set_t home;
+        if (cuvil_worker_narrow(p, self, &home)) {
+            (void)sched_setaffinity(0, sizeof home, &home);
+            cpu = sched_getcpu();
+        }
+    }
+    atomic_store_explicit(&self->cpu, cpu, memory_order_relaxed);
+#else
+    (void)p, (void)self;
+#endif
+}
+
 static void *cuvil_pool_worker(void *arg) {
-    const cuvil_worker *self = (const cuvil_worker *)arg;
+    cuvil_worker *self = (cuvil_worker *)arg;
     cuvil_pool *p = self->pool;
     unsigned seen = 0;
     for (;;) {
@@ -261,15 +328,24 @@ static void *cuvil_pool_worker(void *arg) {
             /* sleepers is raised before gen is read again under the mutex, and the dispatcher bumps
              * gen before it reads sleepers (both sequentially consistent): one of them sees the other.
              * A bump of warm (a call starting) sends the worker back to spinning. */
+#if CUVIL_POOL_MOVE
+            cpu_set_t home;
+            const int narrowed = cuvil_worker_narrow(p, self, &home);
+#endif
             pthread_mutex_lock(&p->mu);
             const unsigned warm = atomic_load(&p->warm);
             atomic_fetch_add(&p->sleepers, 1);
             while (atomic_load(&p->gen) == seen && atomic_load(&p->warm) == warm) pthread_cond_wait(&p->cv, &p->mu);
             atomic_fetch_sub(&p->sleepers, 1);
             pthread_mutex_unlock(&p->mu);
+#if CUVIL_POOL_MOVE
+            if (narrowed) (void)sched_setaffinity(0, sizeof home, &home);
+#endif
+            cuvil_worker_settle(p, self); /* the caller may have moved to this CPU meanwhile */
             spins = 0;
             idle_since = 0.0;
         }
+        cuvil_worker_settle(p, self);
         /* The caller does not wait for workers that wake late: it closes a region once its tasks
          * are done, then waits for the workers inside.  A worker enters, then checks that the
          * latest region is still open (the caller closes, then reads active: one of them sees the
@@ -372,6 +448,9 @@ static cuvil_pool *cuvil_pool_new(int n, cuvil_shared *shared) {
     atomic_init(&p->next, 0);
     atomic_init(&p->done, 0);
     atomic_init(&p->stop, 0);
+    atomic_init(&p->calling, 0);
+    atomic_init(&p->caller_cpu, -1);
+    for (int i = 0; i < n; i++) atomic_init(&p->workers[i].cpu, -1);
     p->shared = shared;
     p->n = 1;
     for (int i = 0; i < n - 1; i++) {
@@ -403,6 +482,7 @@ static CUVIL_UNUSED void cuvil_parallel_for(int64_t ntasks, cuvil_task_fn fn, vo
         atomic_store_explicit(&p->done, 0, memory_order_relaxed);
         /* a worker asleep now takes a wake-up to join: that wait says nothing of how busy the cores are */
         const int waking = atomic_load_explicit(&p->sleepers, memory_order_relaxed) > 0;
+        atomic_store_explicit(&p->caller_cpu, cuvil_this_cpu(), memory_order_relaxed);
         cuvil_pool_wake(p); /* publishes the fields above */
         cuvil_exec task = {e->shared, NULL};
         cuvil_cur_exec = &task; /* the caller's tasks run single-threaded, as the workers' do */
@@ -608,6 +688,7 @@ static void cuvil_exec_enter(cuvil_exec *e, cuvil_shared *s) {
         if (s->pool) {
             e->pool = s->pool;
             atomic_store(&e->pool->calling, 1);
+            atomic_store_explicit(&e->pool->caller_cpu, cuvil_this_cpu(), memory_order_relaxed);
             e->pool->warmed = e->pool->used_last || e->pool->wanted_last;
             e->pool->woke = e->pool->warmed && cuvil_pool_warm(e->pool);
             e->pool->used = 0;
