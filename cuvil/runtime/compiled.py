@@ -274,9 +274,32 @@ class CompiledModel:
         Outputs are torch tensors when any input was one (sharing memory with
         the backend's arrays), NumPy arrays otherwise."""
         arrs, torch_out = inputs_to_numpy(arrays, self.input_names)
-        env = bind_inputs(self.input_names, [s.type for s in self.input_specs], arrs, self.signature.symbols,
-                          self.signature.checks)
+        if not self._matches_static(arrs):
+            env = bind_inputs(self.input_names, [s.type for s in self.input_specs], arrs, self.signature.symbols,
+                              self.signature.checks)
+        else:
+            env = {}
         return outputs_as(self._executor.run(arrs, env), torch_out)
+
+    def _matches_static(self, arrays: list[np.ndarray]) -> bool:
+        """Whether the inputs have exactly the dtypes and shapes of a model whose inputs are all
+        static (then there is nothing else to check); False sends them through ``bind_inputs``,
+        which also explains any mismatch."""
+        want = self.__dict__.get("_static_inputs", False)
+        if want is False:
+            want = None
+            if not self.signature.symbols and not self.signature.checks:
+                try:
+                    want = [(np.dtype(s.type.dtype.np), tuple(s.type.shape)) for s in self.input_specs
+                            if all(isinstance(d, int) for d in s.type.shape) and s.type.dtype.np is not None]
+                except TypeError:
+                    want = None
+                if want is not None and len(want) != len(self.input_specs):
+                    want = None
+            self.__dict__["_static_inputs"] = want
+        if want is None or len(arrays) != len(want):
+            return False
+        return all(a.dtype == dt and a.shape == shape for a, (dt, shape) in zip(arrays, want))
 
     def run(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         missing = [n for n in self.input_names if n not in inputs]

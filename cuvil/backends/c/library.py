@@ -15,6 +15,7 @@ import functools
 import logging
 import math
 import os
+import threading
 import weakref
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,6 +32,10 @@ _CODE_TO_DTYPE = {ct.code(d): d for d in DType}
 _CODE_TO_NP = {c: d.np for c, d in _CODE_TO_DTYPE.items() if d.np is not None}
 _NP_TO_CODE = {d.np: c for c, d in _CODE_TO_DTYPE.items() if d.np is not None}
 _log = logging.getLogger(__name__)
+# An output up to this size is copied into an array NumPy owns and its C buffer freed at once;
+# a larger one is shared (zero-copy) and freed with its array.  Below it, the copy costs less
+# than tying the buffer's life to the array (a finalizer per output).
+COPY_OUTPUT_BYTES = 64 * 1024
 
 
 @functools.cache
@@ -98,6 +103,7 @@ class NativeModel:
         if not handle:
             raise CuvilError(f"cannot load model weights: {err.value.decode(errors='replace')}")
         self._handle: ctypes.c_void_p | None = ctypes.c_void_p(handle)
+        self._local = threading.local()
         self.num_threads = 1
         self.set_num_threads(check_num_threads(num_threads))
 
@@ -119,35 +125,48 @@ class NativeModel:
             raise CuvilError(f"cannot run {n} threads: {err.value.decode(errors='replace')}")
         self.num_threads = n
 
+    def _buffers(self, n_in: int) -> tuple[ctypes.Array[CTensor], ctypes.Array[CTensor], ctypes.Array[ctypes.c_char]]:
+        """This thread's input and output descriptors and error buffer (made once per thread:
+        calls on other threads have their own)."""
+        local = self._local
+        bufs = getattr(local, "bufs", None)
+        if bufs is None or len(bufs[0]) < n_in:
+            bufs = ((CTensor * max(n_in, 1))(), (CTensor * max(self.n_outputs, 1))(), ctypes.create_string_buffer(1024))
+            local.bufs = bufs
+        return bufs
+
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         arrays = [np.asarray(a, order="C") for a in inputs]  # (ascontiguousarray makes 0-D arrays 1-D)
-        ins = (CTensor * max(len(arrays), 1))()
+        ins, outs, err = self._buffers(len(arrays))
         for t, a in zip(ins, arrays):
             t.data = a.ctypes.data
             t.rank = a.ndim
             code = _NP_TO_CODE.get(a.dtype)
             t.dtype = code if code is not None else ct.code(DType.from_np(a.dtype))
-            t.shape[: a.ndim] = a.shape
-        outs = (CTensor * max(self.n_outputs, 1))()
-        err = ctypes.create_string_buffer(1024)
+            for i, d in enumerate(a.shape):
+                t.shape[i] = d
         if self._handle is None:
             raise CuvilError("the model was closed")
         rc = self.lib.cuvil_run(self._handle, ins, outs, err, len(err))
         if rc != 0:
             raise RunError(err.value.decode("utf-8", errors="replace"))
         results = []
+        free = self.lib.cuvil_free
         for t in outs[: self.n_outputs]:
             dt = _CODE_TO_NP[t.dtype]
             shape = tuple(t.shape[: t.rank])
-            count = math.prod(shape)
-            if count == 0:
-                results.append(np.zeros(shape, dt))
-                self.lib.cuvil_free(t.data)
+            nbytes = math.prod(shape) * dt.itemsize
+            if nbytes <= COPY_OUTPUT_BYTES:
+                arr = np.empty(shape, dt)
+                if nbytes:
+                    ctypes.memmove(arr.ctypes.data, t.data, nbytes)
+                free(t.data)
+                results.append(arr)
                 continue
             # zero-copy: the array views the buffer the model allocated, freed with the array
-            buf = (ctypes.c_char * (count * dt.itemsize)).from_address(t.data)
+            buf = (ctypes.c_char * nbytes).from_address(t.data)
             arr = np.frombuffer(memoryview(buf), dtype=dt).reshape(shape)
-            weakref.finalize(arr.base if arr.base is not None else arr, self.lib.cuvil_free, t.data)
+            weakref.finalize(arr.base if arr.base is not None else arr, free, t.data)
             results.append(arr)
         del arrays
         return results
