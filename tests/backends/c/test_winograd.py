@@ -92,16 +92,18 @@ def test_each_algorithm_matches_reference(alg: str, cache: str, caplog: pytest.L
     assert any("'strided'" in n and "im2col" in n and "unit strides only" in n for n in notes)
 
 
-def test_results_do_not_depend_on_thread_count(cache: str) -> None:
+@pytest.mark.parametrize("alg", ["winograd-f2", "winograd-f4", "winograd-f6", "im2col"])
+def test_results_do_not_depend_on_thread_count(alg: str, cache: str) -> None:
     model = _mixed_model()  # as in test_each_algorithm_matches_reference (tile rows of two images per block)
     x = RNG.standard_normal((2, 5, 13, 11)).astype(np.float32)
     outs = []
-    for threads in (1, 2):
-        m = cuvil.compile(model, target="native", cache_dir=cache, conv_algorithm="winograd-f4",
+    for threads in (1, 2, 3):
+        m = cuvil.compile(model, target="native", cache_dir=cache, conv_algorithm=alg,
                           num_threads=threads)
         outs.append(m(x))
-    for a, b in zip(*outs):
-        np.testing.assert_array_equal(a, b)
+    for one, *more in zip(*outs):
+        for other in more:
+            np.testing.assert_array_equal(one, other)
 
 
 def test_wide_rows_and_many_channels(cache: str) -> None:
@@ -222,3 +224,18 @@ def test_deep_layer_shares_its_input_transform_across_threads(alg: str, cache: s
             for t in (1, 2)]
     assert outs[0].tobytes() == outs[1].tobytes()
     assert _rel_l2(outs[1], _reference(model, [x, z])[0]) < TOLERANCE[alg]
+
+
+@pytest.mark.parametrize("alg", ["winograd-f2", "winograd-f4", "winograd-f6"])
+def test_small_image_with_one_panel_is_split_into_smaller_blocks(alg: str, cache: str) -> None:
+    """A CIFAR-sized layer (one image, 32 output channels: one block of one panel): with several
+    threads it is cut into smaller blocks of tile rows.  Same bits as one thread, and the reference's
+    result."""
+    nodes = [helper.make_node("Conv", ["X", "W", "B"], ["c"], pads=[1, 1, 1, 1], name="small"),
+             helper.make_node("Relu", ["c"], ["Y"])]
+    model = make_model(nodes, [vi("X", T.FLOAT, [1, 32, 32, 32])], ["Y"], [_w("W", (32, 32, 3, 3)), _w("B", (32,))])
+    x = RNG.standard_normal((1, 32, 32, 32)).astype(np.float32)
+    outs = [cuvil.compile(model, target="native", cache_dir=cache, conv_algorithm=alg, num_threads=t)(x)[0]
+            for t in (1, 2, 3)]
+    assert outs[0].tobytes() == outs[1].tobytes() == outs[2].tobytes()
+    assert _rel_l2(outs[1], _reference(model, [x])[0]) < TOLERANCE[alg]

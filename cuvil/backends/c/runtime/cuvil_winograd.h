@@ -28,7 +28,8 @@
  *
  * Work is split into blocks of whole tile rows (of one or several images), sized so that a
  * block's transformed input stays in L2 while the weights stream past it, and, when blocks are
- * few, into ranges of output-channel panels.  Each task transforms its own input and computes
+ * few, into ranges of output-channel panels (a small image with few channels, one block of
+ * one panel, is cut into smaller blocks instead).  Each task transforms its own input and computes
  * its outputs in a fixed order: results are bitwise the same for any number of threads.  When a
  * block would be split into more than two panel ranges (deep layers: one block, many panels),
  * the block's input transform is made once, split across the threads by tile slots, and shared
@@ -597,9 +598,17 @@ static CUVIL_UNUSED int cuvil_conv_winograd_f32(const cuvil_conv_geom *g, int m,
     const int64_t vbytes = (int64_t)sizeof(float) * cuvil_wino_ufloats(m, cout, cin) > CUVIL_WINO_BIG_U
                                ? CUVIL_WINO_VBYTES_BIG : CUVIL_WINO_VBYTES;
     j.rb = cuvil_gemm_min(j.trows, vbytes / row_bytes > 1 ? vbytes / row_bytes : 1);
-    j.slots = cuvil_gemm_round_up(j.rb * j.tw, CUVIL_WINO_R / 3);
-    const int64_t blocks = (j.trows + j.rb - 1) / j.rb, panels = j.cout_p / CUVIL_WINO_NW;
+    const int64_t panels = j.cout_p / CUVIL_WINO_NW;
     const int threads = cuvil_num_threads_now();
+    /* A small image with few output channels is one block of one panel: with several threads,
+     * smaller blocks, two tasks per thread.  Each tile's arithmetic is the same in any block, so
+     * the results stay bitwise the same. */
+    if (threads > 1) {
+        const int64_t want = (2 * threads + panels - 1) / panels;
+        if ((j.trows + j.rb - 1) / j.rb < want) j.rb = (j.trows + want - 1) / want; /* >= 1: trows >= 1 */
+    }
+    j.slots = cuvil_gemm_round_up(j.rb * j.tw, CUVIL_WINO_R / 3);
+    const int64_t blocks = (j.trows + j.rb - 1) / j.rb;
     /* Enough tasks to balance the threads; panel ranges repeat the input transform, so only as many as needed. */
     j.cparts = 1;
     if (threads > 1 && blocks < 4 * threads) j.cparts = cuvil_gemm_min(panels, (4 * threads + blocks - 1) / blocks);
