@@ -100,6 +100,9 @@
  * spinning matters when the cores are busy with other work: a spinning worker would take the
  * core its own caller needs. */
 #define CUVIL_SPIN 200
+/* Between yields a waiting worker spins this many pauses: most of the time it is spinning, not in
+ * the system call, so it sees a new region within a pause or so (a yield takes a microsecond). */
+#define CUVIL_SPIN_BURST 100
 #define CUVIL_SPIN_NS 2e6
 /* The caller of a region spins this many pauses for the workers still inside before it sleeps. */
 #define CUVIL_WAIT_SPIN 2000
@@ -323,6 +326,7 @@ static void *cuvil_pool_worker(void *arg) {
             if (idle_since == 0.0 || atomic_load_explicit(&p->calling, memory_order_relaxed)) idle_since = t;
             if (t - idle_since < CUVIL_SPIN_NS) {
                 sched_yield();
+                spins = CUVIL_SPIN - CUVIL_SPIN_BURST; /* then spin a burst again: a region starting now is seen at once */
                 continue;
             }
             /* sleepers is raised before gen is read again under the mutex, and the dispatcher bumps
