@@ -76,7 +76,7 @@ def _address(a: np.ndarray) -> int:
     array is writable (a fifth of the time ``a.ctypes.data`` takes); else, or when it is empty,
     through ``a.ctypes``."""
     try:
-        return ctypes.addressof(ctypes.c_char.from_buffer(a))
+        return ctypes.addressof(ctypes.c_char.from_buffer(a.data))
     except (TypeError, ValueError, BufferError):
         return int(a.ctypes.data)
 
