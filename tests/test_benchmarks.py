@@ -59,3 +59,30 @@ def test_gemm_peak_quick(tmp_path: Path) -> None:
         assert r["rel_l2"] <= 1e-5
         assert r["peak_gflops"] == max(r["peaks"].values()) > 0
         assert r["cuvil"] > 0 and r["torch.mm"] > 0
+
+
+def test_pipeline_quick(tmp_path: Path) -> None:
+    from cuvil.passes import default_pipeline, parse_pipeline
+
+    report = tmp_path / "pipeline.json"
+    run_script("pipeline.py", "--quick", "--workdir", str(tmp_path / "work"), "--json", str(report))
+    data = json.loads(report.read_text())
+    assert data["goals"] == {"pass_rel_l2": 1e-6, "ort_rel_l2": 1e-5, "plan_ratio": 1.1}
+    rows = data["rows"]
+    assert [(r["model"], r["batch"]) for r in rows] == [("mlp", 1), ("cifar_cnn", 1)]
+    names = [p.name for p in parse_pipeline(default_pipeline("native"))]
+    for r in rows:
+        where = f"{r['model']} b{r['batch']}"
+        assert r["error"] is None, f"{where}: {r['error']}"
+        assert r["passes_run"] == len(names) and [p["name"] for p in r["per_pass"]] == names, where
+        errors = [p["error"] for p in r["per_pass"]]
+        # every pass measured: a number, not None (not measured) nor "inf"/"nan" (an output broke)
+        assert all(isinstance(e, float) and 0.0 <= e < float("inf") for e in errors), (where, errors)
+        assert r["worst_pass_error"] == max(errors), where
+        assert r["passes_ok"] == (max(errors) <= 1e-6), where
+        assert isinstance(r["ort_rel_l2"], float) and 0.0 <= r["ort_rel_l2"] < float("inf"), where
+        # no placement uses less than the bytes live at one node
+        assert 0 < r["lower_bound_bytes"] <= r["arena_bytes"], where
+        assert r["plan_ratio"] == pytest.approx(r["arena_bytes"] / r["lower_bound_bytes"]), where
+        # both small fp32 models meet the goals: summation order is the only difference from onnxruntime
+        assert r["misses"] == [], f"{where}: {r['misses']}"
