@@ -127,14 +127,22 @@ def test_transpose_perms(tmp_path: Path, dtype: type) -> None:
     perms = [[1, 0, 2, 3], [0, 2, 1, 3], [0, 2, 3, 1], [0, 1, 3, 2], [3, 2, 1, 0], [0, 3, 1, 2], [2, 0, 3, 1]]
     nodes = [helper.make_node("Transpose", ["x"], [f"y{i}"], perm=p) for i, p in enumerate(perms)]
     nodes.append(helper.make_node("Transpose", ["m"], ["ym"]))
+    # 2 and 4 planes interleaved (channels-last pixels of 2 or 4 channels), and rows of h interleaved
+    nodes += [helper.make_node("Transpose", ["q"], ["yq0"], perm=[0, 2, 3, 1]),
+              helper.make_node("Transpose", ["q"], ["yq1"], perm=[0, 1, 3, 2]),
+              helper.make_node("Transpose", ["p"], ["yp"], perm=[0, 2, 3, 1])]
     elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
-    m = make_model(nodes, [vi("x", elem, ["a", 3, "h", 5]), vi("m", elem, ["r", "c"])],
-                   [f"y{i}" for i in range(len(perms))] + ["ym"])
+    m = make_model(nodes, [vi("x", elem, ["a", 3, "h", 5]), vi("m", elem, ["r", "c"]), vi("q", elem, ["a", 4, "h", 2]),
+                           vi("p", elem, ["a", 2, "h", 3])],
+                   [f"y{i}" for i in range(len(perms))] + ["ym", "yq0", "yq1", "yp"])
 
     def data(*shape: int) -> np.ndarray:
         return (RNG.standard_normal(shape) * 10).astype(dtype)
 
-    compare(m, [[data(2, 3, 4, 5), data(70, 45)], [data(1, 3, 1, 5), data(1, 33)], [data(0, 3, 2, 5), data(0, 3)]],
+    compare(m, [[data(2, 3, 4, 5), data(70, 45), data(2, 4, 4, 2), data(2, 2, 4, 3)],
+                [data(1, 3, 1, 5), data(1, 33), data(1, 4, 1, 2), data(1, 2, 1, 3)],
+                [data(3, 3, 3, 5), data(2, 2), data(3, 4, 3, 2), data(3, 2, 3, 3)],
+                [data(0, 3, 2, 5), data(0, 3), data(0, 4, 2, 2), data(0, 2, 2, 3)]],
             tmp_path)
 
 

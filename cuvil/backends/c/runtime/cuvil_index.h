@@ -86,9 +86,22 @@ static CUVIL_UNUSED int cuvil_view_simplify(cuvil_view *v, int rank, const int64
             for (int64_t i = 0; i < n; i++) d[i] = s[i * st];                                                 \
         }                                                                                                     \
     }                                                                                                         \
+    /* d[a * NB + b] = s[a + b * ssb] for a < na, b < NB: NB planes interleaved (NB a constant, so the  \
+     * loop vectorises with shuffles: an image's 3 or 4 channel planes into channels-last pixels) */       \
+    static inline void cuvil_vinterleave_##SUF(T *restrict d, const T *restrict s, int64_t na, int64_t ssb,   \
+                                                const int NB) {                                               \
+        for (int64_t a = 0; a < na; a++)                                                                      \
+            for (int b = 0; b < NB; b++) d[a * NB + b] = s[a + b * ssb];                                      \
+    }                                                                                                         \
     /* d[a * dsa + b] = s[a + b * ssb] for a < na, b < nb, in square tiles */                                 \
     static CUVIL_UNUSED void cuvil_vtile_##SUF(T *restrict d, const T *restrict s, int64_t na, int64_t dsa,     \
                                                int64_t nb, int64_t ssb) {                                     \
+        if (dsa == nb && nb >= 2 && nb <= 4) {                                                                \
+            if (nb == 2) cuvil_vinterleave_##SUF(d, s, na, ssb, 2);                                           \
+            else if (nb == 3) cuvil_vinterleave_##SUF(d, s, na, ssb, 3);                                      \
+            else cuvil_vinterleave_##SUF(d, s, na, ssb, 4);                                                   \
+            return;                                                                                           \
+        }                                                                                                     \
         for (int64_t a0 = 0; a0 < na; a0 += CUVIL_VIEW_TILE) {                                                \
             const int64_t ae = na - a0 < CUVIL_VIEW_TILE ? na : a0 + CUVIL_VIEW_TILE;                         \
             for (int64_t b0 = 0; b0 < nb; b0 += CUVIL_VIEW_TILE) {                                            \
