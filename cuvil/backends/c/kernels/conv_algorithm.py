@@ -179,7 +179,13 @@ def check(graph: Graph, option: ConvAlgorithmOption) -> None:
 # multiply-add of the products with the channels padded as the kernel pads them (held at the
 # measured FMA peak, 100e9 per second, rather than fitted), an element of the input and output
 # transforms (the copy into channels-innermost rows included), a byte of transformed weights
-# read from memory (first block) and re-read (each later block), a fixed cost per call.
+# read from memory (first block) and re-read (each later block), a fixed cost per call.  The
+# re-read rate is the last-level cache's; transformed weights larger than that cache
+# (_LLC_BYTES: the L3 of a typical server core complex) cannot stay there between blocks, so
+# each re-read streams them from memory again, at the first read's rate.  (Such layers are the
+# deep ones at large batch: ResNet-18's 512-channel 3x3 at batch 16 holds 37.7 MB of F(4x4)
+# weights, 4x its own; re-read from memory, F(4x4) is no longer clearly faster than F(2x2), whose
+# 16.8 MB stay in L3.)
 _GEMM_MADD = 1.0 / 72e9
 _IM2COL = 1.0 / 9.6e9
 _GEMM_WEIGHT_BYTE = 1.0 / 14e9
@@ -188,6 +194,7 @@ _WINO_MADD = 1.0 / 100e9
 _TRANSFORM = 1.0 / 5.2e9
 _U_BYTE = 1.0 / 34e9
 _U_REREAD_BYTE = 1.0 / 46e9
+_LLC_BYTES = 32 << 20
 _WINO_CALL = 13e-6
 WINOGRAD_MARGIN = 0.8
 F4_MARGIN = 0.85
@@ -223,5 +230,6 @@ def estimate(shape: ConvShape) -> dict[str, float]:
         slots = _round_up(rows_per_block * tw, _SLOT_QUANTUM)
         out[f"F{m}"] = (p * blocks * slots * cin_p * cout_p * _WINO_MADD
                         + trows * tw * p * (cin_p + cout_p) * _TRANSFORM
-                        + ubytes * _U_BYTE + ubytes * (blocks - 1) * _U_REREAD_BYTE + _WINO_CALL)
+                        + ubytes * _U_BYTE + ubytes * (blocks - 1) * (_U_REREAD_BYTE if ubytes <= _LLC_BYTES else _U_BYTE)
+                        + _WINO_CALL)
     return out
