@@ -6,13 +6,17 @@ contiguous run with ``inner == 1``).  When ``inner`` is 1 each row is
 contiguous and is done in three unit-stride passes (max, exp and sum,
 normalize); otherwise the passes run over ``[n, inner]`` tiles with the
 inner loop over ``inner``, keeping per-column maxima and sums in scratch.
-Half floats compute in float32, like the reference.
+Half floats compute in float32, like the reference.  In float32 the exponential is
+``cuvil_exp_f`` (``cuvil_math.h``'s vectorisable one, the same bits on every target), and a
+row's exponentials are written in one loop and summed, in order, in the next, so the first
+vectorises.
 """
 
 from __future__ import annotations
 
 from cuvil.backends.c import ctypes_map as ct
 from cuvil.backends.c.kernel import KernelCtx, kernel
+from cuvil.backends.c.kernels.elementwise import MATH_HEADER
 from cuvil.backends.c.kernels.reduce import AxisView, axis_view, mathfn
 from cuvil.errors import CuvilError
 from cuvil.ir.dtypes import DType
@@ -43,6 +47,8 @@ def _softmax(k: KernelCtx) -> None:
     def ld(ptr: str, i: str) -> str:
         return ct.load(dt, ptr, i)
 
+    if c == "float":
+        k.include(MATH_HEADER)
     cols = None if rows else _column_scratch(k, v, c)
     with w.block(f"for (int64_t o = 0; o < {v.outer}; o++)"):
         w.line(f"const {x.ctype} *restrict xp = {x.ptr} + o * {line};")
@@ -77,10 +83,15 @@ def _column_scratch(k: KernelCtx, v: AxisView, c: str) -> str:
     return name
 
 
+def _exp(c: str) -> str:
+    """The exponential for compute type ``c``: the vectorisable float one, or libm's double one."""
+    return "cuvil_exp_f" if c == "float" else mathfn("exp", c)
+
+
 def _row(k: KernelCtx, v: AxisView, c: str, buf: str | None, is_log: bool) -> None:
     """The three passes over one contiguous row ``xp[0:n]`` (inside the ``o`` loop)."""
     dt, w = k.inp(0).dtype, k.w
-    exp, log = mathfn("exp", c), mathfn("log", c)
+    exp, log = _exp(c), mathfn("log", c)
     e = buf or "yp"
 
     def ld(i: str) -> str:
@@ -94,7 +105,8 @@ def _row(k: KernelCtx, v: AxisView, c: str, buf: str | None, is_log: bool) -> No
         val = f"({ld('i')} - m) - lse"
         w.line(f"for (int64_t i = 0; i < {v.n}; i++) {ct.store(dt, 'yp', 'i', val)}")
     else:
-        w.line(f"for (int64_t i = 0; i < {v.n}; i++) {{ const {c} t = {exp}({ld('i')} - m); {e}[i] = t; s += t; }}")
+        w.line(f"for (int64_t i = 0; i < {v.n}; i++) {e}[i] = {exp}({ld('i')} - m);")
+        w.line(f"for (int64_t i = 0; i < {v.n}; i++) s += {e}[i];")
         w.line(f"for (int64_t i = 0; i < {v.n}; i++) {ct.store(dt, 'yp', 'i', f'{e}[i] / s')}")
 
 
@@ -102,7 +114,7 @@ def _columns(k: KernelCtx, v: AxisView, c: str, buf: str | None, cols: str, is_l
     """The passes of one ``[n, inner]`` tile, vectorised over ``inner`` (inside the ``o`` loop)."""
     x, y, w = k.inp(0), k.out(0), k.w
     dt = x.dtype
-    exp, log = mathfn("exp", c), mathfn("log", c)
+    exp, log = _exp(c), mathfn("log", c)
     e = buf or "yp"
     w.line(f"{c} *restrict m = {cols}, *restrict s = {cols} + {v.inner};")
     w.line(f"for (int64_t j = 0; j < {v.inner}; j++) {{ m[j] = -INFINITY; s[j] = 0; }}")

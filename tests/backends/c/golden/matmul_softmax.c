@@ -2,6 +2,7 @@
 /* Model: tiny */
 #include "cuvil_rt.h"
 #include "cuvil_gemm.h"
+#include "cuvil_math.h"
 #include "cuvil_threads.h"
 
 struct cuvil_model { const unsigned char *weights; size_t size; unsigned char *owned; cuvil_shared *shared; };
@@ -58,7 +59,8 @@ static int cuvil_run_graph(const cuvil_model *m, const cuvil_tensor *inputs, cuv
             float *restrict yp = v3 + o * n0 * inner0;
             float m = -INFINITY, s = 0;
             for (int64_t i = 0; i < n0; i++) { const float t = xp[i]; m = t > m ? t : m; }
-            for (int64_t i = 0; i < n0; i++) { const float t = expf(xp[i] - m); yp[i] = t; s += t; }
+            for (int64_t i = 0; i < n0; i++) yp[i] = cuvil_exp_f(xp[i] - m);
+            for (int64_t i = 0; i < n0; i++) s += yp[i];
             for (int64_t i = 0; i < n0; i++) yp[i] = (float)(yp[i] / s);
         }
     }
