@@ -4,7 +4,6 @@ wait (cuvil_threads.h) driven from a small C program."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import cuvil
-from cuvil.backends.c.toolchain import RUNTIME_DIR
+from tests.backends.c.c_program import run_c_program
 
 # float32 products of depth <= 1100 against float64: relative L2 well within this.
 REL_L2 = 1e-5
@@ -204,12 +203,7 @@ int main(void) {
 
 
 def test_region_caller_sleeps_while_a_worker_finishes(tmp_path: Path) -> None:
-    src, exe = tmp_path / "wait.c", tmp_path / "wait"
-    src.write_text(WAIT_TEST)
-    cc = subprocess.run(["cc", "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{RUNTIME_DIR}", str(src),
-                         "-o", str(exe), "-lm", "-pthread"], capture_output=True, text=True)
-    assert cc.returncode == 0, cc.stderr
-    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    run = run_c_program(tmp_path, "wait", WAIT_TEST)
     assert run.returncode == 0, run.stderr
     # Waiting 30 ms for the worker costs the caller its brief spin, not 30 ms of CPU.
     assert float(run.stdout) < 10.0, f"the caller used {run.stdout.strip()} ms of CPU waiting"

@@ -4,7 +4,6 @@ the pool itself (cuvil_threads.h) driven from a small C program, and no threads 
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -14,8 +13,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import cuvil
 from cuvil.backends.c.library import NativeModel, physical_cores
-from cuvil.backends.c.toolchain import RUNTIME_DIR
 from cuvil.errors import CuvilError
+from tests.backends.c.c_program import run_c_program
 
 THREADS = (1, 2, 3)
 # The reference interpreter is the oracle; float32 GEMMs of depth <= 600 stay well within this.
@@ -128,6 +127,8 @@ def test_workers_start_with_the_model_and_end_with_it(tmp_path: Path) -> None:
     before = _threads_of_this_process()
     m = cuvil.compile(conv_stack(), "native", cache_dir=str(tmp_path), num_threads=4)
     assert _threads_of_this_process() == before + 3
+    names = {Path(f"/proc/self/task/{t}/comm").read_text().strip() for t in os.listdir("/proc/self/task")}
+    assert {"cuvil-worker-1", "cuvil-worker-2", "cuvil-worker-3"} <= names  # named for top and debuggers
     _native(m).set_num_threads(1)
     assert _threads_of_this_process() == before
     _native(m).set_num_threads(2)
@@ -185,12 +186,7 @@ int main(void) {
 
 
 def test_pool_runs_every_task_once_and_does_not_nest(tmp_path: Path) -> None:
-    src, exe = tmp_path / "pool.c", tmp_path / "pool"
-    src.write_text(POOL_TEST)
-    cc = subprocess.run(["cc", "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{RUNTIME_DIR}", str(src),
-                         "-o", str(exe), "-lm", "-pthread"], capture_output=True, text=True)
-    assert cc.returncode == 0, cc.stderr
-    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    run = run_c_program(tmp_path, "pool", POOL_TEST)
     assert (run.returncode, run.stdout.strip()) == (0, "ok")
 
 
@@ -252,12 +248,7 @@ int main(void) {
 def test_workers_keep_off_the_callers_cpu_after_idling(tmp_path: Path) -> None:
     """A worker woken after the pool idled must not share the caller's CPU: where the kernel places
     it there (as it does on virtual machines whose other vCPU idled), the call runs on one core."""
-    src, exe = tmp_path / "placement.c", tmp_path / "placement"
-    src.write_text(PLACEMENT_TEST)
-    cc = subprocess.run(["cc", "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{RUNTIME_DIR}", str(src),
-                         "-o", str(exe), "-lm", "-pthread"], capture_output=True, text=True)
-    assert cc.returncode == 0, cc.stderr
-    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    run = run_c_program(tmp_path, "placement", PLACEMENT_TEST)
     assert run.returncode == 0, run.stderr
     joined, later, tasks, on_caller = map(int, run.stdout.split())
     # the calls after the first of each round find the worker ready, and it takes a fair share of

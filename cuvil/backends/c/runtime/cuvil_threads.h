@@ -311,6 +311,7 @@ static void cuvil_worker_settle(cuvil_pool *p, cuvil_worker *self) {
 static void *cuvil_pool_worker(void *arg) {
     cuvil_worker *self = (cuvil_worker *)arg;
     cuvil_pool *p = self->pool;
+
     unsigned seen = 0;
     for (;;) {
         unsigned g;
@@ -464,6 +465,13 @@ static cuvil_pool *cuvil_pool_new(int n, cuvil_shared *shared) {
             cuvil_pool_free(p); /* joins the workers started so far */
             return NULL;
         }
+#if CUVIL_POOL_MOVE
+        { /* named for top, perf and debuggers: "cuvil-worker-1", ... (at most 15 characters) */
+            char name[16];
+            snprintf(name, sizeof name, "cuvil-worker-%d", (i + 1) % 100);
+            (void)pthread_setname_np(p->workers[i].thread, name);
+        }
+#endif
         p->n++;
     }
     return p;
