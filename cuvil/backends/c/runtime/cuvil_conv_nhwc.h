@@ -313,16 +313,8 @@ static void cuvil_nhwc_dw_part(void *ctx, int64_t task, int tid) {
     int64_t lo, hi;
     (void)tid;
     cuvil_split(g->n * g->oh, jb->tasks, task, &lo, &hi);
-    /* [olo, ohi): the output columns whose every tap lies inside the image */
-    int64_t olo = 0, ohi = g->ow;
-    for (int64_t j = 0; j < g->kw; j++) {
-        const int64_t base = j * g->dw - g->pw;
-        const int64_t l = base >= 0 ? 0 : (-base + g->sw - 1) / g->sw;
-        const int64_t h = g->w - 1 - base >= 0 ? (g->w - 1 - base) / g->sw + 1 : 0;
-        if (l > olo) olo = l;
-        if (h < ohi) ohi = h;
-    }
-    if (ohi < olo) ohi = olo;
+    int64_t olo, ohi; /* the output columns whose every tap lies inside the image */
+    cuvil_nhwc_interior_cols(g, &olo, &ohi);
     for (int64_t r = lo; r < hi; r++) {
         const int64_t n = r / g->oh, oh = r % g->oh;
         float *yr = jb->y + r * g->ow * g->m;

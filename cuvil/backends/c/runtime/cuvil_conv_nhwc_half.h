@@ -18,13 +18,9 @@
 static CUVIL_UNUSED int cuvil_conv_nhwc_half(const cuvil_nhwc_geom *g, int depthwise, int is_bf16, const uint16_t *x,
                                              int64_t xn, const uint16_t *w, int64_t wn, const uint16_t *b,
                                              int64_t bn, uint16_t *y, int64_t yn, float *x32, float *y32) {
-    float *wown, *bown = NULL;
-    const float *w32 = cuvil_half_widened(is_bf16, w, wn, &wown), *b32 = NULL;
-    if (!w32) return -1;
-    if (b && !(b32 = cuvil_half_widened(is_bf16, b, bn, &bown))) {
-        free(wown);
-        return -1;
-    }
+    float *wown, *bown;
+    const float *w32, *b32;
+    if (cuvil_half_conv_operands(is_bf16, w, wn, b, bn, &w32, &wown, &b32, &bown) != 0) return -1;
     cuvil_half_to_f32(is_bf16, x, x32, xn);
     int rc = 0;
     if (depthwise) cuvil_conv_nhwc_depthwise_f32(g, x32, w32, b32, y32, NULL);

@@ -249,6 +249,21 @@ static CUVIL_UNUSED const float *cuvil_half_matrix_operand(int is_bf16, const ui
 
 enum { CUVIL_HALF_CONV = 0, CUVIL_HALF_CONV_DEPTHWISE = 1, CUVIL_HALF_CONV_TRANSPOSE = 2 };
 
+/* A half convolution's weight (wn values) and bias (bn, or NULL) in float32 (cuvil_half_widened:
+ * *wown and *bown are what the caller frees, NULL when cached).  Returns 0, or -1 when out of memory. */
+static CUVIL_UNUSED int cuvil_half_conv_operands(int is_bf16, const uint16_t *w, int64_t wn, const uint16_t *b,
+                                                 int64_t bn, const float **w32, float **wown, const float **b32,
+                                                 float **bown) {
+    *b32 = NULL;
+    *bown = NULL;
+    if (!(*w32 = cuvil_half_widened(is_bf16, w, wn, wown))) return -1;
+    if (b && !(*b32 = cuvil_half_widened(is_bf16, b, bn, bown))) {
+        free(*wown);
+        return -1;
+    }
+    return 0;
+}
+
 /* A convolution of f16 / bf16 operands (x: xn values, w: wn, b: the bias or NULL, y: yn) by the
  * float32 algorithm `kind` (CUVIL_HALF_CONV: Winograd F(m x m, 3 x 3) when wino_m > 0, else the
  * float32 path's GEMM over tiles of output rows, cuvil_conv_tiled.h), through float32 scratch x32
@@ -257,13 +272,9 @@ enum { CUVIL_HALF_CONV = 0, CUVIL_HALF_CONV_DEPTHWISE = 1, CUVIL_HALF_CONV_TRANS
 static CUVIL_UNUSED int cuvil_conv_half(const cuvil_conv_geom *g, int kind, int is_bf16, const uint16_t *x,
                                         int64_t xn, const uint16_t *w, int64_t wn, const uint16_t *b, int64_t bn,
                                         uint16_t *y, int64_t yn, int wino_m, float *x32, float *y32) {
-    float *wown, *bown = NULL;
-    const float *w32 = cuvil_half_widened(is_bf16, w, wn, &wown), *b32 = NULL;
-    if (!w32) return -1;
-    if (b && !(b32 = cuvil_half_widened(is_bf16, b, bn, &bown))) {
-        free(wown);
-        return -1;
-    }
+    float *wown, *bown;
+    const float *w32, *b32;
+    if (cuvil_half_conv_operands(is_bf16, w, wn, b, bn, &w32, &wown, &b32, &bown) != 0) return -1;
     cuvil_half_to_f32(is_bf16, x, x32, xn);
     int rc = 0;
     if (kind == CUVIL_HALF_CONV_DEPTHWISE) cuvil_conv_depthwise2d_f32(g, x32, w32, b32, y32);

@@ -33,6 +33,20 @@ typedef struct cuvil_nhwc_geom {
     int64_t group;
 } cuvil_nhwc_geom;
 
+/* [*olo, *ohi): the output columns whose every tap lies inside the image (empty: *ohi == *olo). */
+static inline void cuvil_nhwc_interior_cols(const cuvil_nhwc_geom *g, int64_t *olo, int64_t *ohi) {
+    int64_t lo = 0, hi = g->ow;
+    for (int64_t j = 0; j < g->kw; j++) {
+        const int64_t base = j * g->dw - g->pw;
+        const int64_t l = base >= 0 ? 0 : (-base + g->sw - 1) / g->sw;
+        const int64_t h = g->w - 1 - base >= 0 ? (g->w - 1 - base) / g->sw + 1 : 0;
+        if (l > lo) lo = l;
+        if (h < hi) hi = h;
+    }
+    *olo = lo;
+    *ohi = hi < lo ? lo : hi;
+}
+
 #if CUVIL_GEMM_VECTOR
 #define CUVIL_NHWC_DIRECT 1
 
@@ -213,15 +227,8 @@ static void cuvil_nhwc_direct_block(const cuvil_nhwc_direct *d, int64_t u0, int6
                     const int64_t n = u / g->oh, oh = u % g->oh, ih0 = oh * g->sh - g->ph;
                     p0 = u * g->ow;
                     count = g->ow;
-                    int64_t olo = 0, ohi = g->ow; /* the columns whose every tap lies inside the image */
-                    for (int64_t j = 0; j < g->kw; j++) {
-                        const int64_t base = j * g->dw - g->pw;
-                        const int64_t l = base >= 0 ? 0 : (-base + g->sw - 1) / g->sw;
-                        const int64_t h = g->w - 1 - base >= 0 ? (g->w - 1 - base) / g->sw + 1 : 0;
-                        if (l > olo) olo = l;
-                        if (h < ohi) ohi = h;
-                    }
-                    if (ohi < olo) ohi = olo;
+                    int64_t olo, ohi; /* the columns whose every tap lies inside the image */
+                    cuvil_nhwc_interior_cols(g, &olo, &ohi);
                     const int64_t row0 = (n * g->h + ih0) * g->w * g->c + gi * d->cg; /* X offset of (ih0, 0) */
                     for (int64_t ow = 0; ow < g->ow; ow++) {
                         if (ow == olo && olo < ohi) { /* the interior: one run list for all of it */
