@@ -18,8 +18,11 @@ How it measures, and why:
    generates; a failure is reported for that model and the run goes on.
 3. Latency is interleaved: after warm-up, each round runs every runtime in turn, in the same
    process, so machine noise (frequency, other tenants) lands on all of them alike.  Each turn is
-   a block of ``--block`` runs (default 4) after a pause of ``--pause-ms`` (default 40 ms); the
-   first run of a block is not timed.  Thread pools spin-wait after a run (onnxruntime's workers
+   a block of ``--block`` runs (default 4), and at least ``--block-ms`` (default 10 ms) of timed
+   runs, after a pause of ``--pause-ms`` (default 40 ms); the first run of a block is not timed.
+   A model of a fraction of a millisecond thus runs for a while in a row, as in a serving loop:
+   its first calls after another runtime has had the cores and caches are slower for every
+   runtime (onnxruntime's CIFAR CNN at 2 threads: 0.33 ms in a 4-run block, 0.18 back to back).  Thread pools spin-wait after a run (onnxruntime's workers
    for about 33 ms, OpenMP's for about 6, Cuvil's for 2): the pause outlasts them, so no runtime
    is timed while another's threads still hold the cores, and the untimed run absorbs waking the
    runtime's own threads, so that each is timed as a serving loop runs it.  Printed: the median and p90 over the timed
@@ -164,20 +167,27 @@ class CompileResult:
 # -- one configuration -----------------------------------------------------------------------------
 
 
-def interleave(calls: dict[str, Callable[[], Any]], rounds: int, pause_s: float, block: int = 1) -> dict[str, list[float]]:
+def interleave(calls: dict[str, Callable[[], Any]], rounds: int, pause_s: float, block: int = 1,
+               block_ms: float = 0.0) -> dict[str, list[float]]:
     """Runs each call ``block`` times per round, in a fixed order, and returns the wall times (ms)
     per call.  With ``block`` > 1 the first run of each block is not timed: it absorbs the switch
-    from the runtime before (its thread pool still spinning, or this one's gone to sleep)."""
+    from the runtime before (its thread pool still spinning, or this one's gone to sleep).  A block
+    goes on until its timed runs also add up to ``block_ms``: a model of a fraction of a
+    millisecond then runs for a while in a row, as in a serving loop, rather than being timed only
+    in its first calls after the other runtimes have had the cores and caches."""
     times: dict[str, list[float]] = {k: [] for k in calls}
     for _ in range(rounds):
         for name, call in calls.items():
             time.sleep(pause_s)
             if block > 1:
                 call()
-            for _ in range(max(block - 1, 1)):
+            runs, spent = 0, 0.0
+            while runs < max(block - 1, 1) or spent < block_ms:
                 t0 = time.perf_counter()
                 call()
-                times[name].append((time.perf_counter() - t0) * 1e3)
+                ms = (time.perf_counter() - t0) * 1e3
+                times[name].append(ms)
+                runs, spent = runs + 1, spent + ms
     return times
 
 
@@ -238,13 +248,16 @@ def run_config(name: str, batch: int, threads: int, onnx_path: Path, module: Any
         for call in calls.values():
             call()
     # enough rounds to fill the time budget, within [min_rounds, max_rounds]
-    t0 = time.perf_counter()
-    for call in calls.values():
+    one = {name: 0.0 for name in calls}
+    for name, call in calls.items():
+        t1 = time.perf_counter()
         call()
-    per_round = (time.perf_counter() - t0) * max(args.block, 1) + args.pause_ms * 1e-3 * len(calls)
+        one[name] = time.perf_counter() - t1
+    per_round = sum(max(t * max(args.block, 1), t + args.block_ms * 1e-3) for t in one.values())
+    per_round += args.pause_ms * 1e-3 * len(calls)
     rounds = int(min(args.max_rounds, max(args.min_rounds, args.seconds / max(per_round, 1e-9))))
     result.rounds = rounds
-    times = interleave(calls, rounds, args.pause_ms * 1e-3, args.block)
+    times = interleave(calls, rounds, args.pause_ms * 1e-3, args.block, args.block_ms)
     for rt, ts in times.items():
         result.timings[rt].median_ms = statistics.median(ts)
         result.timings[rt].p90_ms = percentile(ts, 0.9)
@@ -357,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pause-ms", type=float, default=40.0, help="pause before each block of runs")
     parser.add_argument("--block", type=int, default=4,
                         help="runs of one runtime in a row per round, the first not timed (1: one timed run)")
+    parser.add_argument("--block-ms", type=float, default=10.0,
+                        help="a block also runs until its timed runs add up to this many ms")
     parser.add_argument("--no-torch-compile", action="store_true")
     parser.add_argument("--no-memory", action="store_true")
     parser.add_argument("--quick", action="store_true", help="smoke run: the MLP, batch 1, 1 thread, few rounds")
