@@ -160,7 +160,7 @@ def acc_dtype(dtype: np.dtype) -> type[np.floating[Any]]:
 
 # conv ------------------------------------------------------------------------------------------
 
-_CONV_ATTRS = {
+CONV_ATTRS = {  # also the integer convolutions' (ops/qlinear.py)
     "auto_pad": AttrSpec("str", "NOTSET"),
     "dilations": AttrSpec("ints", None),
     "group": AttrSpec("int", 1),
@@ -256,7 +256,7 @@ register(
     OpDef(
         name="conv",
         inputs=("X", "W", "B?"),
-        attrs=_CONV_ATTRS,
+        attrs=CONV_ATTRS,
         infer=_conv_infer,
         reference=_conv_ref,
         tolerance=1e-4,
@@ -366,7 +366,7 @@ register(
         name="conv_transpose",
         inputs=("X", "W", "B?"),
         attrs={
-            **_CONV_ATTRS,
+            **CONV_ATTRS,
             "output_padding": AttrSpec("ints", None),
             "output_shape": AttrSpec("ints", None),
         },

@@ -35,20 +35,13 @@ import numpy as np
 
 from cuvil.ir.dtypes import FLOATS, DType
 from cuvil.ir.types import TensorType
+from cuvil.ops.conv import CONV_ATTRS
 from cuvil.ops.quant import quantize_values
 from cuvil.ops.registry import AttrSpec, InferCtx, OpDef, RefCtx, register
 
 # integer products ---------------------------------------------------------------------------------
 
 _BYTES = frozenset({DType.i8, DType.u8})
-_CONV_ATTRS = {
-    "auto_pad": AttrSpec("str", "NOTSET"),
-    "dilations": AttrSpec("ints", None),
-    "group": AttrSpec("int", 1),
-    "kernel_shape": AttrSpec("ints", None),
-    "pads": AttrSpec("ints", None),
-    "strides": AttrSpec("ints", None),
-}
 
 
 def _per_tensor(ctx: InferCtx, i: int, what: str) -> None:
@@ -81,7 +74,7 @@ def _conv_geometry(ctx: InferCtx, xi: int, wi: int) -> TensorType:
     from cuvil.ops.registry import get
 
     sub = InferCtx(ctx.op, [ctx.type(xi).with_dtype(DType.f32), ctx.type(wi).with_dtype(DType.f32)], [None, None],
-                   {k: ctx.attrs[k] for k in _CONV_ATTRS}, 1, ctx.symbols)
+                   {k: ctx.attrs[k] for k in CONV_ATTRS}, 1, ctx.symbols)
     (out,) = get("conv").infer(sub)
     ctx.assumptions.extend(sub.assumptions)
     return out
@@ -94,7 +87,7 @@ def _conv_i32(x: np.ndarray, w: np.ndarray, attrs: dict[str, object]) -> np.ndar
     ref = get("conv").reference
     assert ref is not None
     # conv's reference reads only the output's element type
-    ctx = RefCtx("conv", [x.astype(np.float64), w.astype(np.float64)], {k: attrs[k] for k in _CONV_ATTRS},
+    ctx = RefCtx("conv", [x.astype(np.float64), w.astype(np.float64)], {k: attrs[k] for k in CONV_ATTRS},
                  [TensorType(DType.f64, ())])
     (y,) = ref(ctx)
     return np.asarray(y).astype(np.int64).astype(np.int32)
@@ -164,7 +157,7 @@ register(
     OpDef(
         name="conv_integer",
         inputs=("X", "W", "x_zero_point?", "w_zero_point?"),
-        attrs=_CONV_ATTRS,
+        attrs=CONV_ATTRS,
         infer=_conv_integer_infer,
         reference=_conv_integer_ref,
         tolerance=0.0,
@@ -276,7 +269,7 @@ register(
     OpDef(
         name="qlinear_conv",
         inputs=_QLINEAR_INPUTS,
-        attrs={**_CONV_ATTRS, "relu": AttrSpec("int", 0)},
+        attrs={**CONV_ATTRS, "relu": AttrSpec("int", 0)},
         infer=_qlinear_conv_infer,
         reference=_qlinear_conv_ref,
         tolerance=0.0,

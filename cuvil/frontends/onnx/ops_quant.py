@@ -25,9 +25,9 @@ from cuvil.frontends.onnx.importer import ImportCtx, dtype_of, importer
 from cuvil.frontends.onnx.ops_elementwise import first_opset, input_value
 from cuvil.ir.dtypes import DType
 from cuvil.ir.graph import Value
+from cuvil.ops.conv import CONV_ATTRS
 
 _PER_AXIS_SINCE = 13
-_CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
 
 
 def _elem(ctx: ImportCtx, attr: str) -> DType | None:
@@ -84,8 +84,8 @@ def _dynamic(ctx: ImportCtx) -> Sequence[Value | None]:
 
 
 def _conv_attrs(ctx: ImportCtx, extra: Sequence[str] = ()) -> dict[str, Any]:
-    _check_attrs(ctx, [*_CONV_ATTRS, *extra])
-    return {k: v for k, v in ctx.attrs.items() if k in _CONV_ATTRS}
+    _check_attrs(ctx, [*CONV_ATTRS, *extra])
+    return {k: v for k, v in ctx.attrs.items() if k in CONV_ATTRS}
 
 
 @importer("MatMulInteger", since=first_opset("MatMulInteger"))
