@@ -94,41 +94,81 @@ typedef struct cuvil_qdw_job {
     const cuvil_qg_output *out;
     int64_t PHp, PWp; /* one phase of the padded plane */
     const int64_t *toff; /* per tap, where it reads the plane (see cuvil_qdw_task) */
+    const int64_t *poff; /* the taps in pairs, pass after pass (cuvil_qdw_taps_avx512) */
+    const int32_t *wpair; /* per output channel, its npairs weight pairs */
+    int64_t npairs;
     char *scratch;    /* per thread: the phases (int16), the sums (int32), the requantized run */
     size_t per_thread;
 } cuvil_qdw_job;
 
+/* Taps per pass of the vectorized kernel (a pass keeps its 32 sums in registers). */
+#define CUVIL_QDW_MAXT 64
+
+/* Tap pairs over all passes: each pass of nt taps makes (nt + 1) / 2 pairs. */
+static inline int64_t cuvil_qdw_npairs(int64_t taps) {
+    int64_t np = 0;
+    for (int64_t t0 = 0; t0 < taps; t0 += CUVIL_QDW_MAXT) np += ((taps - t0 < CUVIL_QDW_MAXT ? taps - t0 : CUVIL_QDW_MAXT) + 1) / 2;
+    return np;
+}
+
+typedef struct cuvil_qdw_pair_args {
+    const void *w;
+    int w_signed;
+    const int32_t *wzp;
+    int64_t wzstep, cout, taps;
+} cuvil_qdw_pair_args;
+
+/* Per output channel, its weights minus their zero point as int16 pairs (tap 2p low, 2p + 1 high),
+ * pass after pass; an odd last tap of a pass is paired with 0.  What vpmaddwd multiplies by. */
+static CUVIL_UNUSED void cuvil_qdw_pairs_build(void *dst, const void *arg) {
+    const cuvil_qdw_pair_args *a = (const cuvil_qdw_pair_args *)arg;
+    int32_t *wp = (int32_t *)dst;
+    for (int64_t oc = 0; oc < a->cout; oc++) {
+        const int32_t wz = a->wzp[oc * a->wzstep];
+        for (int64_t t0 = 0; t0 < a->taps; t0 += CUVIL_QDW_MAXT) {
+            const int64_t nt = a->taps - t0 < CUVIL_QDW_MAXT ? a->taps - t0 : CUVIL_QDW_MAXT;
+            for (int64_t q = 0; q < nt; q += 2) {
+                uint32_t pair = 0;
+                for (int64_t h = 0; h < 2 && q + h < nt; h++) {
+                    const int64_t wi = oc * a->taps + t0 + q + h;
+                    const int32_t wv = (a->w_signed ? (int32_t)((const int8_t *)a->w)[wi]
+                                                    : (int32_t)((const uint8_t *)a->w)[wi]) - wz;
+                    pair |= (uint32_t)(uint16_t)(int16_t)wv << (16 * h);
+                }
+                *wp++ = (int32_t)pair;
+            }
+        }
+    }
+}
+
 #if defined(__AVX512BW__)
 /* acc[0, n) = the sum over taps of plane[tap offset + i] * (w[tap] - wz), 32 sums at a time kept in
- * registers across all taps.  Taps go in pairs (a, b): vpunpck{l,h}wd interleave the two taps'
- * int16 values and vpmaddwd multiplies each pair by (wa, wb) and adds them, exactly (|x - xzp| and
- * |w - wz| are at most 255); an odd last tap is paired with a zero weight.  The unpacks work within
- * 128-bit lanes, so the two int32 vectors hold positions {0-3, 8-11, ...} and {4-7, 12-15, ...};
- * one two-source permute per half puts them back in order.  Reads run up to 31 elements past the
- * last sum's taps (into the plane's zeroed slack); up to 31 sums past n are written, unused. */
-static void cuvil_qdw_taps_avx512(const cuvil_qdw_job *j, const int16_t *plane, int64_t oc, int32_t wz, int64_t n,
-                                  int32_t *acc) {
+ * registers across all taps of a pass.  Taps go in pairs (a, b): vpunpck{l,h}wd interleave the two
+ * taps' int16 values and vpmaddwd multiplies each pair by (wa, wb) and adds them, exactly (|x - xzp|
+ * and |w - wz| are at most 255; with AVX-512 VNNI vpdpwssd adds them to the sums in the same
+ * instruction, wrapping as the separate add does); an odd last tap is paired with a zero weight.
+ * The unpacks work within 128-bit lanes, so the two int32 vectors hold positions {0-3, 8-11, ...}
+ * and {4-7, 12-15, ...}; one two-source permute per half puts them back in order.  Reads run up to
+ * 31 elements past the last sum's taps (into the plane's zeroed slack); up to 31 sums past n are
+ * written, unused. */
+static inline __m512i cuvil_qdw_madd(__m512i acc, __m512i x, __m512i w) {
+#if defined(__AVX512VNNI__)
+    return _mm512_dpwssd_epi32(acc, x, w);
+#else
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(x, w));
+#endif
+}
+
+static void cuvil_qdw_taps_avx512(const cuvil_qdw_job *j, const int16_t *plane, int64_t oc, int64_t n, int32_t *acc) {
     const int64_t taps = j->g->k[0] * j->g->k[1];
-    enum { MAXT = 64 }; /* taps per pass: the tap offsets live on the stack */
-    int64_t off[MAXT];
-    int32_t wpair[MAXT / 2];
+    const int32_t *wpair = j->wpair + oc * j->npairs;
+    const int64_t *off = j->poff;
     const __m512i i0 = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
     const __m512i i1 = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
     const __m512i u0 = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
     const __m512i u1 = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
-    for (int64_t t0 = 0; t0 < taps; t0 += MAXT) {
-        const int64_t nt = taps - t0 < MAXT ? taps - t0 : MAXT, np = (nt + 1) / 2;
-        for (int64_t q = 0; q < np * 2; q++) {
-            const int64_t t = t0 + (q < nt ? q : nt - 1);
-            off[q] = j->toff[t];
-            const int64_t wi = oc * taps + t;
-            const int32_t wv = q < nt ? (j->w_signed ? (int32_t)((const int8_t *)j->w)[wi]
-                                                     : (int32_t)((const uint8_t *)j->w)[wi]) - wz : 0;
-            if (q % 2 == 0)
-                wpair[q / 2] = (int32_t)(uint16_t)(int16_t)wv;
-            else
-                wpair[q / 2] = (int32_t)((uint32_t)wpair[q / 2] | (uint32_t)(uint16_t)(int16_t)wv << 16);
-        }
+    for (int64_t t0 = 0; t0 < taps; t0 += CUVIL_QDW_MAXT) {
+        const int64_t nt = taps - t0 < CUVIL_QDW_MAXT ? taps - t0 : CUVIL_QDW_MAXT, np = (nt + 1) / 2;
         for (int64_t i = 0; i < n; i += 32) {
             __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
             if (t0 > 0) { /* a later pass adds to the sums, taken back into the permuted order */
@@ -141,12 +181,14 @@ static void cuvil_qdw_taps_avx512(const cuvil_qdw_job *j, const int16_t *plane, 
                 const __m512i xa = _mm512_loadu_si512((const void *)(plane + off[2 * p] + i));
                 const __m512i xb = _mm512_loadu_si512((const void *)(plane + off[2 * p + 1] + i));
                 const __m512i w = _mm512_set1_epi32(wpair[p]);
-                lo = _mm512_add_epi32(lo, _mm512_madd_epi16(_mm512_unpacklo_epi16(xa, xb), w));
-                hi = _mm512_add_epi32(hi, _mm512_madd_epi16(_mm512_unpackhi_epi16(xa, xb), w));
+                lo = cuvil_qdw_madd(lo, _mm512_unpacklo_epi16(xa, xb), w);
+                hi = cuvil_qdw_madd(hi, _mm512_unpackhi_epi16(xa, xb), w);
             }
             _mm512_storeu_si512((void *)(acc + i), _mm512_permutex2var_epi32(lo, i0, hi));
             _mm512_storeu_si512((void *)(acc + i + 16), _mm512_permutex2var_epi32(lo, i1, hi));
         }
+        off += 2 * np;
+        wpair += np;
     }
 }
 #endif
@@ -219,7 +261,8 @@ static void cuvil_qdw_task(void *ctx, int64_t task, int tid) {
     int16_t *restrict plane = (int16_t *)(j->scratch + (size_t)tid * j->per_thread);
     const int64_t planes = (sh * sw * phase + CUVIL_QDW_SLACK + 31) / 32 * 32;
     int32_t *restrict acc = (int32_t *)(plane + planes);
-    memset(plane, 0, sizeof(int16_t) * (size_t)planes);
+    /* no clearing: the scratch was zeroed once, and every task of the call writes the same plane
+       elements (the input's), so the padding and the slack stay zero */
     const int64_t pt = g->pad[0], pl = g->pad[1];
     int64_t clo, chi; /* padded columns that hold input: pl <= px < pl + W, within the plane */
     cuvil_conv_valid(-pl, 1, W, sw * PWp, &clo, &chi);
@@ -276,10 +319,10 @@ static void cuvil_qdw_task(void *ctx, int64_t task, int tid) {
         }
     }
     const int64_t n = (OH - 1) * PWp + OW;
-    const int32_t wz = j->wzp[oc * j->wzstep];
 #if defined(__AVX512BW__)
-    cuvil_qdw_taps_avx512(j, plane, oc, wz, n, acc);
+    cuvil_qdw_taps_avx512(j, plane, oc, n, acc);
 #else
+    const int32_t wz = j->wzp[oc * j->wzstep];
     const int64_t KH = g->k[0], KW = g->k[1];
     for (int64_t i = 0; i < n; i++) acc[i] = 0;
     for (int64_t ky = 0; ky < KH; ky++)
@@ -297,7 +340,13 @@ static void cuvil_qdw_task(void *ctx, int64_t task, int tid) {
         const cuvil_qg_output *o = j->out;
         uint8_t *run = (uint8_t *)(acc + OH * PWp + CUVIL_QDW_SLACK);
         cuvil_qconv_req_avx512(o, o->mult[oc * o->mult_rs], o->bias ? o->bias[oc * o->bias_rs] : 0, acc, n, run);
-        for (int64_t oy = 0; oy < OH; oy++) memcpy((uint8_t *)o->yq + y0 + oy * OW, run + oy * PWp, (size_t)OW);
+        uint8_t *y = (uint8_t *)o->yq + y0;
+        if (OW <= 64) { /* short rows: one masked move each */
+            const __mmask64 km = OW == 64 ? ~(__mmask64)0 : (((__mmask64)1 << OW) - 1);
+            for (int64_t oy = 0; oy < OH; oy++)
+                _mm512_mask_storeu_epi8(y + oy * OW, km, _mm512_maskz_loadu_epi8(km, run + oy * PWp));
+        } else
+            for (int64_t oy = 0; oy < OH; oy++) memcpy(y + oy * OW, run + oy * PWp, (size_t)OW);
         return;
     }
 #endif
@@ -320,26 +369,55 @@ static int cuvil_qconv_depthwise(const cuvil_conv_geom *g, const void *x, int x_
     j.per_thread = (j.per_thread + CUVIL_ALIGN - 1) / CUVIL_ALIGN * CUVIL_ALIGN;
     /* tap (ky, kx) reads output (oy, ox)'s input at (oy + ky*dh / sh, ox + kx*dw / sw) of phase
        (ky*dh % sh, kx*dw % sw): one offset into the plane, the same for every channel */
-    const int64_t taps = g->k[0] * g->k[1], phase = j.PHp * j.PWp;
-    int64_t *toff = (int64_t *)malloc(sizeof(int64_t) * (size_t)taps);
+    const int64_t taps = g->k[0] * g->k[1], phase = j.PHp * j.PWp, npairs = cuvil_qdw_npairs(taps);
+    int64_t *toff = (int64_t *)malloc(sizeof(int64_t) * (size_t)(taps + 2 * npairs));
     if (!toff) return -1;
     for (int64_t t = 0; t < taps; t++) {
         const int64_t ry = t / g->k[1] * g->dil[0], rx = t % g->k[1] * g->dil[1];
         toff[t] = ((ry % sh) * sw + rx % sw) * phase + (ry / sh) * j.PWp + rx / sw;
     }
-    j.toff = toff;
+    /* the pairs' offsets, pass after pass: an odd last tap is paired with itself (weight 0) */
+    int64_t *poff = toff + taps, q = 0;
+    for (int64_t t0 = 0; t0 < taps; t0 += CUVIL_QDW_MAXT) {
+        const int64_t nt = taps - t0 < CUVIL_QDW_MAXT ? taps - t0 : CUVIL_QDW_MAXT;
+        for (int64_t t = 0; t < (nt + 1) / 2 * 2; t++) poff[q++] = toff[t0 + (t < nt ? t : nt - 1)];
+    }
+    j.toff = toff, j.poff = poff, j.npairs = npairs, j.wpair = NULL;
+    int32_t *wown = NULL;
+#if defined(__AVX512BW__)
+    /* the weight pairs: cached with the model when the weights and their zero points are constants */
+    const cuvil_qdw_pair_args pa = {w, w_signed, wzp, wzstep, g->cout, taps};
+    const size_t pbytes = sizeof(int32_t) * (size_t)(g->cout * npairs);
+    if (cuvil_is_constant(w, (size_t)(g->cout * taps)) &&
+        cuvil_is_constant(wzp, sizeof(int32_t) * (size_t)((g->cout - 1) * wzstep + 1))) {
+        const int64_t key[CUVIL_CACHE_KEY] = {0x51445750, g->cout, taps, w_signed, (int64_t)(uintptr_t)wzp, wzstep, 0, 0};
+        j.wpair = (const int32_t *)cuvil_cache_get(w, key, pbytes, cuvil_qdw_pairs_build, &pa);
+    }
+    if (!j.wpair) {
+        wown = (int32_t *)malloc(pbytes);
+        if (!wown) {
+            free(toff);
+            return -1;
+        }
+        cuvil_qdw_pairs_build(wown, &pa);
+        j.wpair = wown;
+    }
+#endif
     const int64_t ntasks = g->batch * g->cout, work = ntasks * g->out[0] * g->out[1] * g->k[0] * g->k[1];
     const int par = work >= CUVIL_QG_PAR_MIN && ntasks > 1;
     const int nt = par ? cuvil_num_threads_now() : 1;
     j.scratch = (char *)aligned_alloc(CUVIL_ALIGN, j.per_thread * (size_t)nt);
     if (!j.scratch) {
+        free(wown);
         free(toff);
         return -1;
     }
+    memset(j.scratch, 0, j.per_thread * (size_t)nt); /* the planes' padding and slack, for the whole call */
     if (par)
         cuvil_parallel_for(ntasks, cuvil_qdw_task, &j);
     else
         for (int64_t t = 0; t < ntasks; t++) cuvil_qdw_task(&j, t, 0);
+    free(wown);
     free(j.scratch);
     free(toff);
     return 0;

@@ -435,33 +435,38 @@ static void cuvil_qg_epilogue_v(const cuvil_qg_job *g, const int32_t *tile, int6
         uint32_t c = bias_row ? (uint32_t)o->bias[i * o->bias_rs] : 0u;
         if (zc_one) c -= ((uint32_t)g->C->zp[0] + (uint32_t)g->off) * (uint32_t)g->rsum[i];
         const __m512i vc = _mm512_set1_epi32((int32_t)c);
-        __m128i q[2];
+        __m512i v[2];
+#pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             const int64_t j = j0 + 16 * h;
-            __m512i v = _mm512_add_epi32(_mm512_load_si512((const void *)(tile + r * CUVIL_QG_NR + 16 * h)), vc);
-            if (!zc_one) v = _mm512_sub_epi32(v, _mm512_mullo_epi32(zc[h], vrs));
+            v[h] = _mm512_add_epi32(_mm512_load_si512((const void *)(tile + r * CUVIL_QG_NR + 16 * h)), vc);
+            if (!zc_one) v[h] = _mm512_sub_epi32(v[h], _mm512_mullo_epi32(zc[h], vrs));
             if (zr) {
-                v = _mm512_sub_epi32(v, _mm512_mullo_epi32(vzr, cs[h]));
-                v = _mm512_add_epi32(v, _mm512_mullo_epi32(vkz, zc[h]));
+                v[h] = _mm512_sub_epi32(v[h], _mm512_mullo_epi32(vzr, cs[h]));
+                v[h] = _mm512_add_epi32(v[h], _mm512_mullo_epi32(vkz, zc[h]));
             }
             if (o->bias && o->bias_cs)
-                v = _mm512_add_epi32(v, _mm512_maskz_loadu_epi32(km[h], o->bias + i * o->bias_rs + j));
-            if (o->y32) {
-                _mm512_mask_storeu_epi32(o->y32 + i * o->ldy + j, km[h], v);
-                continue;
-            }
-            const float *mp = o->mult + i * o->mult_rs;
-            const __m512 m = o->mult_cs ? _mm512_maskz_loadu_ps(km[h], mp + j) : _mm512_set1_ps(mp[0]);
-            if (o->yf) {
-                _mm512_mask_storeu_ps(o->yf + i * o->ldy + j, km[h], _mm512_mul_ps(_mm512_cvtepi32_ps(v), m));
-                continue;
-            }
-            q[h] = cuvil_qreq16(v, m, lo, hi, zp, g->mult_nan);
+                v[h] = _mm512_add_epi32(v[h], _mm512_maskz_loadu_epi32(km[h], o->bias + i * o->bias_rs + j));
         }
-        /* one 32-byte store per row: a narrowing store per half is slow on some cores */
-        if (o->yq)
-            _mm256_mask_storeu_epi8((uint8_t *)o->yq + i * o->ldy + j0, kq,
-                                    _mm256_inserti128_si256(_mm256_castsi128_si256(q[0]), q[1], 1));
+        if (o->y32) {
+            _mm512_mask_storeu_epi32(o->y32 + i * o->ldy + j0, km[0], v[0]);
+            _mm512_mask_storeu_epi32(o->y32 + i * o->ldy + j0 + 16, km[1], v[1]);
+            continue;
+        }
+        const float *mp = o->mult + i * o->mult_rs;
+        const __m512 m0 = o->mult_cs ? _mm512_maskz_loadu_ps(km[0], mp + j0) : _mm512_set1_ps(mp[0]);
+        const __m512 m1 = o->mult_cs ? _mm512_maskz_loadu_ps(km[1], mp + j0 + 16) : m0;
+        if (o->yf) {
+            _mm512_mask_storeu_ps(o->yf + i * o->ldy + j0, km[0], _mm512_mul_ps(_mm512_cvtepi32_ps(v[0]), m0));
+            _mm512_mask_storeu_ps(o->yf + i * o->ldy + j0 + 16, km[1], _mm512_mul_ps(_mm512_cvtepi32_ps(v[1]), m1));
+            continue;
+        }
+        /* both halves narrowed in registers, then one 32-byte store per row (a narrowing store to
+           memory per half is slow on some cores) */
+        const __m128i q0 = cuvil_qreq16(v[0], m0, lo, hi, zp, g->mult_nan);
+        const __m128i q1 = cuvil_qreq16(v[1], m1, lo, hi, zp, g->mult_nan);
+        _mm256_mask_storeu_epi8((uint8_t *)o->yq + i * o->ldy + j0, kq,
+                                _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1));
     }
 }
 #endif
