@@ -40,6 +40,8 @@ from cuvil.ir.dtypes import DType
 BINS = 2048
 METHODS = ("minmax", "percentile", "entropy")
 ONE_SIDED = 0.05  # a symmetric range whose smaller side is below this fraction of the larger is "one-sided"
+ONE_SIDED_WARNING = "symmetric int8 quantization of a one-sided range"
+ONE_SIDED_ADVICE = "quantize asymmetrically (symmetric=False) to use them all"
 WEIGHT_QMAX = 127  # weights use [-127, 127]: symmetric, so -128 (which has no positive twin) is never used
 
 
@@ -221,9 +223,9 @@ def activation_qparams(name: str, lo: float, hi: float, observed: tuple[float, f
         if oamax > 0.0 and small < ONE_SIDED * oamax:
             side = "non-negative" if omin >= -ONE_SIDED * oamax else "non-positive"
             warnings.append(
-                f"tensor {name!r}: symmetric int8 quantization of a one-sided range [{omin:.6g}, {omax:.6g}] "
+                f"tensor {name!r}: {ONE_SIDED_WARNING} [{omin:.6g}, {omax:.6g}] "
                 f"(almost all {side}): about half of the 256 codes are never used, so it gets ~7 bits of "
-                "resolution; quantize asymmetrically (symmetric=False) to use them all")
+                f"resolution; {ONE_SIDED_ADVICE}")
         if oamax == 0.0:
             warnings.append(f"tensor {name!r} was 0 on every calibration sample; its scale is set to 1")
         return QParams(float(scale), 0, DType.i8, -amax, amax), warnings

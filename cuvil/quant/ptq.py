@@ -76,7 +76,14 @@ from cuvil.passes.fold_qdq import fold_float_products
 from cuvil.quant.accuracy import PrecisionReport
 from cuvil.quant.calibrate import RunnerOptions, check_coverage, observe
 from cuvil.quant.data import CalibrationSet, calibration_set
-from cuvil.quant.observers import METHODS, QParams, activation_qparams, quantize_weight
+from cuvil.quant.observers import (
+    METHODS,
+    ONE_SIDED_ADVICE,
+    ONE_SIDED_WARNING,
+    QParams,
+    activation_qparams,
+    quantize_weight,
+)
 
 log = logging.getLogger("cuvil.quant")
 
@@ -321,6 +328,7 @@ def post_training_quantize(graph: Graph, dataset: Any, options: QuantOptions,
     observers, ran = observe(graph, acts, calib, options.method, options.symmetric, runner)
     report.runner = ran.to_json()
     params: dict[Value, QParams] = {}
+    one_sided: list[str] = []  # "name [min, max]" of the tensors that got the one-sided warning
     for v in acts:
         o = observers[v]
         lo, hi = o.clip_range(options.method, options.symmetric, options.percentile)
@@ -328,11 +336,12 @@ def post_training_quantize(graph: Graph, dataset: Any, options: QuantOptions,
         params[v] = qp
         report.activations[v.name] = qp
         report.warnings.extend(warns)
+        if any(ONE_SIDED_WARNING in w for w in warns):
+            one_sided.append(f"{v.name!r} [{o.min:.4g}, {o.max:.4g}]")
     for y, x in integer.pools.items():  # rule 6, in definition order: a pool of a pool is found filled
         params[y] = params[x]
     quantize_graph(graph, nodes, params, report, integer)
-    for w in report.warnings:
-        log.warning("%s", w)
+    _log_warnings(report.warnings, one_sided)
     report.seconds = time.perf_counter() - t0
     log.info("int8 post-training quantization: %d nodes, %d activations, %d weights from %d examples "
              "(%s calibration, %s; %d calls of the %s runner) in %.2f s", len(report.nodes), len(acts),
@@ -483,6 +492,24 @@ class QuantAccuracyReport(PrecisionReport):
 
     def to_json(self) -> dict[str, Any]:
         return {**super().to_json(), "quantization": self.quantization}
+
+
+# More one-sided tensors than this are logged as one warning that lists them all (a ReLU network has
+# one per activation); the precision report keeps one warning per tensor either way.
+ONE_SIDED_LOG_LIMIT = 3
+
+
+def _log_warnings(warnings: Sequence[str], one_sided: Sequence[str]) -> None:
+    """Log the quantization's warnings on ``cuvil.quant``, each once; the one-sided ones (``one_sided``
+    names their tensors and ranges) in one line when there are many."""
+    grouped = len(one_sided) > ONE_SIDED_LOG_LIMIT
+    for w in warnings:
+        if not (grouped and ONE_SIDED_WARNING in w):
+            log.warning("%s", w)
+    if grouped:
+        log.warning("%d tensors have one-sided ranges under symmetric int8 quantization, each using about half of "
+                    "the 256 codes (~7 bits of resolution): %s; %s", len(one_sided), ", ".join(one_sided),
+                    ONE_SIDED_ADVICE)
 
 
 def compile_int8(graph: Graph, copy: bool, target: str, enable_fusion: bool, dataset: Any, options: QuantOptions,

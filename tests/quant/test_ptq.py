@@ -116,6 +116,31 @@ def test_symmetric_one_sided_warning_is_logged_and_recorded(caplog: pytest.LogCa
     assert not any("tensor 'x'" in w for w in logged)  # a two-sided input: no warning
 
 
+def _relu_stack(layers: int) -> Graph:
+    """x[batch, 8] -> (matmul -> relu) x layers -> matmul: as many one-sided activations as layers."""
+    b = Builder()
+    rng = np.random.default_rng(3)
+    h = b.input("x", TensorType(DType.f32, (DimExpr.symbol("batch"), 8)))
+    for i in range(layers):
+        w = b.constant((rng.standard_normal((8, 8)) * 0.5).astype(np.float32))
+        h = b.add1("relu", [b.add1("matmul", [h, w], names=[f"h{i}"])], names=[f"r{i}"])
+    b.output(b.add1("matmul", [h, b.constant(rng.standard_normal((8, 4)).astype(np.float32))], names=["y"]))
+    b.graph.symbols["batch"] = SymbolInfo("batch", 1, 64)
+    return b.graph
+
+
+def test_many_one_sided_tensors_are_logged_as_one_warning_that_names_each(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="cuvil.quant"):
+        m = cuvil.compile(_relu_stack(6), "ref", quant_dtype="int8", calibration_dataset=_vectors(64))
+    logged = [r.getMessage() for r in caplog.records if r.name == "cuvil.quant" and r.levelno == logging.WARNING]
+    grouped = [w for w in logged if "one-sided" in w]
+    assert len(grouped) == 1 and grouped[0].startswith("6 tensors have one-sided ranges"), logged
+    assert all(f"'r{i}' [0, " in grouped[0] for i in range(6)) and "symmetric=False" in grouped[0]
+    assert m.info.precision is not None  # the report keeps one warning per tensor
+    recorded = [w for w in m.info.precision["quantization"]["warnings"] if "one-sided" in w]
+    assert sorted(w.split(":")[0] for w in recorded) == [f"tensor 'r{i}'" for i in range(6)]
+
+
 def test_asymmetric_zero_point_outside_range_warning(caplog: pytest.LogCaptureFixture) -> None:
     rng = np.random.default_rng(0)
     data = [(rng.uniform(0, 1, (1, 8)).astype(np.float32),) for _ in range(64)]
