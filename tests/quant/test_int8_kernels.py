@@ -39,6 +39,13 @@ def _conv_graph() -> tuple[Graph, dict[str, np.ndarray]]:
         outs.append(b.add1("qlinear_conv", [xi, _f32(b, 0.03), c(np.int8(-5)), wd,
                                             _f32(b, rng.uniform(0.001, 0.01, 6)), wzp, _f32(b, 0.05), c(np.int8(4)),
                                             c(rng.integers(-3000, 3000, 6).astype(np.int32))], attrs))
+    # depthwise, stride 2 on rows too wide for the row masks made once per plane (more than 8 steps of 32
+    # columns)
+    xw = b.input("xw", TensorType(DType.i8, (1, 2, 5, 530)))
+    w2d = c(rng.integers(-128, 128, (2, 1, 3, 3)).astype(np.int8))
+    outs.append(b.add1("qlinear_conv", [xw, _f32(b, 0.03), c(np.int8(2)), w2d, _f32(b, 0.004), c(np.int8(0)),
+                                        _f32(b, 0.05), c(np.int8(-1))], {"group": 2, "strides": [2, 2],
+                                                                         "pads": [1, 1, 1, 1]}))
     # depthwise 9x9 (81 taps: more than one pass of the vectorized kernel), dilated, channel multiplier 2,
     # uint8 weights, int32 output
     w9 = c(rng.integers(0, 256, (12, 1, 9, 9)).astype(np.uint8))
@@ -73,7 +80,8 @@ def _conv_graph() -> tuple[Graph, dict[str, np.ndarray]]:
     b.output(*outs)
     inputs = {"xi": rng.integers(-128, 128, (2, 6, 21, 37)).astype(np.int8),
               "xu": rng.integers(0, 256, (1, 19, 9, 13)).astype(np.uint8),
-              "a": rng.integers(-128, 128, (35, 70)).astype(np.int8)}
+              "a": rng.integers(-128, 128, (35, 70)).astype(np.int8),
+              "xw": rng.integers(-128, 128, (1, 2, 5, 530)).astype(np.int8)}
     inputs["xu"].reshape(-1)[:40] = 131  # the zero point itself: products of 0 (NaN under an infinite multiplier)
     inputs["xi"][:, :, :4, :] = 0
     return b.graph, inputs

@@ -229,20 +229,56 @@ static inline uint64_t cuvil_qdw_bits(int64_t lo, int64_t hi) {
 /* Column stride 2: both column phases of one padded row from the same loads.  src[px] is the input
  * byte of padded column px (read only for clo <= px < chi, by masked loads); padded column
  * 2q + c goes to dc[q] - xzp for q in [q0[c], q1[c]).  The even bytes are the low halves of the
- * 16-bit words, the odd ones the high halves. */
+ * 16-bit words, the odd ones the high halves.  The masks of the row's 32-column steps are the same
+ * for every row: made once (cuvil_qdw_row2_masks) for rows of up to CUVIL_QDW_ROW2_STEPS steps. */
+#define CUVIL_QDW_ROW2_STEPS 8
+typedef struct cuvil_qdw_row2 {
+    int64_t qs0, steps;
+    __mmask64 kb[CUVIL_QDW_ROW2_STEPS];
+    __mmask32 k0[CUVIL_QDW_ROW2_STEPS], k1[CUVIL_QDW_ROW2_STEPS];
+} cuvil_qdw_row2;
+
+/* The masks of every step, or 0 when the row has more steps than they hold. */
+static inline int cuvil_qdw_row2_masks(cuvil_qdw_row2 *m, int64_t clo, int64_t chi, const int64_t q0[2],
+                                       const int64_t q1[2]) {
+    const int64_t qe = q1[0] > q1[1] ? q1[0] : q1[1];
+    m->qs0 = clo / 2;
+    m->steps = qe > m->qs0 ? (qe - m->qs0 + 31) / 32 : 0;
+    if (m->steps > CUVIL_QDW_ROW2_STEPS) return 0;
+    for (int64_t s = 0; s < m->steps; s++) {
+        const int64_t qs = m->qs0 + 32 * s;
+        m->kb[s] = (__mmask64)cuvil_qdw_bits(clo - 2 * qs, chi - 2 * qs);
+        m->k0[s] = (__mmask32)cuvil_qdw_bits(q0[0] - qs, q1[0] - qs);
+        m->k1[s] = (__mmask32)cuvil_qdw_bits(q0[1] - qs, q1[1] - qs);
+    }
+    return 1;
+}
+
+static inline __attribute__((always_inline)) void cuvil_qdw_row2_step(int16_t *d0, int16_t *d1, const uint8_t *src,
+                                                                     int x_signed, __m512i z, int64_t qs,
+                                                                     __mmask64 kb, __mmask32 k0, __mmask32 k1) {
+    const __m512i b = _mm512_maskz_loadu_epi8(kb, src + 2 * qs);
+    const __m512i ev = x_signed ? _mm512_srai_epi16(_mm512_slli_epi16(b, 8), 8) : _mm512_and_si512(b, _mm512_set1_epi16(0xff));
+    const __m512i od = x_signed ? _mm512_srai_epi16(b, 8) : _mm512_srli_epi16(b, 8);
+    _mm512_mask_storeu_epi16(d0 + qs, k0, _mm512_sub_epi16(ev, z));
+    _mm512_mask_storeu_epi16(d1 + qs, k1, _mm512_sub_epi16(od, z));
+}
+
 static inline __attribute__((always_inline)) void cuvil_qdw_row2_avx512(int16_t *d0, int16_t *d1, const uint8_t *src,
                                                                        int x_signed, int64_t clo, int64_t chi,
                                                                        const int64_t q0[2], const int64_t q1[2],
-                                                                       int32_t xzp) {
+                                                                       const cuvil_qdw_row2 *m, int32_t xzp) {
     const __m512i z = _mm512_set1_epi16((int16_t)xzp);
-    const int64_t qe = q1[0] > q1[1] ? q1[0] : q1[1];
-    for (int64_t qs = clo / 2; qs < qe; qs += 32) {
-        const __m512i b = _mm512_maskz_loadu_epi8((__mmask64)cuvil_qdw_bits(clo - 2 * qs, chi - 2 * qs), src + 2 * qs);
-        const __m512i ev = x_signed ? _mm512_srai_epi16(_mm512_slli_epi16(b, 8), 8) : _mm512_and_si512(b, _mm512_set1_epi16(0xff));
-        const __m512i od = x_signed ? _mm512_srai_epi16(b, 8) : _mm512_srli_epi16(b, 8);
-        _mm512_mask_storeu_epi16(d0 + qs, (__mmask32)cuvil_qdw_bits(q0[0] - qs, q1[0] - qs), _mm512_sub_epi16(ev, z));
-        _mm512_mask_storeu_epi16(d1 + qs, (__mmask32)cuvil_qdw_bits(q0[1] - qs, q1[1] - qs), _mm512_sub_epi16(od, z));
+    if (m) {
+        for (int64_t s = 0; s < m->steps; s++)
+            cuvil_qdw_row2_step(d0, d1, src, x_signed, z, m->qs0 + 32 * s, m->kb[s], m->k0[s], m->k1[s]);
+        return;
     }
+    const int64_t qe = q1[0] > q1[1] ? q1[0] : q1[1];
+    for (int64_t qs = clo / 2; qs < qe; qs += 32)
+        cuvil_qdw_row2_step(d0, d1, src, x_signed, z, qs, (__mmask64)cuvil_qdw_bits(clo - 2 * qs, chi - 2 * qs),
+                            (__mmask32)cuvil_qdw_bits(q0[0] - qs, q1[0] - qs),
+                            (__mmask32)cuvil_qdw_bits(q0[1] - qs, q1[1] - qs));
 }
 #endif
 
@@ -279,10 +315,12 @@ static void cuvil_qdw_task(void *ctx, int64_t task, int tid) {
             q0[c0] = clo > c0 ? (clo - c0 + 1) / 2 : 0;
             q1[c0] = chi > c0 ? (chi - c0 + 1) / 2 : 0;
         }
+        cuvil_qdw_row2 masks;
+        const cuvil_qdw_row2 *m = cuvil_qdw_row2_masks(&masks, clo, chi, q0, q1) ? &masks : NULL;
         int64_t pr = pt % sh, pq = pt / sh;
         for (int64_t iy = 0; iy < H && pq < PHp && chi > clo; iy++, pr = pr + 1 < sh ? pr + 1 : 0, pq += pr == 0)
             cuvil_qdw_row2_avx512(plane + pr * 2 * phase + pq * PWp, plane + (pr * 2 + 1) * phase + pq * PWp,
-                                  (const uint8_t *)j->x + base + iy * W - pl, j->x_signed, clo, chi, q0, q1, j->xzp);
+                                  (const uint8_t *)j->x + base + iy * W - pl, j->x_signed, clo, chi, q0, q1, m, j->xzp);
     } else
 #endif
     for (int64_t c0 = 0; c0 < sw; c0++) { /* column phase c0: px = q * sw + c0 */
