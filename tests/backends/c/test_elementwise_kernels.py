@@ -7,6 +7,7 @@ every build must compile without warnings.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto as T
-from onnx import helper
+from onnx import helper, numpy_helper
 
 import cuvil
 from cuvil.ir.parser import parse_graph
@@ -298,3 +299,36 @@ def test_broadcast_mismatch_is_a_clear_error(tmp_path: Path) -> None:
         c(np.ones((2, 3), np.float32), np.ones((3, 1), np.float32), np.ones(3, np.float32))
     with pytest.raises(cuvil.CuvilError, match="do not broadcast"):
         c(np.ones((2, 3), np.float32), np.ones((1, 1), np.float32), np.ones(4, np.float32))
+
+
+@pytest.mark.parametrize("target", ["generic", "native"])
+def test_relu_and_clip_with_constant_bounds_keep_nan_and_signed_zeros(target: str, tmp_path: Path,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """Constant bounds take the shorter NaN test (the bound cannot be NaN): a NaN input still comes
+    through, and an input equal to a bound (-0.0 against 0.0 included) gives the bound, bit for bit
+    as the reference, in the clip kernel, a fused elementwise loop and a matmul's tile epilogue."""
+    lo = numpy_helper.from_array(np.array(0.0, np.float32), "lo")
+    hi = numpy_helper.from_array(np.array(6.0, np.float32), "hi")
+    one = numpy_helper.from_array(np.ones((1, 16), np.float32), "one")  # K = 1: the products are exact
+    two = numpy_helper.from_array(np.full((1, 16), 2.0, np.float32), "two")
+    nodes = [helper.make_node("Clip", ["x", "lo", "hi"], ["clip"]),
+             helper.make_node("Relu", ["x"], ["relu"]),
+             helper.make_node("Neg", ["x"], ["negated"]),
+             helper.make_node("Clip", ["negated", "lo", "hi"], ["fused"]),
+             helper.make_node("MatMul", ["x", "one"], ["prod"]),
+             helper.make_node("Clip", ["prod", "lo", "hi"], ["epilogue"]),
+             helper.make_node("MatMul", ["x", "two"], ["prod2"]),
+             helper.make_node("Relu", ["prod2"], ["epilogue_relu"])]
+    outs = ["clip", "relu", "fused", "epilogue", "epilogue_relu"]
+    model = make_model(nodes, [vi("x", T.FLOAT, [40, 1])], outs, [lo, hi, one, two])
+    special = [np.nan, -np.nan, -0.0, 0.0, 6.0, -6.0, np.inf, -np.inf, 6.0000005, -1e-45, 1e-45, 3.0]
+    x = np.concatenate([special, RNG.standard_normal(28) * 8]).astype(np.float32).reshape(40, 1)
+    with caplog.at_level(logging.DEBUG, logger="cuvil.backends.c.kernel"):
+        m = cuvil.compile(model, target=target, cache_dir=str(tmp_path / "cache"))
+    assert "epilogue on each finished tile of the matmul product: clip" in caplog.text
+    assert "epilogue on each finished tile of the matmul product: relu" in caplog.text
+    assert "fused elementwise loop: neg, clip" in caplog.text
+    got, want = m(x), cuvil.compile(model, target="ref")(x)
+    for name, g, w in zip(outs, got, want):
+        assert np.array_equal(g.view(np.uint32), w.view(np.uint32)), name
+    assert np.isnan(got[0][:2]).all() and np.signbit(got[0][2]) == np.signbit(want[0][2])

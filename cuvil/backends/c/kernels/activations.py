@@ -16,6 +16,7 @@ from cuvil.backends.c.kernels.common import elementwise
 from cuvil.backends.c.kernels.elementwise import (
     MATH_HEADER,
     Scalar,
+    constant_not_nan,
     elementwise_op,
     is_float,
     nan_max,
@@ -35,7 +36,7 @@ def _attr(s: Scalar, name: str) -> str:
 
 @elementwise_op("relu")
 def relu(s: Scalar, a: Sequence[str]) -> str:
-    return nan_max(s, a[0], s.lit(0) if is_float(s) else "0")
+    return nan_max(s, a[0], s.lit(0) if is_float(s) else "0", b_not_nan=True)
 
 
 @elementwise_op("leaky_relu")
@@ -159,13 +160,14 @@ def _clip(k: KernelCtx) -> None:
         k.w.line(f"const {x.ctype_compute} {name} = {k.inp(i).load('0')};")
         bounds.append(name)
     lo, hi = bounds
+    lo_nn, hi_nn = (constant_not_nan(k.node.inputs[i]) if len(k.node.inputs) > i else False for i in (1, 2))
 
     def expr(args: Sequence[str]) -> str:
         y = args[0]
         if lo is not None:
-            y = nan_max(s, y, lo)
+            y = nan_max(s, y, lo, lo_nn)
         if hi is not None:
-            y = nan_min(s, y, hi)
+            y = nan_min(s, y, hi, hi_nn)
         return y
 
     elementwise(k, expr, [x])

@@ -21,11 +21,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from cuvil.backends.c import ctypes_map as ct
 from cuvil.backends.c.kernel import KernelCtx, kernel
 from cuvil.backends.c.kernels.common import elementwise
 from cuvil.backends.c.writer import c_float
 from cuvil.ir.dtypes import FLOATS, SIGNED_INTS, DType
+from cuvil.ir.graph import Value
+from cuvil.ops.common import const_of
 
 MATH_HEADER = "cuvil_math.h"
 
@@ -110,13 +114,26 @@ def wrapping(s: Scalar, op: str, a: str, b: str) -> str:
     return f"({a} {op} {b})"
 
 
-def nan_max(s: Scalar, a: str, b: str) -> str:
-    """NumPy's maximum: NaN from either operand propagates."""
-    return f"{s.helper('max')}({a}, {b})" if is_float(s) else f"({a} > {b} ? {a} : {b})"
+def nan_max(s: Scalar, a: str, b: str, b_not_nan: bool = False) -> str:
+    """NumPy's maximum: NaN from either operand propagates.  ``b_not_nan``: ``b`` is known not to
+    be NaN (a literal, a constant), which makes the float test one compare and one select."""
+    if not is_float(s):
+        return f"({a} > {b} ? {a} : {b})"
+    return f"{s.helper('max_nn' if b_not_nan else 'max')}({a}, {b})"
 
 
-def nan_min(s: Scalar, a: str, b: str) -> str:
-    return f"{s.helper('min')}({a}, {b})" if is_float(s) else f"({a} < {b} ? {a} : {b})"
+def nan_min(s: Scalar, a: str, b: str, b_not_nan: bool = False) -> str:
+    if not is_float(s):
+        return f"({a} < {b} ? {a} : {b})"
+    return f"{s.helper('min_nn' if b_not_nan else 'min')}({a}, {b})"
+
+
+def constant_not_nan(v: Value | None) -> bool:
+    """Whether ``v`` is a constant (a ``constant`` node's value) with no NaN in it."""
+    c = const_of(v)
+    if c is None:
+        return False
+    return c.dtype.kind in "biu" or not bool(np.isnan(np.asarray(c).astype(np.float64)).any())
 
 
 # Arithmetic ---------------------------------------------------------------------

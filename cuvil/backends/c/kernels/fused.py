@@ -31,7 +31,7 @@ from cuvil.backends.c import ctypes_map as ct
 from cuvil.backends.c.codegen import CodegenError
 from cuvil.backends.c.kernel import CVal, KernelCtx, find_kernel, kernel
 from cuvil.backends.c.kernels.common import F16_CHUNK, elementwise
-from cuvil.backends.c.kernels.elementwise import MATH_HEADER, SCALAR, Scalar, nan_max, nan_min
+from cuvil.backends.c.kernels.elementwise import MATH_HEADER, SCALAR, Scalar, constant_not_nan, nan_max, nan_min
 from cuvil.backends.c.kernels.half import HALF
 from cuvil.ir.dtypes import DType
 from cuvil.ir.graph import Graph, Node, Value
@@ -39,12 +39,14 @@ from cuvil.ops.fused import EPILOGUE_BASES, extra_kind
 from cuvil.ops.registry import get
 
 
-def _clip(s: Scalar, node: Node, args: dict[Value, str]) -> str:
+def _clip(s: Scalar, node: Node, args: dict[Value, str], not_nan: frozenset[str]) -> str:
     y = args[node.inputs[0]]  # type: ignore[index]
     if len(node.inputs) > 1 and node.inputs[1] is not None:
-        y = nan_max(s, y, args[node.inputs[1]])
+        lo = args[node.inputs[1]]
+        y = nan_max(s, y, lo, lo in not_nan)
     if len(node.inputs) > 2 and node.inputs[2] is not None:
-        y = nan_min(s, y, args[node.inputs[2]])
+        hi = args[node.inputs[2]]
+        y = nan_min(s, y, hi, hi in not_nan)
     return y
 
 
@@ -76,18 +78,19 @@ def _include_half(k: KernelCtx, region: Graph) -> None:
         k.include("cuvil_half.h")
 
 
-def compose(body: Graph, leaves: Sequence[str]) -> str:
+def compose(body: Graph, leaves: Sequence[str], not_nan: frozenset[str] = frozenset()) -> str:
     """The C expression of ``body``'s output with its inputs named ``leaves`` (compute-type locals).
 
     The output's expression is in its compute type (its store rounds it); an f16/bf16 intermediate
-    is rounded to its type where it is defined, as the unfused kernel storing it does."""
+    is rounded to its type where it is defined, as the unfused kernel storing it does.  ``not_nan``:
+    the leaves known not to be NaN (constant scalars), whose clips take the shorter NaN test."""
     names: dict[Value, str] = dict(zip(body.inputs, leaves))
     for n in body.nodes:
         present = [v for v in n.inputs if v is not None]
         out = n.outputs[0]
         s = Scalar(tuple(v.type.dtype for v in present), out.type.dtype, get(n.op).fill_attrs(n.attrs))
         if n.op == "clip":
-            expr = _clip(s, n, names)
+            expr = _clip(s, n, names, not_nan)
         elif n.op in SCALAR:
             expr = SCALAR[n.op](s, [names[v] for v in present])
         else:
@@ -160,6 +163,7 @@ def _tile_epilogue(k: KernelCtx, epilogue: Graph, y: CVal, extras: Sequence[CVal
     inits = [f".y = {y.ptr}", f".nl = {y.dim(y.rank - 1) if y.rank else '1'}"]
     per_row: list[str] = []
     fast, slow = ["acc"], ["acc"]
+    not_nan: set[str] = set()
     wraps = False
     for i, e in enumerate(extras):
         kind = extra_kind(y.value.type.shape, e.value.type.shape)
@@ -168,6 +172,8 @@ def _tile_epilogue(k: KernelCtx, epilogue: Graph, y: CVal, extras: Sequence[CVal
             inits.append(f".s{i} = {e.load('0')}")
             fast.append(f"x->s{i}")
             slow.append(f"x->s{i}")
+            if constant_not_nan(e.value):
+                not_nan.add(f"x->s{i}")
         elif kind == "full":
             fields.append(f"    const {e.ctype} *e{i};")
             inits.append(f".e{i} = {e.ptr}")
@@ -187,7 +193,7 @@ def _tile_epilogue(k: KernelCtx, epilogue: Graph, y: CVal, extras: Sequence[CVal
     def loop(leaves: list[str], indent: str) -> list[str]:
         return [f"{indent}for (int64_t j = 0; j < cols; j++) {{",
                 f"{indent}    const float acc = py[j];",
-                f"{indent}    py[j] = {compose(epilogue, leaves)};",
+                f"{indent}    py[j] = {compose(epilogue, leaves, frozenset(not_nan))};",
                 f"{indent}}}"]
 
     located = bool(per_row)  # some extra is read at the tile's offset in y
@@ -230,6 +236,7 @@ def _apply_epilogue(k: KernelCtx, epilogue: Graph, y: CVal, extras: Sequence[CVa
         w.line(f"const int64_t {rows} = {n_last} > 0 ? {y.numel()} / {n_last} : 0;")
         acc, py, j = k.tmp("acc"), k.tmp("py"), k.tmp("j")
         leaves = [acc]
+        not_nan: set[str] = set()
         row_ptrs: list[tuple[str, CVal, str]] = []
         for e in extras:
             kind = extra_kind(y.value.type.shape, e.value.type.shape)
@@ -237,6 +244,8 @@ def _apply_epilogue(k: KernelCtx, epilogue: Graph, y: CVal, extras: Sequence[CVa
                 name = k.tmp("s")
                 w.line(f"const {e.ctype_compute} {name} = {e.load('0')};")
                 leaves.append(name)
+                if constant_not_nan(e.value):
+                    not_nan.add(name)
             elif kind in ("full", "row"):
                 p = k.tmp("pe")
                 row_ptrs.append((p, e, kind))
@@ -251,7 +260,7 @@ def _apply_epilogue(k: KernelCtx, epilogue: Graph, y: CVal, extras: Sequence[CVa
                 w.line(f"const {e.ctype} *{p} = {e.ptr}{offset};")
             with w.block(f"for (int64_t {j} = 0; {j} < {n_last}; {j}++)"):
                 w.line(f"const {y.ctype_compute} {acc} = {ct.load(y.dtype, py, j)};")
-                w.line(ct.store(y.dtype, py, j, compose(epilogue, leaves)))
+                w.line(ct.store(y.dtype, py, j, compose(epilogue, leaves, frozenset(not_nan))))
 
 
 def _apply_epilogue_f16(k: KernelCtx, epilogue: Graph, y: CVal, extras: Sequence[CVal]) -> None:
@@ -279,6 +288,7 @@ def _apply_epilogue_f16(k: KernelCtx, epilogue: Graph, y: CVal, extras: Sequence
         w.line(f"const int64_t {rows} = {n_last} > 0 ? {y.numel()} / {n_last} : 0;")
         acc, j, j0, m, cy = k.tmp("acc"), k.tmp("j"), k.tmp("j0"), k.tmp("m"), k.tmp("cy")
         leaves = [acc]
+        not_nan: set[str] = set()
         fulls: list[tuple[str, str, CVal]] = []  # (row pointer, chunk buffer, extra)
         row_ptrs: list[tuple[str, CVal]] = []
         owned: list[str] = []
@@ -287,6 +297,8 @@ def _apply_epilogue_f16(k: KernelCtx, epilogue: Graph, y: CVal, extras: Sequence
                 name = k.tmp("s")
                 w.line(f"const {e.ctype_compute} {name} = {e.load('0')};")
                 leaves.append(name)
+                if constant_not_nan(e.value):
+                    not_nan.add(name)
             elif kind == "row":  # the same last-axis vector for every row: widened once
                 vec = k.scratch("float", f"{n_last} > 0 ? {n_last} : 1", "rw")
                 owned.append(vec)
@@ -318,7 +330,7 @@ def _apply_epilogue_f16(k: KernelCtx, epilogue: Graph, y: CVal, extras: Sequence
                     w.line(f"cuvil_f16_to_f32_n({p} + {j0}, {buf}, {m});")
                 with w.block(f"for (int64_t {j} = 0; {j} < {m}; {j}++)"):
                     w.line(f"const float {acc} = {cy}[{j}];")
-                    w.line(f"{cy}[{j}] = {compose(epilogue, leaves)};")
+                    w.line(f"{cy}[{j}] = {compose(epilogue, leaves, frozenset(not_nan))};")
                 w.line(f"cuvil_f32_to_f16_n({cy}, {py} + {j0}, {m});")
         for buf in owned:
             k.release(buf)

@@ -30,6 +30,13 @@ static inline float cuvil_min_f(float a, float b) { return (a < b || a != a) ? a
 static inline double cuvil_max_d(double a, double b) { return (a > b || a != a) ? a : b; }
 static inline double cuvil_min_d(double a, double b) { return (a < b || a != a) ? a : b; }
 
+/* The same when b is known not to be NaN (a literal, a constant bound): a NaN a still comes
+ * through, and equal operands still give b, in one compare and one select per element. */
+static inline float cuvil_max_nn_f(float a, float b) { return a <= b ? b : a; }
+static inline float cuvil_min_nn_f(float a, float b) { return a >= b ? b : a; }
+static inline double cuvil_max_nn_d(double a, double b) { return a <= b ? b : a; }
+static inline double cuvil_min_nn_d(double a, double b) { return a >= b ? b : a; }
+
 /* ---- wrapping signed arithmetic (no signed overflow) -------------------- */
 
 static inline int32_t cuvil_add_i32(int32_t a, int32_t b) { return (int32_t)((uint32_t)a + (uint32_t)b); }

@@ -78,7 +78,7 @@ static int cuvil_run_graph(const cuvil_model *m, const cuvil_tensor *inputs, cuv
             const int64_t n0 = ((int64_t)v3_s[0] * (int64_t)4);
             for (int64_t i1 = 0; i1 < n0; i1++) {
                 const float x2 = pi2[i1];
-                po1[i1] = (float)(cuvil_max_f(x2, 0.0f));
+                po1[i1] = (float)(cuvil_max_nn_f(x2, 0.0f));
             }
         }
     }
