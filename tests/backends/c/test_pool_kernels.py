@@ -174,3 +174,28 @@ def test_separable_max_pool_on_halves(tmp_path: Path) -> None:
     c = compare(model, [[h, b]], tmp_path, target="native", rtol=0, atol=0)
     source = c.build_info.source.read_text()  # type: ignore[union-attr]
     assert "cuvil_maxpool2d_f16(" in source and "cuvil_maxpool2d_bf16(" in source
+
+
+def test_max_pool_2x2_stride_2_float32_bit_for_bit(tmp_path: Path) -> None:
+    """The 2x2 stride-2 float32 path (AVX-512 on native): rows of 4, 16 (an odd input width: the
+    last column is in no window) and 35 outputs (two steps and a partial one); NaN, -inf and signed
+    zeros among the inputs; one and two threads.  Bitwise the reference's result but for which NaN
+    a window of two NaNs gives, and bitwise the separable path's (the generic target) even there."""
+    rng = np.random.default_rng(3)
+    nodes = [helper.make_node("MaxPool", [f"x{i}"], [f"y{i}"], kernel_shape=[2, 2], strides=[2, 2]) for i in range(3)]
+    shapes = [(2, 3, 8, 8), (1, 5, 6, 33), (1, 2, 9, 70)]
+    model = make_model(nodes, [vi(f"x{i}", T.FLOAT, list(s)) for i, s in enumerate(shapes)], [f"y{i}" for i in range(3)])
+    xs = []
+    for s in shapes:
+        x = rng.standard_normal(s).astype(np.float32)
+        flat = x.reshape(-1)
+        flat[rng.choice(flat.size, 12, replace=False)] = [np.nan, -np.nan, -np.inf, np.inf, -0.0, 0.0] * 2
+        xs.append(x)
+    ref = cuvil.compile(model, target="ref")(*xs)
+    separable = cuvil.compile(model, target="generic", cache_dir=str(tmp_path))(*xs)
+    for threads in (1, 2):
+        got = cuvil.compile(model, target="native", cache_dir=str(tmp_path), num_threads=threads)(*xs)
+        for g, r, sep in zip(got, ref, separable):
+            assert g.shape == r.shape and np.array_equal(np.isnan(g), np.isnan(r))
+            assert np.array_equal(g[~np.isnan(g)].view(np.uint32), r[~np.isnan(r)].view(np.uint32))
+            assert np.array_equal(g.view(np.uint32), sep.view(np.uint32))
