@@ -35,8 +35,11 @@ def _model(nodes: list[onnx.NodeProto], inputs: list[tuple[str, list[int]]], ini
 # ---- the small-M path --------------------------------------------------------------------------
 
 # (M, K, N): one row to MR and just past it (the blocked path), edges of the NR panels, K past one
-# KC block, and a product large enough for the cost model to split it across two threads.
-SHAPES = [(1, 5, 10), (3, 300, 33), (6, 64, 100), (8, 257, 64), (9, 40, 70), (2, 1100, 1000)]
+# KC block, and a product large enough for the cost model to split it across two threads; a last
+# panel of at most one vector of columns (N = 10, 33); one column panel over several row tiles
+# (a batch-16 classifier, a partial last tile, the most rows that path takes, one row more).
+SHAPES = [(1, 5, 10), (3, 300, 33), (6, 64, 100), (8, 257, 64), (9, 40, 70), (2, 1100, 1000),
+          (16, 1024, 10), (20, 300, 16), (64, 100, 30), (65, 50, 10)]
 
 
 @pytest.mark.parametrize("const_b", [True, False], ids=["packed-B", "row-major-B"])

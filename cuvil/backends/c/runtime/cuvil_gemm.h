@@ -25,7 +25,9 @@
  * Products of a few rows (M <= MR: a batch-1 MLP, one token of a transformer) take a separate
  * path (cuvil_sgemm_small): A is read in place, B is read as it lies in the packed panels of a
  * constant operand (or straight from a row-major one), each column strip keeps its whole K
- * loop in registers, and the columns are split across threads when that pays (see below).
+ * loop in registers, and the columns are split across threads when that pays (see below).  A
+ * product with one column panel of a constant B and a few row tiles (a batched classifier's
+ * handful of outputs) runs that path once per tile of MR rows.
  *
  * An epilogue (cuvil_sgemm_epilogue: a function and its context, generated per fused node)
  * runs on each finished tile of C right after the micro-kernel's last store into it, while the
@@ -417,6 +419,19 @@ static CUVIL_UNUSED int cuvil_sgemm_ep(int64_t M, int64_t N, int64_t K, float al
 #if CUVIL_GEMM_SMALL
     if (M <= CUVIL_GEMM_MR && (g.Bp_all || csb == 1)) {
         cuvil_sgemm_small(&g);
+        return 0;
+    }
+    /* One column panel (a classifier's few outputs) and a few row tiles: the small path per tile
+     * of rows, B (one panel, in L2 after the first) read in place; the blocked path would pack A
+     * and run one mostly empty tile per KC block and row tile. */
+    if (N <= CUVIL_GEMM_NR && M <= CUVIL_SMALL_N_MAX_ROWS && g.Bp_all) {
+        for (int64_t i0 = 0; i0 < M; i0 += CUVIL_GEMM_MR) {
+            cuvil_sgemm_job t = g;
+            t.M = cuvil_gemm_min(M - i0, CUVIL_GEMM_MR);
+            t.A = A + i0 * rsa;
+            t.C = C + i0 * ldc;
+            cuvil_sgemm_small(&t);
+        }
         return 0;
     }
 #endif

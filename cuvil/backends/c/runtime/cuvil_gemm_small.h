@@ -11,7 +11,8 @@
  *     accumulators, so each B load feeds more independent FMA chains), so C is written once;
  *   - strips are split across the call's threads, each column computed whole by one thread in
  *     the serial order: bitwise the same results for any number of threads;
- *   - the epilogue runs on each strip right after its store.
+ *   - the epilogue runs on each strip right after its store;
+ *   - a last panel of at most W columns of a packed B (zero past N) takes one vector, not two.
  * A row-major B that is not a constant cannot be read past column N, so its last partial NR
  * panel runs through a scalar loop (same order of terms).
  */
@@ -26,6 +27,10 @@
 #define CUVIL_GEMM_SMALL 1
 #define CUVIL_GEMM_INLINE static inline __attribute__((always_inline))
 
+/* Products with one column panel and at most this many rows run as the small path per tile of rows
+ * (cuvil_sgemm_ep). */
+#define CUVIL_SMALL_N_MAX_ROWS (8 * CUVIL_GEMM_MR)
+
 /* Tasks per thread when the columns are split across threads. */
 #define CUVIL_SMALL_TASKS_PER_THREAD 8
 
@@ -33,8 +38,11 @@
 #define CUVIL_SMALL_PANELS(R) (4 * (R) + 5 <= CUVIL_GEMM_NREG ? 2 : 1)
 
 /* C[0:R, j0:j0 + P * NR) of the product (panel q = j0 / NR), K loop in registers; R and P are
- * constants after inlining, so the loops below unroll and the accumulators stay in registers. */
-CUVIL_GEMM_INLINE void cuvil_sgemm_small_strip(const cuvil_sgemm_job *g, int64_t q, const int R, const int P) {
+ * constants after inlining, so the loops below unroll and the accumulators stay in registers.
+ * V: the vectors of the strip that hold columns of C (2 * P, or 1 for a last panel of at most W
+ * columns, whose second vector would only multiply the panel's zero padding). */
+CUVIL_GEMM_INLINE void cuvil_sgemm_small_strip_v(const cuvil_sgemm_job *g, int64_t q, const int R, const int P,
+                                                 const int V) {
     cuvil_vf acc[CUVIL_GEMM_MR][4];
     const float *arow[CUVIL_GEMM_MR];
     const int64_t K = g->K, j0 = q * CUVIL_GEMM_NR, csa = g->csa;
@@ -43,7 +51,7 @@ CUVIL_GEMM_INLINE void cuvil_sgemm_small_strip(const cuvil_sgemm_job *g, int64_t
     for (int i = 0; i < R; i++) {
         arow[i] = g->A + i * g->rsa;
 #pragma GCC unroll 4
-        for (int v = 0; v < 2 * P; v++) acc[i][v] = CUVIL_VSPLAT(0.0f);
+        for (int v = 0; v < V; v++) acc[i][v] = CUVIL_VSPLAT(0.0f);
     }
     /* Packed B comes in KC blocks (a pair of panels never straddles an NC block: NC is a multiple
      * of 2 NR and pairs start at even panels); a row-major B is one block of K rows. */
@@ -66,12 +74,12 @@ CUVIL_GEMM_INLINE void cuvil_sgemm_small_strip(const cuvil_sgemm_job *g, int64_t
         for (int64_t k = pc; k < pc + kc; k++) {
             cuvil_vf bv[4];
 #pragma GCC unroll 4
-            for (int v = 0; v < 2 * P; v++) bv[v] = cuvil_vload(b + (v / 2) * boff + (v % 2) * CUVIL_GEMM_W);
+            for (int v = 0; v < V; v++) bv[v] = cuvil_vload(b + (v / 2) * boff + (v % 2) * CUVIL_GEMM_W);
 #pragma GCC unroll 8
             for (int i = 0; i < R; i++) {
                 const cuvil_vf a = CUVIL_VSPLAT(alpha * arow[i][k * csa]); /* alpha * A, as packing A does */
 #pragma GCC unroll 4
-                for (int v = 0; v < 2 * P; v++) acc[i][v] = CUVIL_VFMA(a, bv[v], acc[i][v]);
+                for (int v = 0; v < V; v++) acc[i][v] = CUVIL_VFMA(a, bv[v], acc[i][v]);
             }
             b += bstride;
         }
@@ -83,18 +91,22 @@ CUVIL_GEMM_INLINE void cuvil_sgemm_small_strip(const cuvil_sgemm_job *g, int64_t
         float *crow = c0 + i * g->ldc;
         if (cols == P * CUVIL_GEMM_NR) {
 #pragma GCC unroll 4
-            for (int v = 0; v < 2 * P; v++) {
+            for (int v = 0; v < V; v++) {
                 float *dst = crow + v * CUVIL_GEMM_W;
                 cuvil_vstore(dst, g->first_acc ? cuvil_vload(dst) + acc[i][v] : acc[i][v]);
             }
         } else {
             float tile[4 * CUVIL_GEMM_W];
 #pragma GCC unroll 4
-            for (int v = 0; v < 2 * P; v++) cuvil_vstore(tile + v * CUVIL_GEMM_W, acc[i][v]);
+            for (int v = 0; v < V; v++) cuvil_vstore(tile + v * CUVIL_GEMM_W, acc[i][v]);
             for (int64_t j = 0; j < cols; j++) crow[j] = g->first_acc ? crow[j] + tile[j] : tile[j];
         }
     }
     if (g->ep) g->ep->fn(g->ep->ctx, c0, g->ldc, 0, j0, R, cols);
+}
+
+CUVIL_GEMM_INLINE void cuvil_sgemm_small_strip(const cuvil_sgemm_job *g, int64_t q, const int R, const int P) {
+    cuvil_sgemm_small_strip_v(g, q, R, P, 2 * P);
 }
 
 /* Columns [j0, j1) of a row-major, unpacked B, one at a time (fewer than NR of them). */
@@ -116,8 +128,12 @@ CUVIL_GEMM_INLINE void cuvil_sgemm_small_cols(const cuvil_sgemm_job *g, int64_t 
     const int P = CUVIL_SMALL_PANELS(R);
     const int64_t vec_end = g->Bp_all ? q1 : cuvil_gemm_min(q1, g->N / CUVIL_GEMM_NR);
     int64_t q = q0;
-    for (; q + P <= vec_end; q += P) cuvil_sgemm_small_strip(g, q, R, P);
-    if (P == 2 && q < vec_end) cuvil_sgemm_small_strip(g, q++, R, 1);
+    /* a last panel of at most W columns (packed B: it is zero past N) takes one vector */
+    const int half = g->Bp_all && vec_end > q0 && g->N - (vec_end - 1) * CUVIL_GEMM_NR <= CUVIL_GEMM_W;
+    const int64_t full_end = vec_end - half;
+    for (; q + P <= full_end; q += P) cuvil_sgemm_small_strip(g, q, R, P);
+    if (P == 2 && q < full_end) cuvil_sgemm_small_strip(g, q++, R, 1);
+    if (half) cuvil_sgemm_small_strip_v(g, q++, R, 1, 1);
     if (q < q1) cuvil_sgemm_small_scalar(g, q * CUVIL_GEMM_NR, cuvil_gemm_min(q1 * CUVIL_GEMM_NR, g->N));
 }
 
