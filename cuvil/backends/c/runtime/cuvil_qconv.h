@@ -6,9 +6,11 @@
  *     (image, output channel): the channel's plane minus its zero point is copied into a
  *     zero-padded int16 plane (padding with the zero point is padding X - xzp with 0), split
  *     into phases by the strides, so that every tap reads the plane at one offset and unit
- *     stride.  With AVX-512 the sums are made 32 at a time in registers, two taps per vpmaddwd
- *     (cuvil_qdw_taps_avx512), and requantized in vectors; elsewhere each tap is one long
- *     multiply-add into int32 sums, which compilers vectorize.  A GEMM per channel (M = 1)
+ *     stride.  A thread's plane is zeroed once per call (every task writes the same elements).
+ *     With AVX-512 the sums are made 32 at a time in registers, two taps per vpmaddwd
+ *     (cuvil_qdw_taps_avx512; the weight pairs are made once per model when the weight zero
+ *     points are 0, else once per call), and requantized in vectors; elsewhere each tap is one
+ *     long multiply-add into int32 sums, which compilers vectorize.  A GEMM per channel (M = 1)
  *     would spend its time packing;
  *   otherwise: im2col per image and group (positions outside the input get xzp; the 2-D case
  *     copies whole row runs and is split across threads by input channel) and cuvil_qgemm with
