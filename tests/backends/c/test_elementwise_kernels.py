@@ -328,6 +328,10 @@ def test_relu_and_clip_with_constant_bounds_keep_nan_and_signed_zeros(target: st
     assert "epilogue on each finished tile of the matmul product: clip" in caplog.text
     assert "epilogue on each finished tile of the matmul product: relu" in caplog.text
     assert "fused elementwise loop: neg, clip" in caplog.text
+    assert m.build_info is not None
+    source = m.build_info.source.read_text()
+    assert "cuvil_max_f(" not in source and "cuvil_min_f(" not in source  # every path took the shorter test
+    assert "cuvil_max_nn_f(" in source and "cuvil_min_nn_f(" in source
     got, want = m(x), cuvil.compile(model, target="ref")(x)
     for name, g, w in zip(outs, got, want):
         assert np.array_equal(g.view(np.uint32), w.view(np.uint32)), name

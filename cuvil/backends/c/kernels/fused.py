@@ -83,7 +83,8 @@ def compose(body: Graph, leaves: Sequence[str], not_nan: frozenset[str] = frozen
 
     The output's expression is in its compute type (its store rounds it); an f16/bf16 intermediate
     is rounded to its type where it is defined, as the unfused kernel storing it does.  ``not_nan``:
-    the leaves known not to be NaN (constant scalars), whose clips take the shorter NaN test."""
+    the leaves known not to be NaN (read from constants without NaN), whose clips take the shorter
+    NaN test."""
     names: dict[Value, str] = dict(zip(body.inputs, leaves))
     for n in body.nodes:
         present = [v for v in n.inputs if v is not None]
@@ -109,7 +110,9 @@ def _fused_elementwise(k: KernelCtx) -> None:
     _include_half(k, body)
     k.note(f"fused elementwise loop: {', '.join(n.op for n in body.nodes)}")
     describe(k, body)
-    elementwise(k, lambda args: compose(body, args))
+    operands = [k.inp(i).value for i in range(len(k.ins)) if k.has(i)]  # as elementwise() reads them
+    constant = frozenset(i for i, v in enumerate(operands) if constant_not_nan(v))
+    elementwise(k, lambda args: compose(body, args, frozenset(args[i] for i in constant)))
 
 
 @kernel(*EPILOGUE_BASES)
