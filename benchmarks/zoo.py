@@ -146,6 +146,7 @@ class ConfigResult:
     threads: int
     rounds: int
     timings: dict[str, Timing] = field(default_factory=dict)
+    cuvil_threads: str | None = None  # what Cuvil's worker threads did in the timed rounds
 
     def ratio(self, a: str, b: str) -> float | None:
         ta, tb = self.timings.get(a), self.timings.get(b)
@@ -257,11 +258,26 @@ def run_config(name: str, batch: int, threads: int, onnx_path: Path, module: Any
     per_round += args.pause_ms * 1e-3 * len(calls)
     rounds = int(min(args.max_rounds, max(args.min_rounds, args.seconds / max(per_round, 1e-9))))
     result.rounds = rounds
+    stats_before = cm.thread_stats() if threads > 1 and hasattr(cm, "thread_stats") else None
     times = interleave(calls, rounds, args.pause_ms * 1e-3, args.block, args.block_ms)
     for rt, ts in times.items():
         result.timings[rt].median_ms = statistics.median(ts)
         result.timings[rt].p90_ms = percentile(ts, 0.9)
+    if stats_before is not None and "cuvil" in times:
+        result.cuvil_threads = threads_summary(cm.thread_stats().since(stats_before), sum(times["cuvil"]))
     return result
+
+
+def threads_summary(st: Any, cuvil_ms: float) -> str:
+    """One line on what Cuvil's workers did over timed calls taking ``cuvil_ms`` in all: a row whose
+    Cuvil time hardly drops with threads shows here whether regions were declined (too short, or
+    workers late to join) or run with workers that hardly got a core."""
+    if not st.calls:
+        return "no call had the worker threads"
+    share = st.worker_share
+    return (f"per call {st.regions / st.calls:.1f} regions threaded, {st.declined_regions / st.calls:.1f} run alone; "
+            f"workers ran {'-' if share is None else f'{100 * share:.0f}%'} of the threaded tasks; "
+            f"end-of-region waits {100 * st.wait_s * 1e3 / max(cuvil_ms, 1e-9):.1f}% of the time")
 
 
 # -- peak memory in a subprocess -------------------------------------------------------------------
@@ -480,6 +496,8 @@ def print_row(r: ConfigResult, header: bool) -> None:
     print(f"{r.model:14} {r.batch:5d} {r.threads:3d} {r.rounds:6d} " + " ".join(cells)
           + f"  {fmt(r.ratio('cuvil', 'onnxruntime')):>9} {fmt(r.ratio('cuvil', 'torch.compile')):>8}  {err:>9}",
           flush=True)
+    if r.cuvil_threads:
+        print(f"    cuvil threads: {r.cuvil_threads}", flush=True)
     for rt, t in r.timings.items():
         if t.error:
             print(f"    {rt}: {t.error}", flush=True)

@@ -76,6 +76,13 @@ class WeightsExecutor(Protocol):
     def loaded_weights(self) -> bytes | None: ...
 
 
+@runtime_checkable
+class ThreadStatsExecutor(Protocol):
+    """An executor whose library counts what its worker threads did (the native C backend)."""
+
+    def thread_stats(self) -> Any: ...
+
+
 class TensorSpec:
     """The declared type of one model input or output.
 
@@ -267,6 +274,15 @@ class CompiledModel:
         does not show them (only native C does): lets verification check that no run writes them."""
         ex = self._executor
         return ex.loaded_weights() if isinstance(ex, WeightsExecutor) else None
+
+    def thread_stats(self) -> Any:
+        """What this model's worker threads did since they started: a
+        ``cuvil.backends.c.library.ThreadStats`` (calls, regions run threaded and declined, the share of
+        tasks the workers ran, the callers' waits for them), or None where the backend does not count
+        them (only native C does).  Two readings around some calls, ``after.since(before)``, tell why
+        those calls did or did not gain from more threads."""
+        ex = self._executor
+        return ex.thread_stats() if isinstance(ex, ThreadStatsExecutor) else None
 
     def __call__(self, *arrays: Any) -> list[Any]:
         """Run on inputs in graph-input order: NumPy arrays (or array-likes) or torch tensors.

@@ -18,7 +18,7 @@ import numpy as np
 from cuvil import __version__
 from cuvil.backends.c import cache
 from cuvil.backends.c.codegen import CodegenOptions, GeneratedModule, generate
-from cuvil.backends.c.library import NativeModel
+from cuvil.backends.c.library import NativeModel, ThreadStats
 from cuvil.backends.c.toolchain import RUNTIME_DIR, Compiler, build_library, compile_flags
 from cuvil.errors import CuvilError, ModelError
 from cuvil.ir.graph import Graph
@@ -98,6 +98,9 @@ class CExecutor:
 
     def loaded_weights(self) -> bytes | None:
         return self.native.loaded_weights()
+
+    def thread_stats(self) -> ThreadStats | None:
+        return self.native.thread_stats()
 
     # what an artifact (cuvil/runtime/artifact.py) needs --------------------------
     def artifact_files(self) -> dict[str, Path]:

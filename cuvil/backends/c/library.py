@@ -18,7 +18,9 @@ import os
 import threading
 import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
@@ -27,6 +29,39 @@ from cuvil.errors import CuvilError
 from cuvil.ir.dtypes import DType
 
 MAX_RANK = 8
+
+
+@dataclass(frozen=True)
+class ThreadStats:
+    """What a model's worker threads did since they started (all zero for one thread).
+
+    A region is a kernel's work split into tasks for the threads; the cost model runs a region on
+    the calling thread alone (``declined_regions``) when splitting would not pay: too little work,
+    or workers that were recently slow to join (cores busy with other work).  A low
+    ``worker_share`` with regions run means the workers hardly got a core while the caller ran
+    the tasks."""
+
+    COUNT: ClassVar[int] = 7  # numbers cuvil_get_thread_stats reports
+
+    calls: int  # calls that had the worker threads (a call made while another had them runs alone)
+    regions: int  # regions run on the threads
+    declined_regions: int  # regions run on the calling thread alone
+    tasks: int  # tasks of the regions run on the threads
+    worker_tasks: int  # of those, the tasks workers ran (the caller ran the rest)
+    wait_s: float  # time callers waited for workers at the ends of regions
+    wait_estimate_s: float  # the cost model's current estimate of that wait, per region
+
+    @property
+    def worker_share(self) -> float | None:
+        """The fraction of the threaded regions' tasks that workers ran (None before any region)."""
+        return self.worker_tasks / self.tasks if self.tasks else None
+
+    def since(self, before: ThreadStats) -> ThreadStats:
+        """The counts between ``before`` and this (the estimate is this one's)."""
+        return ThreadStats(self.calls - before.calls, self.regions - before.regions,
+                           self.declined_regions - before.declined_regions, self.tasks - before.tasks,
+                           self.worker_tasks - before.worker_tasks, self.wait_s - before.wait_s,
+                           self.wait_estimate_s)
 _CODE_TO_DTYPE = {ct.code(d): d for d in DType}
 # Per call, the marshalling below looks types up in these instead of going through DType.
 _CODE_TO_NP = {c: d.np for c, d in _CODE_TO_DTYPE.items() if d.np is not None}
@@ -181,6 +216,22 @@ class NativeModel:
             results.append(arr)
         del arrays
         return results
+
+    def thread_stats(self) -> ThreadStats | None:
+        """What the model's worker threads did since they started (``cuvil_get_thread_stats``), or None
+        for a library built without that function."""
+        if self._handle is None:
+            raise CuvilError("the model was closed")
+        fn = getattr(self.lib, "cuvil_get_thread_stats", None)
+        if fn is None:
+            return None
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64), ctypes.c_int]
+        out = (ctypes.c_int64 * ThreadStats.COUNT)()
+        if fn(self._handle, out, ThreadStats.COUNT) < ThreadStats.COUNT:
+            return None
+        return ThreadStats(calls=out[0], regions=out[1], declined_regions=out[2], tasks=out[3],
+                           worker_tasks=out[4], wait_s=out[5] * 1e-9, wait_estimate_s=out[6] * 1e-9)
 
     def loaded_weights(self) -> bytes | None:
         """A copy of the weights buffer the loaded model holds now (None when it holds none)."""

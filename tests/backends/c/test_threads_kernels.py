@@ -118,6 +118,29 @@ def test_num_threads_option(tmp_path: Path) -> None:
     assert cuvil.compile(model, "ref", num_threads=1) is not None
 
 
+def test_thread_stats_count_calls_regions_and_tasks(tmp_path: Path) -> None:
+    x = np.random.default_rng(2).standard_normal((8, 16, 30, 30)).astype(np.float32)
+    m = cuvil.compile(conv_stack(), "native", cache_dir=str(tmp_path), num_threads=2)
+    start = m.thread_stats()
+    assert start is not None and (start.calls, start.regions, start.tasks) == (0, 0, 0)
+    for _ in range(4):
+        m(x)
+    st = m.thread_stats()
+    assert st is not None and st.calls == 4
+    assert st.regions > 0 and st.tasks >= 2 * st.regions  # a region has at least two tasks
+    assert 0 <= st.worker_tasks <= st.tasks and st.worker_share is not None
+    assert st.wait_s >= 0.0 and st.wait_estimate_s >= 0.0
+    m(x)
+    step = m.thread_stats().since(st)  # type: ignore[union-attr]
+    assert step.calls == 1 and step.regions + step.declined_regions > 0 and step.wait_estimate_s >= 0.0
+
+    one = cuvil.compile(conv_stack(), "native", cache_dir=str(tmp_path), num_threads=1)
+    one(x)
+    alone = one.thread_stats()
+    assert alone is not None and (alone.calls, alone.regions, alone.tasks, alone.worker_share) == (0, 0, 0, None)
+    assert cuvil.compile(conv_stack(), "ref").thread_stats() is None
+
+
 def _threads_of_this_process() -> int:
     return len(os.listdir("/proc/self/task"))
 

@@ -75,6 +75,20 @@ CUVIL_EXPORT void cuvil_unload(cuvil_model *model);
  * in err (the model then runs single-threaded). Not to be called while cuvil_run runs on the model. */
 CUVIL_EXPORT int cuvil_set_num_threads(cuvil_model *model, int n, char *err, size_t errlen);
 CUVIL_EXPORT int cuvil_get_num_threads(const cuvil_model *model);
+/* What the model's worker threads did since cuvil_set_num_threads started them, for finding out why a
+ * call did not run faster on more threads.  Writes the first n of these numbers to out and returns
+ * how many there are (CUVIL_THREAD_STATS), or -1 for a null model:
+ *   0 calls that had the worker threads (a call made while another has them runs alone);
+ *   1 parallel regions (a kernel's work split into tasks) run on the threads;
+ *   2 regions run on the calling thread alone because the cost model judged the split not worth
+ *     its overhead: too little work, or workers recently slow to join (cores busy with other work);
+ *   3 tasks of the regions run on the threads;  4 of those, the tasks workers ran (the caller ran
+ *     the rest: few means the workers hardly got a core);
+ *   5 nanoseconds callers waited for workers at the ends of regions;
+ *   6 the cost model's current estimate of that wait per region, in nanoseconds.
+ * All zero when the model runs one thread.  Waits for a call that has the threads to finish. */
+#define CUVIL_THREAD_STATS 7
+CUVIL_EXPORT int cuvil_get_thread_stats(const cuvil_model *model, int64_t *out, int n);
 CUVIL_EXPORT int cuvil_num_inputs(void);
 CUVIL_EXPORT int cuvil_num_outputs(void);
 CUVIL_EXPORT int cuvil_run(const cuvil_model *model, const cuvil_tensor *inputs, cuvil_tensor *outputs, char *err,

@@ -138,6 +138,19 @@ typedef struct cuvil_cache_entry {
 
 typedef struct cuvil_shared cuvil_shared;
 
+/* What a model's pool did since it started (cuvil_get_thread_stats): written by the call holding
+ * the pool, read under the model's pool lock.  A region is a cuvil_parallel_for of more than one
+ * task on a call holding the pool; a declined region is one the cost model ran on the calling
+ * thread alone. */
+typedef struct cuvil_pool_stats {
+    int64_t calls;        /* calls that held the pool */
+    int64_t regions;      /* regions run on the pool */
+    int64_t declined;     /* regions run on the calling thread alone */
+    int64_t tasks;        /* tasks of the regions run on the pool */
+    int64_t worker_tasks; /* ... of which workers ran (the rest the caller did) */
+    double wait_ns;       /* time callers spent waiting for workers at the end of regions */
+} cuvil_pool_stats;
+
 /* Arenas a model keeps between calls: one per call that may run at once, up to this many. */
 #define CUVIL_ARENA_KEEP 4
 
@@ -175,6 +188,7 @@ typedef struct cuvil_pool {
     int wanted;           /* the current call declined a region only because workers slept */
     int wanted_last;      /* ... and so did the call before it */
     double wait_ns;       /* moving average of the caller's end-of-region wait */
+    cuvil_pool_stats stats; /* since the pool started */
     /* the current region (written before gen is bumped; stable until its caller sees active == 0) */
     int64_t ntasks;
     cuvil_task_fn fn;
@@ -241,10 +255,11 @@ static void cuvil_pool_notify(cuvil_pool *p) {
     }
 }
 
-static void cuvil_pool_run_tasks(cuvil_pool *p, int tid) {
-    for (;;) {
+/* Run the region's tasks until none is left; how many this thread ran. */
+static int64_t cuvil_pool_run_tasks(cuvil_pool *p, int tid) {
+    for (int64_t ran = 0;; ran++) {
         const long long i = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
-        if (i >= p->ntasks) return;
+        if (i >= p->ntasks) return ran;
         p->fn(p->ctx, (int64_t)i, tid);
         if (atomic_fetch_add(&p->done, 1) + 1 == p->ntasks && tid != 0) cuvil_pool_notify(p);
     }
@@ -362,7 +377,7 @@ static void *cuvil_pool_worker(void *arg) {
         if (!stop && atomic_load(&p->closed) != g) {
             cuvil_exec task = {p->shared, NULL};
             cuvil_cur_exec = &task;
-            cuvil_pool_run_tasks(p, self->tid);
+            (void)cuvil_pool_run_tasks(p, self->tid);
             cuvil_cur_exec = NULL;
         }
         atomic_fetch_sub(&p->active, 1);
@@ -498,15 +513,20 @@ static CUVIL_UNUSED void cuvil_parallel_for(int64_t ntasks, cuvil_task_fn fn, vo
         cuvil_pool_wake(p); /* publishes the fields above */
         cuvil_exec task = {e->shared, NULL};
         cuvil_cur_exec = &task; /* the caller's tasks run single-threaded, as the workers' do */
-        cuvil_pool_run_tasks(p, 0);
+        const int64_t mine = cuvil_pool_run_tasks(p, 0);
         cuvil_cur_exec = e;
         p->used = 1;
         const double t0 = cuvil_now_ns();
         cuvil_pool_await(p, cuvil_pool_tasks_done);
         atomic_store(&p->closed, atomic_load_explicit(&p->gen, memory_order_relaxed));
         cuvil_pool_await(p, cuvil_pool_idle);
-        const double waited = cuvil_now_ns() - t0;
-        if (!waking && !p->woke) p->wait_ns += CUVIL_WAIT_EMA * ((waited > 0.0 ? waited : 0.0) - p->wait_ns);
+        double waited = cuvil_now_ns() - t0;
+        if (waited < 0.0) waited = 0.0;
+        if (!waking && !p->woke) p->wait_ns += CUVIL_WAIT_EMA * (waited - p->wait_ns);
+        p->stats.regions++;
+        p->stats.tasks += ntasks;
+        p->stats.worker_tasks += ntasks - mine;
+        p->stats.wait_ns += waited;
         return;
     }
 #endif
@@ -530,6 +550,7 @@ static CUVIL_UNUSED int cuvil_parallel_worth(double ns) {
      * or a model whose regions are all short would never thread once its workers slept. */
     if (asleep && saved >= CUVIL_PAR_MIN_NS + p->wait_ns) p->wanted = 1;
     p->wait_ns *= CUVIL_WAIT_DECAY;
+    p->stats.declined++;
     return 0;
 #else
     (void)ns;
@@ -705,6 +726,7 @@ static void cuvil_exec_enter(cuvil_exec *e, cuvil_shared *s) {
             e->pool->woke = e->pool->warmed && cuvil_pool_warm(e->pool);
             e->pool->used = 0;
             e->pool->wanted = 0;
+            e->pool->stats.calls++;
         } else {
             pthread_mutex_unlock(&s->pool_lock);
         }
@@ -724,6 +746,23 @@ static void cuvil_exec_leave(cuvil_exec *e) {
 #endif
     e->pool = NULL;
     cuvil_cur_exec = NULL;
+}
+
+/* The pool's statistics and its cost model's current estimate of the end-of-region wait (all zero
+ * without a pool); waits for a call holding the pool to leave it. */
+static CUVIL_UNUSED void cuvil_shared_thread_stats(cuvil_shared *s, cuvil_pool_stats *out, double *wait_estimate_ns) {
+    memset(out, 0, sizeof *out);
+    *wait_estimate_ns = 0.0;
+#if CUVIL_POOL
+    pthread_mutex_lock(&s->pool_lock);
+    if (s->pool) {
+        *out = s->pool->stats;
+        *wait_estimate_ns = s->pool->wait_ns;
+    }
+    pthread_mutex_unlock(&s->pool_lock);
+#else
+    (void)s;
+#endif
 }
 
 /* ---- the constant cache ------------------------------------------------------------------ */
