@@ -153,6 +153,27 @@ def _fused_linear(k: KernelCtx) -> None:
 _TILE_EPILOGUE_BASES = frozenset({"gemm", "matmul", "conv", "conv_nhwc"})
 
 
+def _extra_kinds(k: KernelCtx, y: CVal, extras: Sequence[CVal]) -> list[str]:
+    """How each epilogue operand is read against the result ``y`` (``extra_kind``): scalar, full or row."""
+    kinds: list[str] = []
+    for e in extras:
+        kind = extra_kind(y.value.type.shape, e.value.type.shape)
+        if kind not in ("scalar", "full", "row"):
+            raise CodegenError(f"node {k.node.name!r}: epilogue operand {e.value} does not fit {y.value}")
+        kinds.append(kind)
+    return kinds
+
+
+def _scalar_leaf(k: KernelCtx, e: CVal, not_nan: set[str]) -> str:
+    """Read a scalar epilogue operand once, before the loops: the name of the C value, which joins
+    ``not_nan`` when the operand is a constant without NaN."""
+    name = k.tmp("s")
+    k.w.line(f"const {e.ctype_compute} {name} = {e.load('0')};")
+    if constant_not_nan(e.value):
+        not_nan.add(name)
+    return name
+
+
 def _tile_epilogue(k: KernelCtx, epilogue: Graph, y: CVal, extras: Sequence[CVal]) -> str:
     """Define the tile function of ``epilogue`` over the float32 result ``y`` and declare its context;
     returns the C address of the ``cuvil_sgemm_epilogue`` describing it.
@@ -168,8 +189,7 @@ def _tile_epilogue(k: KernelCtx, epilogue: Graph, y: CVal, extras: Sequence[CVal
     fast, slow = ["acc"], ["acc"]
     not_nan: set[str] = set()
     wraps = False
-    for i, e in enumerate(extras):
-        kind = extra_kind(y.value.type.shape, e.value.type.shape)
+    for i, (e, kind) in enumerate(zip(extras, _extra_kinds(k, y, extras))):
         if kind == "scalar":
             fields.append(f"    {e.ctype_compute} s{i};")
             inits.append(f".s{i} = {e.load('0')}")
@@ -183,15 +203,13 @@ def _tile_epilogue(k: KernelCtx, epilogue: Graph, y: CVal, extras: Sequence[CVal
             per_row.append(f"        const {e.ctype} *pe{i} = x->e{i} + o;")
             fast.append(ct.load(e.dtype, f"pe{i}", "j"))
             slow.append(ct.load(e.dtype, f"pe{i}", "j"))
-        elif kind == "row":
+        else:  # row
             fields.append(f"    const {e.ctype} *e{i};")
             inits.append(f".e{i} = {e.ptr}")
             per_row.append(f"        const {e.ctype} *pe{i} = x->e{i} + col;")
             fast.append(ct.load(e.dtype, f"pe{i}", "j"))
             slow.append(ct.load(e.dtype, f"x->e{i}", "(o + j) % x->nl"))
             wraps = True
-        else:
-            raise CodegenError(f"node {k.node.name!r}: epilogue operand {e.value} does not fit {y.value}")
 
     def loop(leaves: list[str], indent: str) -> list[str]:
         return [f"{indent}for (int64_t j = 0; j < cols; j++) {{",
@@ -241,20 +259,13 @@ def _apply_epilogue(k: KernelCtx, epilogue: Graph, y: CVal, extras: Sequence[CVa
         leaves = [acc]
         not_nan: set[str] = set()
         row_ptrs: list[tuple[str, CVal, str]] = []
-        for e in extras:
-            kind = extra_kind(y.value.type.shape, e.value.type.shape)
+        for e, kind in zip(extras, _extra_kinds(k, y, extras)):
             if kind == "scalar":
-                name = k.tmp("s")
-                w.line(f"const {e.ctype_compute} {name} = {e.load('0')};")
-                leaves.append(name)
-                if constant_not_nan(e.value):
-                    not_nan.add(name)
-            elif kind in ("full", "row"):
+                leaves.append(_scalar_leaf(k, e, not_nan))
+            else:
                 p = k.tmp("pe")
                 row_ptrs.append((p, e, kind))
                 leaves.append(ct.load(e.dtype, p, j))
-            else:
-                raise CodegenError(f"node {k.node.name!r}: epilogue operand {e.value} does not fit {y.value}")
         r = k.tmp("r")
         with w.block(f"for (int64_t {r} = 0; {r} < {rows}; {r}++)"):
             w.line(f"{y.ctype} *{py} = {y.ptr} + {r} * {n_last};")
@@ -280,10 +291,7 @@ def _apply_epilogue_f16(k: KernelCtx, epilogue: Graph, y: CVal, extras: Sequence
     k.include("cuvil_half.h")
     w = k.w
     with w.block(""):
-        kinds = [extra_kind(y.value.type.shape, e.value.type.shape) for e in extras]
-        for e, kind in zip(extras, kinds):
-            if kind not in ("scalar", "full", "row"):
-                raise CodegenError(f"node {k.node.name!r}: epilogue operand {e.value} does not fit {y.value}")
+        kinds = _extra_kinds(k, y, extras)
         has_row = "row" in kinds
         n_last, rows = k.tmp("nl"), k.tmp("rows")
         last = (y.dim(y.rank - 1) if y.rank else "1") if has_row else y.numel()
@@ -297,11 +305,7 @@ def _apply_epilogue_f16(k: KernelCtx, epilogue: Graph, y: CVal, extras: Sequence
         owned: list[str] = []
         for e, kind in zip(extras, kinds):
             if kind == "scalar":
-                name = k.tmp("s")
-                w.line(f"const {e.ctype_compute} {name} = {e.load('0')};")
-                leaves.append(name)
-                if constant_not_nan(e.value):
-                    not_nan.add(name)
+                leaves.append(_scalar_leaf(k, e, not_nan))
             elif kind == "row":  # the same last-axis vector for every row: widened once
                 vec = k.scratch("float", f"{n_last} > 0 ? {n_last} : 1", "rw")
                 owned.append(vec)
