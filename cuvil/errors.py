@@ -18,6 +18,11 @@ class ShapeError(CuvilError):
     """Shape or dtype inference found inputs an op cannot take."""
 
 
+class StorageTypeError(ShapeError):
+    """An op that computes was given a low-bit storage type (int4, float8 ...), which only
+    quantize/dequantize, cast and data movement take (``cuvil/ir/dtypes.py``)."""
+
+
 class IRError(CuvilError):
     """The IR is structurally invalid (the verifier's finding), or its text does not parse."""
 

@@ -1,4 +1,13 @@
-"""Element types of Cuvil tensors and their NumPy counterparts."""
+"""Element types of Cuvil tensors and their NumPy counterparts.
+
+The low-bit types (:data:`LOWBIT`: 4- and 2-bit integers, the float8 and float4 formats) are
+storage types: one element a byte, held in NumPy by ml_dtypes (the value in the low bits of
+the byte, as ml_dtypes keeps it).  Only the ops with the ``storage_types`` trait
+(``cuvil/ops/registry.py``: quantize/dequantize, cast, and data movement that never reads values)
+take them; they are in none of :data:`FLOATS`, :data:`INTS`, :data:`NUMERIC` or :data:`ALL`, and
+``is_float`` / ``is_int`` are false for them, so no check written for the computable types
+admits them by accident.
+"""
 
 from __future__ import annotations
 
@@ -25,6 +34,15 @@ class DType(enum.Enum):
     u32 = "u32"
     u64 = "u64"
     bool = "bool"
+    i4 = "i4"
+    u4 = "u4"
+    i2 = "i2"
+    u2 = "u2"
+    f8e4m3fn = "f8e4m3fn"
+    f8e4m3fnuz = "f8e4m3fnuz"
+    f8e5m2 = "f8e5m2"
+    f8e5m2fnuz = "f8e5m2fnuz"
+    f4e2m1 = "f4e2m1"
 
     @property
     def np(self) -> np.dtype:
@@ -42,6 +60,11 @@ class DType(enum.Enum):
     @property
     def is_int(self) -> builtins.bool:
         return self in INTS
+
+    @property
+    def is_lowbit(self) -> builtins.bool:
+        """Whether this is a low-bit storage type (:data:`LOWBIT`)."""
+        return self in LOWBIT
 
     @property
     def is_signed(self) -> builtins.bool:
@@ -81,6 +104,15 @@ _TO_NP: dict[DType, np.dtype] = {
     DType.u32: np.dtype(np.uint32),
     DType.u64: np.dtype(np.uint64),
     DType.bool: np.dtype(np.bool_),
+    DType.i4: np.dtype(ml_dtypes.int4),
+    DType.u4: np.dtype(ml_dtypes.uint4),
+    DType.i2: np.dtype(ml_dtypes.int2),
+    DType.u2: np.dtype(ml_dtypes.uint2),
+    DType.f8e4m3fn: np.dtype(ml_dtypes.float8_e4m3fn),
+    DType.f8e4m3fnuz: np.dtype(ml_dtypes.float8_e4m3fnuz),
+    DType.f8e5m2: np.dtype(ml_dtypes.float8_e5m2),
+    DType.f8e5m2fnuz: np.dtype(ml_dtypes.float8_e5m2fnuz),
+    DType.f4e2m1: np.dtype(ml_dtypes.float4_e2m1fn),
 }
 _FROM_NP: dict[np.dtype, DType] = {v: k for k, v in _TO_NP.items()}
 
@@ -89,7 +121,12 @@ SIGNED_INTS = frozenset({DType.i64, DType.i32, DType.i16, DType.i8})
 UNSIGNED_INTS = frozenset({DType.u8, DType.u16, DType.u32, DType.u64})
 INTS = SIGNED_INTS | UNSIGNED_INTS
 NUMERIC = FLOATS | INTS
-ALL = NUMERIC | {DType.bool}
+ALL = NUMERIC | {DType.bool}  # every type ops compute on; the low-bit storage types are not in it
+LOWBIT_INTS = frozenset({DType.i4, DType.u4, DType.i2, DType.u2})
+FLOAT8S = frozenset({DType.f8e4m3fn, DType.f8e4m3fnuz, DType.f8e5m2, DType.f8e5m2fnuz})
+LOWBIT_FLOATS = FLOAT8S | {DType.f4e2m1}
+LOWBIT = LOWBIT_INTS | LOWBIT_FLOATS
+LOWBIT_INT_RANGES: dict[DType, tuple[int, int]] = {DType.i4: (-8, 7), DType.u4: (0, 15), DType.i2: (-2, 1), DType.u2: (0, 3)}
 
 
 def is_float_np(dtype: object) -> builtins.bool:

@@ -6,13 +6,13 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from cuvil.errors import ShapeError
+from cuvil.errors import ShapeError, StorageTypeError
 from cuvil.ir.assumptions import Assumption
 from cuvil.ir.dtypes import DType
 from cuvil.ir.graph import Node, Value
 from cuvil.ir.symbolic import Dim, broadcast_dim
 from cuvil.ir.types import SymbolInfo, TensorType
-from cuvil.ops.registry import InferCtx, get
+from cuvil.ops.registry import STORAGE_TYPES, InferCtx, OpDef, get
 
 
 def broadcast_shapes(op: str, *shapes: Sequence[Dim], ctx: InferCtx | None = None) -> tuple[Dim, ...]:
@@ -99,6 +99,7 @@ def infer_all(
     olo, ohi = opdef.output_arity()
     if num_outputs < min(olo, 1) or (ohi is not None and num_outputs > ohi):
         raise ShapeError(f"{op}: cannot produce {num_outputs} outputs")
+    _refuse_storage_types(opdef, [v.type if v is not None else None for v in inputs], "input")
     full = opdef.fill_attrs(attrs)
     ctx = InferCtx(
         op=op,
@@ -110,6 +111,7 @@ def infer_all(
         sym_values=[v.sym_value if v is not None else None for v in inputs],
     )
     types = list(opdef.infer(ctx))
+    _refuse_storage_types(opdef, types[:num_outputs], "output")
     if len(types) < num_outputs:
         raise ShapeError(f"{op}: inference gave {len(types)} outputs, {num_outputs} requested")
     if record is not None:
@@ -119,6 +121,17 @@ def infer_all(
         got = list(opdef.sym_eval(ctx))[:num_outputs]
         syms[: len(got)] = got
     return types[:num_outputs], full, syms
+
+
+def _refuse_storage_types(opdef: OpDef, types: Sequence[TensorType | None], what: str) -> None:
+    """A low-bit storage type reaches only the ops that take them (``STORAGE_TYPES``)."""
+    if STORAGE_TYPES in opdef.traits:
+        return
+    for i, t in enumerate(types):
+        if t is not None and t.dtype.is_lowbit:
+            raise StorageTypeError(
+                f"{opdef.name}: {what} {i} has element type {t.dtype}, a low-bit storage type; only "
+                f"quantize_linear, dequantize_linear, cast and data movement take it (cast or dequantize it first)")
 
 
 def infer_node(node: Node, symbols: Mapping[str, SymbolInfo] | None = None) -> list[TensorType]:

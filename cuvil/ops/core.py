@@ -6,7 +6,7 @@ import numpy as np
 
 from cuvil.ir.dtypes import DType
 from cuvil.ir.types import TensorType
-from cuvil.ops.registry import SHAPE_ONLY, AttrSpec, InferCtx, OpDef, RefCtx, register
+from cuvil.ops.registry import SHAPE_ONLY, STORAGE_TYPES, AttrSpec, InferCtx, OpDef, RefCtx, register
 
 
 def _constant_infer(ctx: InferCtx) -> list[TensorType]:
@@ -23,6 +23,7 @@ register(
         attrs={"value": AttrSpec("tensor")},
         infer=_constant_infer,
         reference=lambda ctx: [ctx.attrs["value"]],
+        traits=frozenset({STORAGE_TYPES}),
         doc="A compile-time tensor (weights, folded values).",
     )
 )
@@ -33,6 +34,7 @@ register(
         inputs=("X",),
         infer=lambda ctx: [ctx.type(0)],
         reference=lambda ctx: [ctx.input(0)],
+        traits=frozenset({STORAGE_TYPES}),
         doc="Returns its input.",
     )
 )

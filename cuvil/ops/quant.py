@@ -1,8 +1,8 @@
 """Linear quantization ops: ``quantize_linear``, ``dequantize_linear`` and ``dynamic_quantize_linear``.
 
-The semantics are ONNX's newest (opset 25), for the integer types Cuvil has
-(int8, uint8, int16, uint16; int4, int2 and the float8/float4 types have no
-Cuvil element type, so the ONNX importer refuses them by name):
+The semantics are ONNX's newest (opset 25), for the quantized types int8, uint8,
+int16, uint16 and the low-bit storage types int4, uint4, int2, uint2, the float8
+types and float4 (``cuvil/ops/lowbit.py``):
 
 1. ``quantize_linear(X, scale, zero_point?)``: ``y = saturate(rint(X / scale) + zero_point)``.
    The division is done in the element type named by ``precision`` (default:
@@ -10,9 +10,15 @@ Cuvil element type, so the ONNX importer refuses them by name):
    saturation clamps to the output type's range.  The output type is the zero
    point's, else ``output_dtype``, else uint8.  ``X`` may be NaN: it gives the
    zero point (ONNX leaves it undefined; Cuvil defines it, the same on every target).
+   For a float8 or float4 output, ``y`` is ``X / scale`` converted as ``cast`` converts
+   (round to nearest even; ``saturate``, default 1, clamps float8 results to the largest
+   finite value, else they overflow to infinity or NaN; float4 always saturates), and
+   the zero point must be zero (checked at compile time when it is a constant, else
+   when the node runs).  ``saturate`` changes nothing for integer outputs.
 2. ``dequantize_linear(X, scale, zero_point?)``: ``y = (X - zero_point) * scale``,
    computed in float32 (float64 when the scale or output is float64) and rounded
-   once to the output type (``output_dtype``, default the scale's).
+   once to the output type (``output_dtype``, default the scale's).  A float8 or float4
+   ``X`` has a zero point of zero (checked as in 1) and is not shifted.
 3. Granularity is read from the scale's shape (the zero point has the same, or both
    hold one element, whatever their ranks): one element is per-tensor; with ``block_size == 0`` a 1-D scale is per-axis
    (its length is ``X``'s dim ``axis``); with ``block_size = B > 0`` the scale
@@ -34,11 +40,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cuvil.ir.dtypes import FLOATS, DType
+from cuvil.ir.dtypes import FLOATS, LOWBIT_FLOATS, DType
 from cuvil.ir.symbolic import ceildiv
 from cuvil.ir.types import TensorType
 from cuvil.ops.common import normalize_axis
-from cuvil.ops.registry import KEEP_OPERANDS, AttrSpec, InferCtx, OpDef, RefCtx, register
+from cuvil.ops.lowbit import LOWBIT_INT_RANGES, check_zero_point, to_lowbit_float
+from cuvil.ops.registry import KEEP_OPERANDS, STORAGE_TYPES, AttrSpec, InferCtx, OpDef, RefCtx, register
 
 # The integer element types a tensor can be quantized to, and their ranges.
 QUANT_RANGES: dict[DType, tuple[int, int]] = {
@@ -48,8 +55,11 @@ QUANT_RANGES: dict[DType, tuple[int, int]] = {
     DType.u16: (0, 65535),
 }
 QUANT_DTYPES = frozenset(QUANT_RANGES)
+# quantize_linear / dequantize_linear also take the low-bit types (the integer-product ops do not)
+LINEAR_INT_RANGES: dict[DType, tuple[int, int]] = {**QUANT_RANGES, **LOWBIT_INT_RANGES}
+LINEAR_DTYPES = frozenset(LINEAR_INT_RANGES) | LOWBIT_FLOATS
 _QUANTIZE_INPUTS = FLOATS | {DType.i32}
-_DEQUANTIZE_INPUTS = QUANT_DTYPES | {DType.i32}
+_DEQUANTIZE_INPUTS = LINEAR_DTYPES | {DType.i32}
 
 
 @dataclass(frozen=True)
@@ -132,8 +142,8 @@ def quantize_values(q: np.ndarray, zero_point: np.ndarray | int, out: DType) -> 
 
     ``q`` is the already-scaled value (any float type); the clamp happens before the
     zero point is added, in the float domain, so no intermediate overflows."""
-    lo, hi = QUANT_RANGES[out]
-    zp = np.asarray(zero_point, dtype=np.int64)
+    lo, hi = LINEAR_INT_RANGES[out]
+    zp = np.asarray(zero_point).astype(np.int64)
     r = np.rint(np.asarray(q, dtype=np.float64))
     r = np.where(np.isnan(r), 0.0, r)
     r = np.clip(r, lo - zp, hi - zp)
@@ -154,9 +164,26 @@ def quantize_out_dtype(ctx: InferCtx) -> DType:
             raise ctx.fail(f"output_dtype {out} differs from the zero point's element type {zdt}")
         out = zdt
     out = out or DType.u8
-    if out not in QUANT_DTYPES:
-        raise ctx.fail(f"cannot quantize to {out}: the quantized type must be one of i8, u8, i16, u16")
+    if out not in LINEAR_DTYPES:
+        names = ", ".join(str(d) for d in DType if d in LINEAR_DTYPES)
+        raise ctx.fail(f"cannot quantize to {out}: the quantized type must be one of {names}")
     return out
+
+
+def check_float_zero_point(ctx: InferCtx, quantized: DType) -> None:
+    """A float8 / float4 quantization's zero point must be zero: checked here when it is a constant."""
+    if quantized in LOWBIT_FLOATS and ctx.has(2) and (zp := ctx.const(2)) is not None:
+        why = check_zero_point(zp, quantized)
+        if why is not None:
+            raise ctx.fail(why)
+
+
+def ref_zero_point(ctx: RefCtx, quantized: DType) -> None:
+    """The same check on the value a run gives (a zero point that is not a constant)."""
+    if quantized in LOWBIT_FLOATS and ctx.has(2):
+        why = check_zero_point(ctx.input(2), quantized)
+        if why is not None:
+            raise ValueError(why)
 
 
 def precision_of(ctx: InferCtx | RefCtx, scale: DType) -> DType:
@@ -175,6 +202,9 @@ def _quantize_infer(ctx: InferCtx) -> list[TensorType]:
         raise ctx.fail(f"precision must be a float element type, got {prec}")
     if x.dtype is DType.i32 and precision_of(ctx, sdt) in (DType.f16, DType.bf16):
         raise ctx.fail(f"quantizing i32 with the division in {precision_of(ctx, sdt)} is not supported")
+    if ctx.attrs["saturate"] not in (0, 1):
+        raise ctx.fail(f"saturate must be 0 or 1, got {ctx.attrs['saturate']!r}")
+    check_float_zero_point(ctx, out)
     granularity(ctx, 0, 1, 2)
     return [TensorType(out, x.shape)]
 
@@ -185,8 +215,12 @@ def _quantize_ref(ctx: RefCtx) -> list[np.ndarray]:
     prec = precision_of(ctx, DType.from_np(s.dtype)).np
     with np.errstate(all="ignore"):
         q = x.astype(prec) / expand_param(s, x.shape, g).astype(prec)
+    out = ctx.out_types[0].dtype
+    if out in LOWBIT_FLOATS:
+        ref_zero_point(ctx, out)
+        return [to_lowbit_float(q, out, bool(ctx.attrs["saturate"]))]
     zp = expand_param(ctx.input(2), x.shape, g) if ctx.has(2) else 0
-    return [quantize_values(q, zp, ctx.out_types[0].dtype)]
+    return [quantize_values(q, zp, out)]
 
 
 register(
@@ -198,10 +232,12 @@ register(
             "block_size": AttrSpec("int", 0),
             "output_dtype": AttrSpec("dtype", None),
             "precision": AttrSpec("dtype", None),
+            "saturate": AttrSpec("int", 1),
         },
         infer=_quantize_infer,
         reference=_quantize_ref,
         tolerance=0.0,
+        traits=frozenset({STORAGE_TYPES}),
         doc="saturate(rint(X / scale) + zero_point): per-tensor, per-axis or blocked (ONNX QuantizeLinear).",
     )
 )
@@ -219,6 +255,7 @@ def _dequantize_infer(ctx: InferCtx) -> list[TensorType]:
     out = ctx.attrs.get("output_dtype") or sdt
     if not isinstance(out, DType) or out not in FLOATS:
         raise ctx.fail(f"output_dtype must be a float element type, got {out}")
+    check_float_zero_point(ctx, xdt)
     granularity(ctx, 0, 1, 2)
     return [TensorType(out, x.shape)]
 
@@ -234,7 +271,9 @@ def _dequantize_ref(ctx: RefCtx) -> list[np.ndarray]:
     g = ref_granularity(x, s, int(ctx.attrs["axis"]), int(ctx.attrs["block_size"]))
     cd = dequantize_compute(DType.from_np(s.dtype), out)
     dx = x.astype(cd)
-    if ctx.has(2):
+    xdt = DType.from_np(x.dtype)
+    ref_zero_point(ctx, xdt)
+    if ctx.has(2) and xdt not in LOWBIT_FLOATS:
         dx = dx - expand_param(ctx.input(2), x.shape, g).astype(cd)
     y = dx * expand_param(s, x.shape, g).astype(cd)
     return [np.asarray(y).astype(out.np)]
@@ -252,7 +291,7 @@ register(
         infer=_dequantize_infer,
         reference=_dequantize_ref,
         tolerance=0.0,
-        traits=frozenset({KEEP_OPERANDS}),  # quantized weights stay quantized for fold-qdq
+        traits=frozenset({STORAGE_TYPES, KEEP_OPERANDS}),  # quantized weights stay quantized for fold-qdq
         doc="(X - zero_point) * scale: per-tensor, per-axis or blocked (ONNX DequantizeLinear).",
     )
 )

@@ -55,6 +55,9 @@ COMMUTATIVE = "commutative"
 SHAPE_ONLY = "shape_only"  # output depends on input shapes, not values
 CONTROL_FLOW = "control_flow"  # has regions; the interpreter runs it itself
 NONDETERMINISTIC = "nondeterministic"  # never constant-folded
+# Takes the low-bit storage types (cuvil/ir/dtypes.py LOWBIT) as inputs or outputs; inference refuses them
+# for every op without this trait (cuvil/ops/common.py), so an op computes on them only when it says it does.
+STORAGE_TYPES = "storage_types"
 # Never constant-folded: its constant operands mean more than its result (dequantize_linear keeps
 # quantized weights quantized, for the integer kernels of the fold-qdq pass).
 KEEP_OPERANDS = "keep_operands"

@@ -20,7 +20,7 @@ from cuvil.ir.dtypes import DType
 from cuvil.ir.symbolic import UNKNOWN, Dim, floordiv, is_unknown, product, sym
 from cuvil.ir.types import TensorType
 from cuvil.ops.common import broadcast_shapes, normalize_axes, static_ints, symbolic_ints
-from cuvil.ops.registry import SHAPE_ONLY, AttrSpec, InferCtx, OpDef, RefCtx, register
+from cuvil.ops.registry import SHAPE_ONLY, STORAGE_TYPES, AttrSpec, InferCtx, OpDef, RefCtx, register
 
 INDEX_DTYPES = frozenset({DType.i64, DType.i32})
 
@@ -149,6 +149,7 @@ register(
         attrs={"allowzero": AttrSpec("int", 0)},
         infer=_reshape_infer,
         reference=_reshape_ref,
+        traits=frozenset({STORAGE_TYPES}),
         doc="Reshape to `shape` (i64 vector): 0 copies the input dim (unless allowzero=1), -1 is inferred.",
     )
 )
@@ -182,6 +183,7 @@ register(
         attrs={"axis": AttrSpec("int", 1)},
         infer=_flatten_infer,
         reference=_flatten_ref,
+        traits=frozenset({STORAGE_TYPES}),
         doc="Reshape to 2-D: [prod(dims[:axis]), prod(dims[axis:])]; axis in [-rank, rank].",
     )
 )
@@ -241,6 +243,7 @@ register(
         inputs=("data", "axes?"),
         infer=_squeeze_infer,
         reference=_squeeze_ref,
+        traits=frozenset({STORAGE_TYPES}),
         doc="Remove the size-1 dims listed in `axes` (all size-1 dims when omitted).",
     )
 )
@@ -273,6 +276,7 @@ register(
         inputs=("data", "axes"),
         infer=_unsqueeze_infer,
         reference=_unsqueeze_ref,
+        traits=frozenset({STORAGE_TYPES}),
         doc="Insert size-1 dims at `axes` (positions in the output, negative counted from its end).",
     )
 )
@@ -382,7 +386,7 @@ register(
         attrs={"start": AttrSpec("int", 0), "end": AttrSpec("int", None)},
         infer=_shape_infer,
         reference=_shape_ref,
-        traits=frozenset({SHAPE_ONLY}),
+        traits=frozenset({STORAGE_TYPES, SHAPE_ONLY}),
         doc="The input's dims [start, end) as an i64 vector (negative bounds count from the end, then clamp).",
     )
 )
@@ -393,7 +397,7 @@ register(
         inputs=("data",),
         infer=lambda ctx: [TensorType(DType.i64, ())],
         reference=lambda ctx: [np.array(ctx.input(0).size, dtype=np.int64)],
-        traits=frozenset({SHAPE_ONLY}),
+        traits=frozenset({STORAGE_TYPES, SHAPE_ONLY}),
         doc="The number of elements of the input, as an i64 scalar.",
     )
 )

@@ -73,10 +73,13 @@ def test_quantize_nan_gives_the_zero_point_and_default_type_is_uint8() -> None:
 
 
 def test_unsupported_types_and_bad_shapes_are_refused() -> None:
-    ins = {"x": np.zeros(4, np.float32), "s": np.float32(1)}
+    ins = {"x": np.array([-20, 2.5, 3.5, 20], np.float32), "s": np.float32(1)}
     int4 = _model(oh.make_node("QuantizeLinear", ["x", "s"], ["y"], output_dtype=TensorProto.INT4), ins, TensorProto.INT4)
-    with pytest.raises(UnsupportedOpError, match="INT4"):
-        load_onnx(int4)
+    assert _cuvil_ref(int4, ins).astype(np.int32).tolist() == [-8, 2, 4, 7]  # int4 is a quantized type now
+    e8m0 = _model(oh.make_node("QuantizeLinear", ["x", "s"], ["y"], output_dtype=TensorProto.FLOAT8E8M0), ins,
+                  TensorProto.FLOAT8E8M0)
+    with pytest.raises(UnsupportedOpError, match="FLOAT8E8M0"):
+        load_onnx(e8m0)
     ins = {"x": np.zeros((2, 3), np.float32), "s": np.ones(4, np.float32)}
     bad = _model(oh.make_node("QuantizeLinear", ["x", "s"], ["y"]), ins, TensorProto.UINT8)
     with pytest.raises(CuvilError, match="per-axis scale has 4 elements"):

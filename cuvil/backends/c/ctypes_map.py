@@ -19,7 +19,19 @@ C_TYPES: dict[DType, tuple[str, str, int]] = {
     DType.u32: ("uint32_t", "uint32_t", 10),
     DType.u64: ("uint64_t", "uint64_t", 11),
     DType.bool: ("cuvil_bool", "int", 12),
+    # low-bit storage types: one element a byte, its value in the low bits as ml_dtypes keeps it
+    # (cuvil_lowbit.h reads and writes them; any higher bits are ignored on reading)
+    DType.i4: ("uint8_t", "int32_t", 13),
+    DType.u4: ("uint8_t", "uint32_t", 14),
+    DType.i2: ("uint8_t", "int32_t", 15),
+    DType.u2: ("uint8_t", "uint32_t", 16),
+    DType.f8e4m3fn: ("uint8_t", "float", 17),
+    DType.f8e4m3fnuz: ("uint8_t", "float", 18),
+    DType.f8e5m2: ("uint8_t", "float", 19),
+    DType.f8e5m2fnuz: ("uint8_t", "float", 20),
+    DType.f4e2m1: ("uint8_t", "float", 21),
 }
+LOWBIT_HEADER = "cuvil_lowbit.h"
 
 
 def storage(dt: DType) -> str:
@@ -42,6 +54,8 @@ def load(dt: DType, ptr: str, index: str) -> str:
         return f"cuvil_bf16_to_f32({ptr}[{index}])"
     if dt is DType.bool:
         return f"((int){ptr}[{index}])"
+    if dt.is_lowbit:  # cuvil_lowbit.h
+        return f"cuvil_from_{dt.value}({ptr}[{index}])"
     return f"{ptr}[{index}]"
 
 
@@ -53,6 +67,8 @@ def convert(dt: DType, expr: str) -> str:
         return f"cuvil_f32_to_bf16({expr})"
     if dt is DType.bool:
         return f"(cuvil_bool)(({expr}) != 0)"
+    if dt.is_lowbit:  # float8 saturating (ONNX's default); integers keep their low bits (cuvil_lowbit.h)
+        return f"cuvil_to_{dt.value}({expr}, 1)" if compute(dt) == "float" else f"cuvil_to_{dt.value}((uint32_t)({expr}))"
     return f"({storage(dt)})({expr})"
 
 

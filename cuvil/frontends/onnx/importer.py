@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from cuvil.errors import CuvilError, ModelError, ShapeError, UnsupportedOpError, UnsupportedUse
+from cuvil.errors import CuvilError, ModelError, ShapeError, StorageTypeError, UnsupportedOpError, UnsupportedUse
 from cuvil.ir.builder import Builder
 from cuvil.ir.dtypes import DType
 from cuvil.ir.graph import Graph, Node, Value
@@ -48,6 +48,16 @@ _ELEM: dict[int, DType] = {
     onnx.TensorProto.UINT32: DType.u32,
     onnx.TensorProto.UINT64: DType.u64,
     onnx.TensorProto.BOOL: DType.bool,
+    # the low-bit storage types (cuvil/ir/dtypes.py): quantize/dequantize, cast and data movement only
+    onnx.TensorProto.INT4: DType.i4,
+    onnx.TensorProto.UINT4: DType.u4,
+    onnx.TensorProto.INT2: DType.i2,
+    onnx.TensorProto.UINT2: DType.u2,
+    onnx.TensorProto.FLOAT8E4M3FN: DType.f8e4m3fn,
+    onnx.TensorProto.FLOAT8E4M3FNUZ: DType.f8e4m3fnuz,
+    onnx.TensorProto.FLOAT8E5M2: DType.f8e5m2,
+    onnx.TensorProto.FLOAT8E5M2FNUZ: DType.f8e5m2fnuz,
+    onnx.TensorProto.FLOAT4E2M1: DType.f4e2m1,
 }
 
 
@@ -197,6 +207,8 @@ class ImportCtx:
         names = [self.builder.fresh_name(f"{self.name}/") for _ in range(num_outputs)]
         try:
             outs = self.builder.add(op, inputs, attrs or {}, num_outputs=num_outputs, names=names, node_name=self.name)
+        except StorageTypeError as exc:  # an op ONNX may allow on int4/float8 that Cuvil does not compute on
+            raise self.unsupported(str(exc)) from None
         except ShapeError as exc:
             raise ModelError(f"node {self.name!r} ({self.op_type}): {exc}") from None
         # One folding rule for import and the fold-constants pass: cuvil.passes.fold_constants.

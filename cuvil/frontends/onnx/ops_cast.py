@@ -1,9 +1,11 @@
 """Importers of ONNX Cast and CastLike (both become Cuvil's ``cast``).
 
 Cast-1 names the target type with a string (``"FLOAT"``); later versions with
-a TensorProto enum value.  ``saturate`` (opset 19) and ``round_mode``
-(opset 24) only change conversions to float8 types, which Cuvil does not
-have: their values are checked and then have nothing to act on.
+a TensorProto enum value.  ``saturate`` (opset 19) only changes conversions to
+the float8 types: for those it passes through (``cuvil/ops/lowbit.py``), for
+other targets it is checked and dropped.  ``round_mode`` (opset 24) only acts
+on conversions to float8e8m0, a type Cuvil refuses by name: it is checked and
+dropped.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import onnx
 from cuvil.errors import UnsupportedOpError
 from cuvil.frontends.onnx.importer import ImportCtx, dtype_of, importer
 from cuvil.frontends.onnx.ops_elementwise import first_opset, input_value
-from cuvil.ir.dtypes import DType
+from cuvil.ir.dtypes import FLOAT8S, DType
 from cuvil.ir.graph import Value
 
 _ROUND_MODES = ("up", "down", "nearest")
@@ -49,10 +51,16 @@ def _target(ctx: ImportCtx) -> DType:
         raise ctx.unsupported(f"cast to {onnx.TensorProto.DataType.Name(to)}") from None
 
 
+def _cast_attrs(ctx: ImportCtx, to: DType) -> dict[str, object]:
+    if to in FLOAT8S and ctx.attr("saturate", 1) == 0:
+        return {"to": to, "saturate": 0}
+    return {"to": to}
+
+
 @importer("Cast", since=first_opset("Cast"))
 def _cast(ctx: ImportCtx) -> Sequence[Value | None]:
     _check_float8_attrs(ctx)
-    return [ctx.emit1("cast", [input_value(ctx, 0)], {"to": _target(ctx)})]
+    return [ctx.emit1("cast", [input_value(ctx, 0)], _cast_attrs(ctx, _target(ctx)))]
 
 
 @importer("CastLike", since=first_opset("CastLike"))
@@ -61,4 +69,4 @@ def _cast_like(ctx: ImportCtx) -> Sequence[Value | None]:
     if ctx.num_inputs != 2:
         raise ctx.fail(f"takes 2 inputs, got {ctx.num_inputs}")
     like = input_value(ctx, 1)
-    return [ctx.emit1("cast", [input_value(ctx, 0)], {"to": like.type.dtype})]
+    return [ctx.emit1("cast", [input_value(ctx, 0)], _cast_attrs(ctx, like.type.dtype))]

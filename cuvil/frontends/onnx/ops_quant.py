@@ -4,11 +4,12 @@ Every opset form maps onto the newest semantics:
 
 * QuantizeLinear/DequantizeLinear-10 take a scalar scale only (per-axis came
   with opset 13): a larger scale is refused as malformed;
-* ``saturate`` (opset 19) only changes float8 results, which Cuvil does not
-  have: it is checked and dropped;
+* ``saturate`` (opset 19) only changes float8 results: it passes through when
+  it is 0;
 * ``block_size`` (21), ``output_dtype`` (21 for QuantizeLinear, 23 for
   DequantizeLinear) and ``precision`` (23) pass through, element types
-  translated; a type Cuvil lacks (int4, float8 ...) is refused by name;
+  translated (int4, uint4, int2, uint2, the float8 types and float4 included);
+  a type Cuvil lacks (float8e8m0, float6 ...) is refused by name;
 * QLinearConv, QLinearMatMul, ConvInteger, MatMulInteger and
   DynamicQuantizeLinear have kept their meaning since they appeared.
 """
@@ -62,6 +63,8 @@ def _linear_attrs(ctx: ImportCtx, quantize: bool) -> dict[str, Any]:
         attrs["output_dtype"] = out
     if quantize and (prec := _elem(ctx, "precision")) is not None:
         attrs["precision"] = prec
+    if quantize and ctx.attr("saturate", 1) == 0:
+        attrs["saturate"] = 0
     return attrs
 
 

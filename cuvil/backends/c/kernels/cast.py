@@ -10,7 +10,13 @@ Conversions follow ``cuvil/ops/cast.py``:
   Cuvil defines them: they saturate to the target's range, NaN gives 0
   (``cuvil_f2i_*`` in ``cuvil_math.h``; WebAssembly's ``trunc_sat``);
 * integer to integer keeps the low bits; anything to bool is ``x != 0``
-  (NaN is true); bool to a number is 0 or 1.
+  (NaN is true); bool to a number is 0 or 1;
+* to and from the low-bit storage types (``cuvil/ops/lowbit.py``): read
+  exactly into their compute type (``cuvil_from_<type>``), written by
+  ``cuvil_to_<type>`` (``cuvil_lowbit.h``): float8/float4 from float32 (a double
+  is rounded to float first) with the node's ``saturate``; 4- and 2-bit integers
+  from the low bits of an integer, a float first truncated by
+  ``cuvil_lowbit_trunc``.  A low-bit float source counts as a float.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from cuvil.backends.c.kernel import KernelCtx, kernel
 from cuvil.backends.c.kernels.common import copy, elementwise
 from cuvil.backends.c.kernels.elementwise import MATH_HEADER, SCALAR, Scalar
 from cuvil.backends.c.writer import c_float, c_int
-from cuvil.ir.dtypes import FLOATS, INTS, DType
+from cuvil.ir.dtypes import FLOATS, INTS, LOWBIT, LOWBIT_FLOATS, DType
 
 
 def cast(s: Scalar, a: Sequence[str]) -> str:
@@ -38,9 +44,20 @@ def cast(s: Scalar, a: Sequence[str]) -> str:
         return f"({x} != 0)"
     if src is DType.bool:
         return f"({ct.compute(dst)})({x} != 0)"
-    if src in FLOATS and dst in INTS:
+    if (src in FLOATS or src in LOWBIT_FLOATS) and dst in INTS:
         return f"cuvil_f2i_{dst.value}({x})"
     return f"({ct.compute(dst)})({x})"
+
+
+def _to_lowbit(src: DType, dst: DType, x: str, saturate: bool) -> str:
+    """Operand ``x`` (``src``'s compute type) as the byte of low-bit type ``dst``."""
+    if src is DType.bool:
+        x = f"({x} != 0)"
+    if dst in LOWBIT_FLOATS:
+        return f"cuvil_to_{dst.value}((float)({x}), {int(saturate)})"
+    if src in FLOATS or src in LOWBIT_FLOATS:
+        x = f"cuvil_lowbit_trunc((double)({x}))"
+    return f"cuvil_to_{dst.value}((uint32_t)({x}))"
 
 
 SCALAR["cast"] = cast
@@ -53,6 +70,12 @@ def _cast(k: KernelCtx) -> None:
         copy(k, x, out)
         return
     k.include(MATH_HEADER)
+    if x.dtype in LOWBIT or out.dtype in LOWBIT:
+        k.include(ct.LOWBIT_HEADER)
+    if out.dtype in LOWBIT:  # the byte is made here (with the node's saturate) and stored as it is
+        sat = bool(k.attrs.get("saturate", 1))
+        elementwise(k, lambda a: _to_lowbit(x.dtype, out.dtype, a[0], sat), [x], replace(out, dtype=DType.u8))
+        return
     s = Scalar((x.dtype,), out.dtype)
     if x.dtype is DType.f64 and out.dtype is DType.f16:
         # rounded once from double: elementwise() stores through float, so write the bits as u16

@@ -12,6 +12,12 @@ point.  The division is done in the node's precision type; for float16 and
 bfloat16 the operands and the quotient are rounded to that type around a
 float32 division, which gives the correctly rounded half-precision quotient
 (float32 has more than twice the bits of either, so rounding twice is exact).
+
+The low-bit types (``cuvil_lowbit.h``): a 4- or 2-bit result is stored in its
+byte by ``cuvil_to_<type>``; a float8 or float4 result is the quotient converted
+by ``cuvil_to_<type>`` with the node's ``saturate``.  A float8/float4 zero point
+must be zero: a constant one was checked by inference, any other is checked
+when the node runs.
 """
 
 from __future__ import annotations
@@ -24,8 +30,8 @@ from cuvil.backends.c.codegen import CodegenError
 from cuvil.backends.c.kernel import CVal, KernelCtx, kernel
 from cuvil.backends.c.kernels.conv import MAX_SPATIAL, window_dims
 from cuvil.backends.c.kernels.reduce import prod_expr
-from cuvil.ir.dtypes import DType
-from cuvil.ops.quant import QUANT_RANGES, dequantize_compute
+from cuvil.ir.dtypes import LOWBIT, LOWBIT_FLOATS, DType
+from cuvil.ops.quant import LINEAR_INT_RANGES, QUANT_RANGES, dequantize_compute
 
 QGEMM_HEADER = "cuvil_qgemm.h"
 QRUN_HEADER = "cuvil_qrun.h"
@@ -70,6 +76,16 @@ def _to_precision(src: DType, prec: DType, expr: str) -> str:
     return f"cuvil_{prec.value}_to_f32({conv}({arg}))"
 
 
+def _float_zero_point(k: KernelCtx, zp: CVal | None) -> None:
+    """Fail the run when a float8/float4 zero point computed at run time is not zero (ONNX requires zero)."""
+    if zp is None or zp.const is not None:  # a constant was checked by inference
+        return
+    j = k.tmp("j")
+    with k.w.block(f"for (int64_t {j} = 0; {j} < {zp.numel()}; {j}++)"):
+        k.fail_if(f"!({zp.load(j)} == 0.0f)", f"the zero point of a {zp.dtype} quantization must be 0, got %g",
+                  f"(double){zp.load(j)}")
+
+
 @kernel("quantize_linear")
 def _quantize(k: KernelCtx) -> None:
     x, s, y = k.inp(0), k.inp(1), k.out(0)
@@ -77,7 +93,12 @@ def _quantize(k: KernelCtx) -> None:
     k.include(QRUN_HEADER)
     k.include("cuvil_math.h")
     prec = k.attrs.get("precision") or s.dtype
-    lo, hi = QUANT_RANGES[y.dtype]
+    if y.dtype in LOWBIT:
+        k.include(ct.LOWBIT_HEADER)
+    if y.dtype in LOWBIT_FLOATS:
+        _quantize_float(k, x, s, zp, y, prec)
+        return
+    lo, hi = LINEAR_INT_RANGES[y.dtype]
     fn = "cuvil_quantize_d" if prec is DType.f64 else "cuvil_quantize_f"
     if _one(s) and x.dtype is DType.f32 and prec is DType.f32 and s.dtype is DType.f32 and y.dtype in _BYTES:
         k.note(f"quantize to {y.dtype} per tensor, dividing in f32 (vectorised run, {QRUN_HEADER})")
@@ -88,15 +109,25 @@ def _quantize(k: KernelCtx) -> None:
     k.note(f"quantize to {y.dtype}, dividing in {prec}")
 
     def body(si: str, xi: str) -> None:
-        xv = _to_precision(x.dtype, prec, x.load(xi))
-        sv = _to_precision(s.dtype, prec, s.load(si))
-        q = f"({xv}) / ({sv})"
-        if prec in (DType.f16, DType.bf16):
-            q = _to_precision(DType.f32, prec, q)
         z = f"(int32_t){zp.load(si)}" if zp else "0"
-        k.w.line(f"{y.ptr}[{xi}] = ({y.ctype}){fn}({q}, {z}, {lo}, {hi});")
+        k.w.line(y.store(xi, f"{fn}({_quotient(x, s, prec, si, xi)}, {z}, {lo}, {hi})"))
 
     _walk(k, x, s, body)
+
+
+def _quotient(x: CVal, s: CVal, prec: DType, si: str, xi: str) -> str:
+    """``X / scale`` for element ``xi``, divided in ``prec`` (as its compute type): for float16 and
+    bfloat16, the operands and the quotient are rounded to it around a float32 division."""
+    q = f"({_to_precision(x.dtype, prec, x.load(xi))}) / ({_to_precision(s.dtype, prec, s.load(si))})"
+    return _to_precision(DType.f32, prec, q) if prec in (DType.f16, DType.bf16) else q
+
+
+def _quantize_float(k: KernelCtx, x: CVal, s: CVal, zp: CVal | None, y: CVal, prec: DType) -> None:
+    sat = int(bool(k.attrs.get("saturate", 1)))
+    k.note(f"quantize to {y.dtype} (saturate={sat}), dividing in {prec}")
+    _float_zero_point(k, zp)
+    _walk(k, x, s, lambda si, xi: k.w.line(
+        f"{y.ptr}[{xi}] = cuvil_to_{y.dtype.value}((float)({_quotient(x, s, prec, si, xi)}), {sat});"))
 
 
 @kernel("dequantize_linear")
@@ -112,6 +143,11 @@ def _dequantize(k: KernelCtx) -> None:
                  f"{y.ptr});")
         return
     k.note(f"dequantize {x.dtype} to {y.dtype}, computing in {cd}")
+    if x.dtype in LOWBIT:
+        k.include(ct.LOWBIT_HEADER)
+    if x.dtype in LOWBIT_FLOATS:  # the zero point is zero: not subtracted
+        _float_zero_point(k, zp)
+        zp = None
 
     def body(si: str, xi: str) -> None:
         dx = f"({cd}){x.load(xi)}"

@@ -48,7 +48,17 @@ enum cuvil_dtype {
     CUVIL_U16 = 9,
     CUVIL_U32 = 10,
     CUVIL_U64 = 11,
-    CUVIL_BOOL = 12
+    CUVIL_BOOL = 12,
+    /* low-bit storage types (cuvil_lowbit.h): one element a byte, the value in its low bits */
+    CUVIL_I4 = 13,
+    CUVIL_U4 = 14,
+    CUVIL_I2 = 15,
+    CUVIL_U2 = 16,
+    CUVIL_F8E4M3FN = 17,
+    CUVIL_F8E4M3FNUZ = 18,
+    CUVIL_F8E5M2 = 19,
+    CUVIL_F8E5M2FNUZ = 20,
+    CUVIL_F4E2M1 = 21
 };
 
 typedef struct cuvil_tensor {
