@@ -30,7 +30,10 @@
  * block's transformed input stays in L2 while the weights stream past it, and, when blocks are
  * few, into ranges of output-channel panels (a small image with few channels, one block of
  * one panel, is cut into smaller blocks instead).  Each task transforms its own input and computes
- * its outputs in a fixed order: results are bitwise the same for any number of threads.  When a
+ * its outputs in a fixed order: results are bitwise the same for any number of threads.  A block's
+ * panel ranges are consecutive tasks, so a thread usually runs several of them in a row
+ * (cuvil_threads.h gives each thread a contiguous range of tasks first): it keeps the block's
+ * transformed input from the first and skips the transform for the next.  When a
  * block would be split into more than two panel ranges (deep layers: one block, many panels),
  * the block's input transform is made once, split across the threads by tile slots, and shared
  * by its panel tasks, instead of repeated by each.
@@ -348,6 +351,7 @@ typedef struct cuvil_wino_job {
     float *xs_sh, *v_sh;
     int64_t *org_sh;
     int64_t cur_block, vparts;
+    int64_t *vblock;        /* per thread (stride 8): the block whose transformed input its V holds, or -1 */
 } cuvil_wino_job;
 
 /* Image row `row` (in padded coordinates) of image n into dst [wp][cin_p], zero outside. */
@@ -518,9 +522,10 @@ static inline __attribute__((always_inline)) void cuvil_wino_task(const cuvil_wi
     float *S = mine + j->off_s;
     if (j->v_sh) {
         V = j->v_sh; /* made for the block by cuvil_wino_vtask */
-    } else {
+    } else if (j->vblock[8 * tid] != block) { /* else this thread's last task had the same block */
         cuvil_wino_copy_rows(j, g0, g1, Xs, org);
         cuvil_wino_input(j, m, ntiles, Xs, org, V, 0, slots);
+        j->vblock[8 * tid] = block;
     }
     for (int64_t panel = plo; panel < phi; panel++) {
         const int64_t c0 = panel * CUVIL_WINO_NW;
@@ -609,7 +614,8 @@ static CUVIL_UNUSED int cuvil_conv_winograd_f32(const cuvil_conv_geom *g, int m,
     }
     j.slots = cuvil_gemm_round_up(j.rb * j.tw, CUVIL_WINO_R / 3);
     const int64_t blocks = (j.trows + j.rb - 1) / j.rb;
-    /* Enough tasks to balance the threads; panel ranges repeat the input transform, so only as many as needed. */
+    /* Enough tasks to balance the threads; a panel range that another thread runs repeats its block's
+     * input transform, so only as many as needed. */
     j.cparts = 1;
     if (threads > 1 && blocks < 4 * threads) j.cparts = cuvil_gemm_min(panels, (4 * threads + blocks - 1) / blocks);
     /* The transformed weights: from the model's cache when w is a constant, else made for this call. */
@@ -644,11 +650,14 @@ static CUVIL_UNUSED int cuvil_conv_winograd_f32(const cuvil_conv_geom *g, int m,
     j.sfloats = j.off_s + cuvil_gemm_round_up(CUVIL_WINO_NW * j.rb * m * j.sw, a4);
     const size_t sbytes = cuvil_size3(sizeof(float), (size_t)j.sfloats, (size_t)nscratch);
     j.scratch = sbytes == SIZE_MAX ? NULL : (float *)aligned_alloc(CUVIL_ALIGN, sbytes);
-    if (!j.scratch) {
+    j.vblock = j.scratch ? (int64_t *)malloc(sizeof(int64_t) * 8 * (size_t)nscratch) : NULL;
+    if (!j.vblock) {
+        free(j.scratch);
         free(bias);
         free(own_u);
         return -1;
     }
+    for (int64_t t = 0; t < nscratch; t++) j.vblock[8 * t] = -1;
     cuvil_task_fn fn = m == 2 ? cuvil_wino_task2 : m == 4 ? cuvil_wino_task4 : cuvil_wino_task6;
     int rc = 0;
     if (ntasks == 1) {
@@ -680,6 +689,7 @@ static CUVIL_UNUSED int cuvil_conv_winograd_f32(const cuvil_conv_geom *g, int m,
     } else {
         cuvil_parallel_for(ntasks, fn, &j);
     }
+    free(j.vblock);
     free(j.scratch);
     free(bias);
     free(own_u);
