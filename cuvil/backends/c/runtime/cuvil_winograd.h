@@ -33,10 +33,16 @@
  * its outputs in a fixed order: results are bitwise the same for any number of threads.  A block's
  * panel ranges are consecutive tasks, so a thread usually runs several of them in a row
  * (cuvil_threads.h gives each thread a contiguous range of tasks first): it keeps the block's
- * transformed input from the first and skips the transform for the next.  When a
- * block would be split into more than two panel ranges (deep layers: one block, many panels),
- * the block's input transform is made once, split across the threads by tile slots, and shared
- * by its panel tasks, instead of repeated by each.
+ * transformed input from the first and skips the transform for the next.  So a block's transform
+ * is made by each thread that runs some of its panels: once per thread at most, from data in that
+ * thread's own caches.  With many threads on a block of few output channels that repeats a
+ * sizeable share of the work (the transform costs about 2 (m + 2) operations per point and input
+ * channel, the products 2 cout), so when the repeats would add more than CUVIL_WINO_REPEAT_MAX of
+ * the products' work, the block's input transform is made once instead, split across the threads
+ * by tile slots, and shared by its panel tasks ("shared mode").  Not by default: a thread reading
+ * a transform another thread wrote is slow where the two run on cores that share no cache (a
+ * virtual machine's vCPUs, placed by its host): there ResNet-18's 28x28 layers took 1.9 times
+ * their time on near cores at two threads in shared mode, 1.4 times with each thread making its own.
  *
  * The transform matrices (Lavin & Gray; points 0, +-1, +-2, +-1/2, infinity):
  *   F(2,3): B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]   G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1]
@@ -86,6 +92,9 @@ typedef float cuvil_wv;
 #define CUVIL_WINO_VBYTES_BIG ((int64_t)1 << 20)
 #define CUVIL_WINO_BIG_U ((int64_t)4 << 20)
 /* Key of a transformed weight in the constant cache (key[0]; cuvil_sgemm uses 0 and 1). */
+/* Shared mode only when each thread making a block's transform itself would add more than this
+ * fraction of the products' work. */
+#define CUVIL_WINO_REPEAT_MAX 0.1
 #define CUVIL_WINO_CACHE_TAG INT64_C(0x57494e4f)
 
 /* Stores n consecutive outputs: y[index + i] = epilogue(src[i], ...) for i < n, where index is
@@ -662,7 +671,8 @@ static CUVIL_UNUSED int cuvil_conv_winograd_f32(const cuvil_conv_geom *g, int m,
     int rc = 0;
     if (ntasks == 1) {
         fn(&j, 0, 0);
-    } else if (j.cparts > 2) {
+    } else if (j.cparts > 2 && (double)(cuvil_gemm_min(threads, j.cparts) - 1) * 2.0 * (m + 2) >
+                                   CUVIL_WINO_REPEAT_MAX * 2.0 * (double)j.cout_p) {
         /* Few blocks, each split into several panel ranges: rather than each task repeating its
          * block's input transform, the block's rows are copied once and its transform is split
          * across the threads by tile slots, then its panels are. */
