@@ -62,7 +62,8 @@ def run_node(node: Node, env: Env, *, check_types: bool = True, on_node: NodeHoo
             on_region(node, g, region_inputs)
         return run_graph(g, region_inputs, env, check_types=check_types, on_node=on_node, on_region=on_region)
 
-    ctx = RefCtx(node.op, args, node.attrs, [v.type for v in node.outputs], region)
+    # the attributes as inference sees them: a node made by a pass may leave defaults out
+    ctx = RefCtx(node.op, args, opdef.fill_attrs(node.attrs), [v.type for v in node.outputs], region)
     try:
         outs = [np.asarray(o) for o in opdef.reference(ctx)]
     except CuvilError:
