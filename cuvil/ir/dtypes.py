@@ -62,6 +62,11 @@ class DType(enum.Enum):
         return self in INTS
 
     @property
+    def holds_floats(self) -> builtins.bool:
+        """Whether its values are floating point: :data:`FLOATS` or the low-bit float types."""
+        return self in FLOATS or self in LOWBIT_FLOATS
+
+    @property
     def is_lowbit(self) -> builtins.bool:
         """Whether this is a low-bit storage type (:data:`LOWBIT`)."""
         return self in LOWBIT
@@ -126,7 +131,20 @@ LOWBIT_INTS = frozenset({DType.i4, DType.u4, DType.i2, DType.u2})
 FLOAT8S = frozenset({DType.f8e4m3fn, DType.f8e4m3fnuz, DType.f8e5m2, DType.f8e5m2fnuz})
 LOWBIT_FLOATS = FLOAT8S | {DType.f4e2m1}
 LOWBIT = LOWBIT_INTS | LOWBIT_FLOATS
-LOWBIT_INT_RANGES: dict[DType, tuple[int, int]] = {DType.i4: (-8, 7), DType.u4: (0, 15), DType.i2: (-2, 1), DType.u2: (0, 3)}
+
+
+def int_bounds(dt: DType) -> tuple[int, int]:
+    """The smallest and largest value of an integer type, the low-bit ones included."""
+    info = ml_dtypes.iinfo(dt.np)  # type: ignore[no-untyped-call]
+    return int(info.min), int(info.max)
+
+
+def max_finite(dt: DType) -> float:
+    """The largest finite value of a float type, bfloat16 and the low-bit ones included."""
+    return float(ml_dtypes.finfo(dt.np).max)  # type: ignore[no-untyped-call]
+
+
+LOWBIT_INT_RANGES: dict[DType, tuple[int, int]] = {d: int_bounds(d) for d in LOWBIT_INTS}
 
 
 def is_float_np(dtype: object) -> builtins.bool:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from cuvil.errors import IRError
-from cuvil.ir.dtypes import LOWBIT_FLOATS, DType
+from cuvil.ir.dtypes import DType
 from cuvil.ir.graph import Graph, Node, Value
 from cuvil.ir.symbolic import Dim, parse_dim
 from cuvil.ir.types import SymbolInfo, TensorType
@@ -185,7 +185,7 @@ class _Parser:
         if len(items) != count:
             raise self.error(f"{len(items)} values given for {t}")
         with np.errstate(all="ignore"):
-            return np.array(items, dtype=np.float64 if t.dtype.is_float or t.dtype in LOWBIT_FLOATS else None).astype(t.dtype.np).reshape(shape)
+            return np.array(items, dtype=np.float64 if t.dtype.holds_floats else None).astype(t.dtype.np).reshape(shape)
 
     def attr_value(self, scope: dict[str, Value]) -> Any:
         t = self.peek()

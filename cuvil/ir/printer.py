@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from cuvil.ir.dtypes import LOWBIT_FLOATS, DType
+from cuvil.ir.dtypes import DType
 from cuvil.ir.graph import Graph, Node, Value
 from cuvil.ir.symbolic import format_dim, format_symbol
 from cuvil.ir.types import SymbolInfo, TensorType
@@ -64,7 +64,7 @@ def format_tensor(a: np.ndarray, elide: bool) -> str:
         flat = a.reshape(-1)
         if dt is DType.bool:
             items = ["true" if x else "false" for x in flat]
-        elif dt.is_float or dt in LOWBIT_FLOATS:
+        elif dt.holds_floats:
             items = [format_float(float(x)) for x in flat]
         else:
             items = [str(int(x)) for x in flat]

@@ -33,25 +33,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from cuvil.ir.dtypes import FLOATS, LOWBIT_FLOATS, LOWBIT_INT_RANGES, LOWBIT_INTS, DType
+from cuvil.ir.dtypes import LOWBIT_INT_RANGES, LOWBIT_INTS, DType, max_finite
 
-__all__ = ["LOWBIT_INT_RANGES", "MAX_FINITE", "check_zero_point", "from_lowbit", "max_finite", "to_lowbit_float",
-           "to_lowbit_int"]
+__all__ = ["LOWBIT_INT_RANGES", "check_zero_point", "from_lowbit", "to_lowbit_float", "to_lowbit_int"]
 _BITS = {DType.i4: 4, DType.u4: 4, DType.i2: 2, DType.u2: 2}
-
-
-MAX_FINITE: dict[DType, float] = {
-    DType.f8e4m3fn: 448.0,
-    DType.f8e4m3fnuz: 240.0,
-    DType.f8e5m2: 57344.0,
-    DType.f8e5m2fnuz: 57344.0,
-    DType.f4e2m1: 6.0,
-}
-
-
-def max_finite(dt: DType) -> float:
-    """The largest finite value of a low-bit float type."""
-    return MAX_FINITE[dt]
 
 
 def to_lowbit_float(x: np.ndarray, dt: DType, saturate: bool = True) -> np.ndarray:
@@ -71,7 +56,7 @@ def to_lowbit_int(x: np.ndarray, dt: DType) -> np.ndarray:
     """``x`` (any element type) as the 4- or 2-bit integer type ``dt`` (rule 3)."""
     a = np.asarray(x)
     src = DType.from_np(a.dtype)
-    if src in FLOATS or src in LOWBIT_FLOATS:
+    if src.holds_floats:
         with np.errstate(all="ignore"):
             f = a.astype(np.float64)
             ok = np.abs(f) < 2.0**31  # False for NaN and infinities

@@ -17,7 +17,7 @@ from typing import ClassVar
 import numpy as np
 
 from cuvil.errors import CuvilError, ShapeError
-from cuvil.ir.dtypes import DType
+from cuvil.ir.dtypes import DType, max_finite
 from cuvil.ir.graph import Graph, Node, Value, captures
 from cuvil.ir.types import TensorType
 from cuvil.ops.common import const_of, infer_types
@@ -77,13 +77,6 @@ def parse_overrides(text: str | Mapping[str, str]) -> dict[str, str]:
 
 def format_overrides(overrides: Mapping[str, str]) -> str:
     return ";".join(f"{k}={v}" for k, v in overrides.items())
-
-
-def max_finite(dtype: DType) -> float:
-    """The largest finite value of a float type (ml_dtypes' bfloat16 has its own finfo)."""
-    import ml_dtypes
-
-    return float(ml_dtypes.finfo(dtype.np).max)  # type: ignore[no-untyped-call]
 
 
 @register_pass

@@ -24,9 +24,9 @@ import numpy as np
 
 from cuvil.backends.ref.interpreter import run_graph
 from cuvil.errors import CuvilError, InputError
-from cuvil.ir.dtypes import DType, is_float_np
+from cuvil.ir.dtypes import DType, is_float_np, max_finite
 from cuvil.ir.graph import Graph, Node
-from cuvil.passes.convert_precision import PrecisionOverflowError, max_finite
+from cuvil.passes.convert_precision import PrecisionOverflowError
 
 REDUCED_FLOATS = (DType.f16, DType.bf16)
 

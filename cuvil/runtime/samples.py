@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from cuvil.ir.dtypes import LOWBIT_FLOATS, LOWBIT_INT_RANGES, DType
+from cuvil.ir.dtypes import DType, int_bounds
 from cuvil.ir.symbolic import evaluate, free_symbols
 from cuvil.ir.types import SymbolInfo, TensorType
 from cuvil.runtime.compiled import TensorSpec
@@ -27,11 +27,11 @@ def random_array(t: TensorType, shape: Sequence[int], rng: np.random.Generator,
                  int_range: tuple[int, int] | None = None) -> np.ndarray:
     """Standard normal floats, fair booleans, and integers uniform in ``int_range`` (both ends
     included; default -10..10, within the type)."""
-    if t.dtype.is_float or t.dtype in LOWBIT_FLOATS:  # float8/float4 hold these (saturating)
+    if t.dtype.holds_floats:  # float8/float4 hold these (saturating)
         return rng.standard_normal(shape).astype(t.dtype.np)
     if t.dtype is DType.bool:
         return rng.random(shape) < 0.5
-    tmin, tmax = LOWBIT_INT_RANGES.get(t.dtype) or (int(np.iinfo(t.dtype.np).min), int(np.iinfo(t.dtype.np).max))
+    tmin, tmax = int_bounds(t.dtype)
     lo, hi = int_range if int_range is not None else (-10, 10)
     lo, hi = max(tmin, lo), min(tmax, hi)
     return rng.integers(lo, hi, size=shape, endpoint=True).astype(t.dtype.np)

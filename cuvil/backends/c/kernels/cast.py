@@ -44,7 +44,7 @@ def cast(s: Scalar, a: Sequence[str]) -> str:
         return f"({x} != 0)"
     if src is DType.bool:
         return f"({ct.compute(dst)})({x} != 0)"
-    if (src in FLOATS or src in LOWBIT_FLOATS) and dst in INTS:
+    if src.holds_floats and dst in INTS:
         return f"cuvil_f2i_{dst.value}({x})"
     return f"({ct.compute(dst)})({x})"
 
@@ -55,7 +55,7 @@ def _to_lowbit(src: DType, dst: DType, x: str, saturate: bool) -> str:
         x = f"({x} != 0)"
     if dst in LOWBIT_FLOATS:
         return f"cuvil_to_{dst.value}((float)({x}), {int(saturate)})"
-    if src in FLOATS or src in LOWBIT_FLOATS:
+    if src.holds_floats:
         x = f"cuvil_lowbit_trunc((double)({x}))"
     return f"cuvil_to_{dst.value}((uint32_t)({x}))"
 
