@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper
 
 import cuvil
 from cuvil.backends.c import library
+from cuvil.errors import InputError
 
 
 def _scale_model(shape: list[int | str]) -> onnx.ModelProto:
@@ -40,3 +42,22 @@ def test_inputs_of_any_kind_and_outputs_small_and_large(tmp_path: object) -> Non
     m(large * 2)
     np.testing.assert_array_equal(y_small, small * small)
     np.testing.assert_array_equal(y_large, large * large)
+
+
+def test_static_model_checks_every_call_after_the_first(tmp_path: object) -> None:
+    """A static model's repeated calls take a short path (no conversions, the input descriptors
+    reused); an input of another shape, type or kind between them still gets the full checks."""
+    m = cuvil.compile(_scale_model([3, 4]), target="native", cache_dir=str(tmp_path))
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    for _ in range(2):
+        np.testing.assert_array_equal(m(x)[0], x * x)
+    with pytest.raises(InputError, match="dim 1"):
+        m(np.zeros((3, 5), np.float32))
+    with pytest.raises(InputError, match="float"):
+        m(x.astype(np.float64))
+    with pytest.raises(InputError):
+        m(x, x)
+    np.testing.assert_array_equal(m(memoryview(x))[0], x * x)  # array-likes are converted
+    wide = np.repeat(x, 2, axis=1)[:, ::2]  # the same values, not contiguous
+    np.testing.assert_array_equal(m(wide)[0], x * x)
+    np.testing.assert_array_equal(m(x + 1)[0], (x + 1) * (x + 1))

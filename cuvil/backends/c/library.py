@@ -20,7 +20,7 @@ import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -170,26 +170,32 @@ class NativeModel:
             raise CuvilError(f"cannot run {n} threads: {err.value.decode(errors='replace')}")
         self.num_threads = n
 
-    def _buffers(self, n_in: int) -> tuple[ctypes.Array[CTensor], ctypes.Array[CTensor], ctypes.Array[ctypes.c_char]]:
-        """This thread's input and output descriptors and error buffer (made once per thread:
-        calls on other threads have their own)."""
+    def _buffers(self, n_in: int) -> tuple[ctypes.Array[CTensor], ctypes.Array[CTensor], ctypes.Array[ctypes.c_char],
+                                          list[Any]]:
+        """This thread's input and output descriptors, error buffer, and the (shape, dtype) each
+        input descriptor holds now (made once per thread: calls on other threads have their own)."""
         local = self._local
         bufs = getattr(local, "bufs", None)
         if bufs is None or len(bufs[0]) < n_in:
-            bufs = ((CTensor * max(n_in, 1))(), (CTensor * max(self.n_outputs, 1))(), ctypes.create_string_buffer(1024))
+            n = max(n_in, 1)
+            bufs = ((CTensor * n)(), (CTensor * max(self.n_outputs, 1))(), ctypes.create_string_buffer(1024), [None] * n)
             local.bufs = bufs
         return bufs
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         arrays = [np.asarray(a, order="C") for a in inputs]  # (ascontiguousarray makes 0-D arrays 1-D)
-        ins, outs, err = self._buffers(len(arrays))
-        for t, a in zip(ins, arrays):
+        ins, outs, err, held = self._buffers(len(arrays))
+        for k, a in enumerate(arrays):
+            t = ins[k]
             t.data = _address(a)
-            t.rank = a.ndim
-            code = _NP_TO_CODE.get(a.dtype)
-            t.dtype = code if code is not None else ct.code(DType.from_np(a.dtype))
-            for i, d in enumerate(a.shape):
-                t.shape[i] = d
+            key = (a.shape, a.dtype)
+            if held[k] != key:  # a serving loop's calls repeat the shapes: only the address changes
+                t.rank = a.ndim
+                code = _NP_TO_CODE.get(a.dtype)
+                t.dtype = code if code is not None else ct.code(DType.from_np(a.dtype))
+                for i, d in enumerate(a.shape):
+                    t.shape[i] = d
+                held[k] = key
         if self._handle is None:
             raise CuvilError("the model was closed")
         rc = self.lib.cuvil_run(self._handle, ins, outs, err, len(err))
