@@ -102,6 +102,25 @@ def test_matmul_results_are_bitwise_the_same_for_any_thread_count(tmp_path: Path
         assert np.array_equal(y, runs[0]), f"num_threads={n} differs from num_threads=1"
 
 
+def test_max_pool_results_are_the_same_for_any_thread_count(tmp_path: Path) -> None:
+    """Threads take ranges of (plane, output row) rows: the generic 3x3 stride-2 padded pool and the
+    2x2 stride-2 path, odd sizes and NaNs included, against the reference."""
+    nodes = [helper.make_node("MaxPool", ["x"], ["p3"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("MaxPool", ["x"], ["p2"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Flatten", ["p3"], ["f3"]), helper.make_node("Flatten", ["p2"], ["f2"]),
+             helper.make_node("Concat", ["f3", "f2"], ["y"], axis=1)]
+    model = _model(nodes, [2, 32, 61, 59], [2, 32 * (31 * 30 + 30 * 29)], {})
+    x = np.random.default_rng(4).standard_normal((2, 32, 61, 59)).astype(np.float32)
+    x[0, 3, 17, 20] = x[1, 30, 60, 58] = np.nan
+    want = cuvil.compile(model, "ref")(x)[0]
+    for n in THREADS:
+        m = cuvil.compile(model, "native", cache_dir=str(tmp_path), num_threads=n)
+        before = m.thread_stats()
+        np.testing.assert_array_equal(m(x)[0], want, err_msg=f"num_threads={n}")
+        if n > 1:
+            assert m.thread_stats().since(before).regions >= 2, "the pools did not run threaded"
+
+
 def test_num_threads_option(tmp_path: Path) -> None:
     model = matmul_stack()
     m = cuvil.compile(model, "native", cache_dir=str(tmp_path))
