@@ -119,6 +119,21 @@ class CWriter:
             self._indent -= 1
 
     @contextlib.contextmanager
+    def capture(self, indent: int = 1) -> Iterator[list[str]]:
+        """Lines written inside the block go to the yielded list (indented ``indent`` levels), not
+        to this writer: the body of a function defined elsewhere (``KernelCtx.define``)."""
+        start, saved = len(self.lines), self._indent
+        self._indent = indent
+        taken: list[str] = []
+        try:
+            yield taken
+        finally:
+            taken.extend(self.lines[start:])
+            del self.lines[start:]
+            del self.origins[start:]
+            self._indent = saved
+
+    @contextlib.contextmanager
     def node(self, origin: str) -> Iterator[None]:
         saved, self.origin = self.origin, origin
         try:

@@ -121,6 +121,32 @@ def test_max_pool_results_are_the_same_for_any_thread_count(tmp_path: Path) -> N
             assert m.thread_stats().since(before).regions >= 2, "the pools did not run threaded"
 
 
+def test_elementwise_loops_split_across_threads_give_the_same_results(tmp_path: Path) -> None:
+    """Flat elementwise loops (a fused chain with a scalar operand, a float16 op, a binary op of
+    two intermediates) run as ranges on the threads when large; every element comes out the same."""
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"]),
+             helper.make_node("Mul", ["s", "k"], ["sk"]),
+             helper.make_node("Cast", ["x"], ["h"], to=TensorProto.FLOAT16),
+             helper.make_node("Abs", ["h"], ["ha"]),
+             helper.make_node("Cast", ["ha"], ["a"], to=TensorProto.FLOAT),
+             helper.make_node("Div", ["sk", "a"], ["y"])]
+    shape = [3, 50, 61, 67]  # 613,050 elements: not a multiple of the ranges' granule
+    model = _model(nodes, shape, shape, {"k": np.array(1.5, np.float32)})
+    x = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
+    x[0, 0, 0, :3] = [np.nan, np.inf, 0.0]
+    want = cuvil.compile(model, "ref")(x)[0]
+    runs = []
+    for n in THREADS:
+        m = cuvil.compile(model, "native", cache_dir=str(tmp_path), num_threads=n)
+        before = m.thread_stats()
+        runs.append(m(x)[0])
+        if n > 1:
+            assert m.thread_stats().since(before).regions >= 2, "the loops did not run threaded"
+    np.testing.assert_allclose(runs[0], want, rtol=1e-5, atol=0)
+    for n, y in zip(THREADS[1:], runs[1:]):
+        np.testing.assert_array_equal(y, runs[0], err_msg=f"num_threads={n} differs from num_threads=1")
+
+
 def test_num_threads_option(tmp_path: Path) -> None:
     model = matmul_stack()
     m = cuvil.compile(model, "native", cache_dir=str(tmp_path))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
@@ -57,6 +58,9 @@ def elementwise(
     with w.block(""):
         po = k.tmp("po")
         w.line(f"{out.ctype} *{restrict}{po} = {out.ptr};")
+        # the locals the loops read, as (field type, declaration prefix, name): a flat loop runs in
+        # a function of its own (_parallel_flat), which takes them from a context
+        local: list[tuple[str, str, str]] = [(f"{out.ctype} *", f"{out.ctype} *{restrict}", po)]
         o = replace(out, ptr=po)
         args: list[str] = ["0"] * len(ins)
         vec: list[tuple[int, CVal]] = []
@@ -66,9 +70,11 @@ def elementwise(
                 if used[j]:
                     args[j] = k.tmp("s")
                     w.line(f"const {a.ctype_compute} {args[j]} = {a.load('0')};")
+                    local.append((a.ctype_compute, f"const {a.ctype_compute} ", args[j]))
             elif used[j]:
                 p = k.tmp("pi")
                 w.line(f"const {a.ctype} *{restrict}{p} = {a.ptr};")
+                local.append((f"const {a.ctype} *", f"const {a.ctype} *{restrict}", p))
                 vec.append((j, replace(a, ptr=p)))
             else:
                 unread.append(a)
@@ -82,14 +88,19 @@ def elementwise(
             w.line(o.store(o_index, expr(vals)))
 
         def flat_loop() -> None:
-            i = k.tmp("i")
             n = k.tmp("n")
             w.line(f"const int64_t {n} = {out.numel()};")
-            if any(a.dtype is DType.f16 for a in (o, *(a for _, a in vec))):
-                _f16_chunks(k, n, o, vec, vals=list(args), expr=expr)
-                return
-            with w.block(f"for (int64_t {i} = 0; {i} < {n}; {i}++)"):
-                body(lambda _n: i, i)
+            streamed = " + ".join(f"sizeof({a.ctype})" for a in (o, *(a for _, a in vec)))
+
+            def loop(lo: str, hi: str) -> None:
+                if any(a.dtype is DType.f16 for a in (o, *(a for _, a in vec))):
+                    _f16_chunks(k, lo, hi, o, vec, vals=list(args), expr=expr)
+                    return
+                i = k.tmp("i")
+                with w.block(f"for (int64_t {i} = {lo}; {i} < {hi}; {i}++)"):
+                    body(lambda _n: i, i)
+
+            _parallel_flat(k, n, f"(double){n} * (double)({streamed})", local, loop)
 
         for a in unread:
             if not provably_same_shape(a, out):
@@ -113,20 +124,45 @@ def elementwise(
             _broadcast_loops(k, out, vec, body)
 
 
+def _parallel_flat(k: KernelCtx, n: str, streamed: str, local: Sequence[tuple[str, str, str]],
+                   loop: Callable[[str, str], None]) -> None:
+    """A flat loop over ``n`` iterations, split over the call's threads when that pays for the
+    ``streamed`` bytes (``cuvil_parallel_range``): ``loop(lo, hi)`` writes the loop over [lo, hi)
+    into a function of its own, which reads the ``local`` variables the loop uses (field type,
+    declaration prefix, name) from a context the node fills.  Each element is computed alone, so
+    results do not depend on the thread count."""
+    k.include("cuvil_threads.h")
+    w = k.w
+    with w.capture() as lines:
+        loop("lo", "hi")
+    fields = [f"    {ftype} {name};" for ftype, _, name in local]
+    unpack = [f"    {decl}{name} = x->{name};" for _, decl, name in local]
+    text = "\n".join([
+        "typedef struct NAME_ctx {", *fields, "} NAME_ctx;",
+        "static void NAME(const void *vctx, int64_t lo, int64_t hi) {",
+        "    const NAME_ctx *x = (const NAME_ctx *)vctx;", *unpack, *lines, "}", ""])
+    # named by its text: nodes whose loops read the same way share one function
+    name = "cuvil_flat_" + hashlib.sha256(text.encode()).hexdigest()[:16]
+    k.define(name, text.replace("NAME", name))
+    ctx = k.tmp("flat")
+    w.line(f"const {name}_ctx {ctx} = {{{', '.join(f'.{nm} = {nm}' for _, _, nm in local)}}};")
+    w.line(f"cuvil_parallel_range({n}, {streamed}, {name}, &{ctx});")
+
+
 F16_CHUNK = 256  # float32 values per operand on the stack
 
 
-def _f16_chunks(k: KernelCtx, n: str, out: CVal, vec: Sequence[tuple[int, CVal]], vals: list[str],
+def _f16_chunks(k: KernelCtx, lo: str, hi: str, out: CVal, vec: Sequence[tuple[int, CVal]], vals: list[str],
                 expr: Callable[[Sequence[str]], str]) -> None:
-    """The flat loop when an operand is float16: one conversion per element (F16C's scalar form)
-    keeps the loop from vectorising, so it runs over chunks, each f16 operand widened by the
-    vectorised ``cuvil_f16_to_f32_n`` into a float32 chunk, the result rounded back by
+    """The flat loop over [lo, hi) when an operand is float16: one conversion per element (F16C's
+    scalar form) keeps the loop from vectorising, so it runs over chunks, each f16 operand widened
+    by the vectorised ``cuvil_f16_to_f32_n`` into a float32 chunk, the result rounded back by
     ``cuvil_f32_to_f16_n``.  A chunk is read whole before it is written (in-place safe)."""
     k.include("cuvil_half.h")
     w = k.w
     i0, m, i = k.tmp("i0"), k.tmp("m"), k.tmp("i")
-    with w.block(f"for (int64_t {i0} = 0; {i0} < {n}; {i0} += {F16_CHUNK})"):
-        w.line(f"const int64_t {m} = {n} - {i0} < {F16_CHUNK} ? {n} - {i0} : {F16_CHUNK};")
+    with w.block(f"for (int64_t {i0} = {lo}; {i0} < {hi}; {i0} += {F16_CHUNK})"):
+        w.line(f"const int64_t {m} = {hi} - {i0} < {F16_CHUNK} ? {hi} - {i0} : {F16_CHUNK};")
         loads: list[tuple[int, CVal, str]] = []
         for j, a in vec:
             if a.dtype is DType.f16:
