@@ -1,4 +1,4 @@
-"""The vectorisable float32 math of ``cuvil_vmath.h`` (exp, erf, erfc, sigmoid, GELU): its error
+"""The vectorisable float32 math of ``cuvil_vmath.h`` (exp, erf, erfc, sigmoid, GELU, tanh): its error
 against double-precision libm over a sweep of all floats, its special values, that loops over it
 vectorise, and that GELU kernels (elementwise, fused loop, GEMM epilogue) all use it."""
 
@@ -19,8 +19,8 @@ from cuvil.backends.c.toolchain import Compiler, compile_flags
 
 # Maximum errors in ulp of the correctly rounded result, where it is a normal float.  Over every
 # 7th float bit pattern (600 million) they were: exp 0.98, erf 2.52, erfc 6.87, gelu 7.83,
-# sigmoid 2.33; the test sweeps every 4099th, a million floats.
-MAX_ULP = {"exp": 1.0, "erf": 2.6, "erfc": 7.0, "gelu": 8.0, "sigmoid": 2.4}
+# sigmoid 2.33, tanh 1.32; the test sweeps every 4099th, a million floats.
+MAX_ULP = {"exp": 1.0, "erf": 2.6, "erfc": 7.0, "gelu": 8.0, "sigmoid": 2.4, "tanh": 1.4}
 # Where the result is subnormal, in units of the smallest subnormal, 2**-149.
 MAX_SUBNORMAL_UNITS = 1.0
 STRIDE = 4099
@@ -53,7 +53,8 @@ static double want_of(int f, double x) {
     case 1: return erf(x);
     case 2: return erfc(x);
     case 3: return 0.5 * x * erfc(-x / sqrt(2.0));
-    default: return 1.0 / (1.0 + exp(-x));
+    case 4: return 1.0 / (1.0 + exp(-x));
+    default: return tanh(x);
     }
 }
 
@@ -63,7 +64,8 @@ static float got_of(int f, float x) {
     case 1: return cuvil_erf_f(x);
     case 2: return cuvil_erfc_f(x);
     case 3: return cuvil_gelu_f(x);
-    default: return cuvil_sigmoid_vf(x);
+    case 4: return cuvil_sigmoid_vf(x);
+    default: return cuvil_tanh_f(x);
     }
 }
 
@@ -87,13 +89,14 @@ EXPORT void map_erf(const float *x, float *y, int64_t n) { for (int64_t i = 0; i
 EXPORT void map_erfc(const float *x, float *y, int64_t n) { for (int64_t i = 0; i < n; i++) y[i] = cuvil_erfc_f(x[i]); }
 EXPORT void map_exp(const float *x, float *y, int64_t n) { for (int64_t i = 0; i < n; i++) y[i] = cuvil_exp_f(x[i]); }
 EXPORT void map_sigmoid(const float *x, float *y, int64_t n) { for (int64_t i = 0; i < n; i++) y[i] = cuvil_sigmoid_vf(x[i]); }
+EXPORT void map_tanh(const float *x, float *y, int64_t n) { for (int64_t i = 0; i < n; i++) y[i] = cuvil_tanh_f(x[i]); }
 /* A second loop over the GELU in the same file: the function is inlined in both, not called. */
 EXPORT void map_gelu_bias(const float *x, const float *b, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = cuvil_gelu_f(x[i] + b[i]);
 }
 """
 
-FUNCS = ("exp", "erf", "erfc", "gelu", "sigmoid")
+FUNCS = ("exp", "erf", "erfc", "gelu", "sigmoid", "tanh")
 
 
 @pytest.fixture(scope="module")
@@ -141,9 +144,10 @@ def test_special_values(lib: tuple[ctypes.CDLL, str]) -> None:
         np.testing.assert_allclose(erf[7:], x[7:].astype(np.float64) * 2 / math.sqrt(math.pi), rtol=2**-22)
         np.testing.assert_array_equal(_map(so, "erfc", x), [1, 1, 0, 2, nan, 0, 2, 1, 1])
         np.testing.assert_array_equal(_map(so, "sigmoid", x), [0.5, 0.5, 1, 0, nan, 1, 0, 0.5, 0.5])
+        np.testing.assert_array_equal(_map(so, "tanh", x), [0, -0.0, 1, -1, nan, 1, -1, x[7], x[8]])
         # x Phi(x): +inf stays, -inf gives NaN as the reference's -inf * erfc(inf) = -inf * 0 does
         np.testing.assert_array_equal(_map(so, "gelu", x), [0, -0.0, inf, nan, nan, 200, -0.0, x[7] / 2, x[8] / 2])
-    assert np.signbit(_map(so, "erf", x)[1]) and np.signbit(_map(so, "gelu", x)[1])
+    assert np.signbit(_map(so, "erf", x)[1]) and np.signbit(_map(so, "gelu", x)[1]) and np.signbit(_map(so, "tanh", x)[1])
 
 
 def test_gelu_keeps_relative_accuracy_in_the_far_negative_tail(lib: tuple[ctypes.CDLL, str]) -> None:

@@ -106,7 +106,8 @@ def softsign(s: Scalar, a: Sequence[str]) -> str:
 
 @elementwise_op("mish")
 def mish(s: Scalar, a: Sequence[str]) -> str:
-    return f"({a[0]} * {s.fn('tanh')}({softplus(s, a)}))"
+    tanh = "tanh" if s.is_double else "cuvil_tanh_f"
+    return f"({a[0]} * {tanh}({softplus(s, a)}))"
 
 
 @elementwise_op("gelu")

@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "cuvil_rt.h"
-#include "cuvil_vmath.h" /* float32 exp, erf, erfc, sigmoid, GELU that loops vectorise */
+#include "cuvil_vmath.h" /* float32 exp, erf, erfc, sigmoid, GELU, tanh that loops vectorise */
 
 /* ---- NaN-propagating max/min ------------------------------------------- */
 

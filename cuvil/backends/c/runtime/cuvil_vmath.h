@@ -1,4 +1,4 @@
-/* Cuvil C runtime: float32 exp, erf, erfc, sigmoid and GELU that loops can vectorise.
+/* Cuvil C runtime: float32 exp, erf, erfc, sigmoid, GELU and tanh that loops can vectorise.
  *
  * libm's expf / erff / erfcf are calls the compiler cannot vectorise (without -ffast-math and a
  * vector math library), so a loop applying them runs one element at a time: a GELU epilogue
@@ -30,7 +30,7 @@
  *  - sigmoid(x) = 1 / (1 + e) for x >= 0, e / (1 + e) for x < 0, with e = exp(-|x|).
  *
  * Largest errors against double-precision libm over every 7th float, where the result is a normal
- * float: exp 0.98 ulp, erf 2.5, erfc 6.9, gelu 7.8, sigmoid 2.3 (erfc and gelu: the rational's
+ * float: exp 0.98 ulp, erf 2.5, erfc 6.9, gelu 7.8, sigmoid 2.3, tanh 1.3 (erfc and gelu: the rational's
  * Horner rounding, about 3 ulp, and exp's); a subnormal result is within a few units of 2^-149.
  * NaN gives NaN, +-inf the limits.  tests/backends/c/test_vmath.py checks these bounds.
  */
@@ -153,6 +153,21 @@ CUVIL_VM_INLINE float cuvil_gelu_f(float x) {
 CUVIL_VM_INLINE float cuvil_sigmoid_vf(float x) {
     const float e = cuvil_exp_f(x < 0 ? x : -x);
     return (x < 0 ? e : 1.0f) / (1.0f + e);
+}
+
+/* tanh(x), odd: on a = |x|, the sign put back.  Below 0.625, Cephes' tanhf polynomial
+ * a + a z P(z), z = a^2 (no cancellation, subnormals exact); above, 1 - 2 / (exp(2a) + 1), whose
+ * subtraction loses nothing (2 / (exp(2a) + 1) < 0.45 there).  a is clamped to 10, past which the
+ * float result is 1 and exp(2a) would only risk overflow; NaN gives NaN. */
+CUVIL_VM_INLINE float cuvil_tanh_f(float x) {
+    const float a = fabsf(x), z = a * a;
+    const float small =
+        ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z + 1.33314422036e-1f) * z -
+         3.33332819422e-1f) * z * a + a;
+    const float e = cuvil_exp_f(2.0f * (a < 10.0f ? a : 10.0f));
+    const float big = 1.0f - 2.0f / (e + 1.0f);
+    const float t = a < 0.625f ? small : big;
+    return x != x ? x : copysignf(t, x);
 }
 
 #endif /* CUVIL_VMATH_H */
