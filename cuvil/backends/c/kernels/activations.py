@@ -148,28 +148,24 @@ def prelu(s: Scalar, a: Sequence[str]) -> str:
 
 @kernel("clip")
 def _clip(k: KernelCtx) -> None:
-    """min(max(X, lo), hi) with the bounds (one-element tensors) read once; NaN propagates."""
+    """min(max(X, lo), hi); the bounds, one-element tensors, are read once (elementwise); NaN propagates."""
     k.include(MATH_HEADER)
-    x = k.inp(0)
-    s = scalar_ctx(k)
-    bounds: list[str | None] = []
+    ins = [k.inp(0)]
+    at: dict[int, int] = {}  # bound (1: lo, 2: hi) -> its operand in ins
     for i in (1, 2):
-        if not k.has(i):
-            bounds.append(None)
-            continue
-        name = k.tmp("lo" if i == 1 else "hi")
-        k.w.line(f"const {x.ctype_compute} {name} = {k.inp(i).load('0')};")
-        bounds.append(name)
-    lo, hi = bounds
-    lo_nn, hi_nn = (constant_not_nan(k.node.inputs[i]) if len(k.node.inputs) > i else False for i in (1, 2))
+        if k.has(i):
+            at[i] = len(ins)
+            ins.append(k.inp(i))
+    s = scalar_ctx(k)
+    not_nan = {i: constant_not_nan(k.node.inputs[i]) for i in at}
 
     def expr(args: Sequence[str]) -> str:
         y = args[0]
-        if lo is not None:
-            y = nan_max(s, y, lo, lo_nn)
-        if hi is not None:
-            y = nan_min(s, y, hi, hi_nn)
+        if 1 in at:
+            y = nan_max(s, y, args[at[1]], not_nan[1])
+        if 2 in at:
+            y = nan_min(s, y, args[at[2]], not_nan[2])
         return y
 
-    elementwise(k, expr, [x])
+    elementwise(k, expr, ins)
 
