@@ -1,4 +1,5 @@
-"""The vectorisable float32 math of ``cuvil_vmath.h`` (exp, erf, erfc, sigmoid, GELU, tanh): its error
+"""The vectorisable float32 math of ``cuvil_vmath.h`` (exp, erf, erfc, sigmoid, GELU, tanh, expm1,
+log, log1p): its error
 against double-precision libm over a sweep of all floats, its special values, that loops over it
 vectorise, and that GELU kernels (elementwise, fused loop, GEMM epilogue) all use it."""
 
@@ -19,8 +20,8 @@ from cuvil.backends.c.toolchain import Compiler, compile_flags
 
 # Maximum errors in ulp of the correctly rounded result, where it is a normal float.  Over every
 # 7th float bit pattern (600 million) they were: exp 0.98, erf 2.52, erfc 6.87, gelu 7.83,
-# sigmoid 2.33, tanh 1.32; the test sweeps every 4099th, a million floats.
-MAX_ULP = {"exp": 1.0, "erf": 2.6, "erfc": 7.0, "gelu": 8.0, "sigmoid": 2.4, "tanh": 1.4}
+# sigmoid 2.33, tanh 1.32, expm1 1.69, log 0.81, log1p 2.42; the test sweeps every 4099th, a million floats.
+MAX_ULP = {"exp": 1.0, "erf": 2.6, "erfc": 7.0, "gelu": 8.0, "sigmoid": 2.4, "tanh": 1.4, "expm1": 1.8, "log": 0.9, "log1p": 2.5}
 # Where the result is subnormal, in units of the smallest subnormal, 2**-149.
 MAX_SUBNORMAL_UNITS = 1.0
 STRIDE = 4099
@@ -54,7 +55,10 @@ static double want_of(int f, double x) {
     case 2: return erfc(x);
     case 3: return 0.5 * x * erfc(-x / sqrt(2.0));
     case 4: return 1.0 / (1.0 + exp(-x));
-    default: return tanh(x);
+    case 5: return tanh(x);
+    case 6: return expm1(x);
+    case 7: return log(x);
+    default: return log1p(x);
     }
 }
 
@@ -65,7 +69,10 @@ static float got_of(int f, float x) {
     case 2: return cuvil_erfc_f(x);
     case 3: return cuvil_gelu_f(x);
     case 4: return cuvil_sigmoid_vf(x);
-    default: return cuvil_tanh_f(x);
+    case 5: return cuvil_tanh_f(x);
+    case 6: return cuvil_expm1_f(x);
+    case 7: return cuvil_log_f(x);
+    default: return cuvil_log1p_f(x);
     }
 }
 
@@ -90,13 +97,16 @@ EXPORT void map_erfc(const float *x, float *y, int64_t n) { for (int64_t i = 0; 
 EXPORT void map_exp(const float *x, float *y, int64_t n) { for (int64_t i = 0; i < n; i++) y[i] = cuvil_exp_f(x[i]); }
 EXPORT void map_sigmoid(const float *x, float *y, int64_t n) { for (int64_t i = 0; i < n; i++) y[i] = cuvil_sigmoid_vf(x[i]); }
 EXPORT void map_tanh(const float *x, float *y, int64_t n) { for (int64_t i = 0; i < n; i++) y[i] = cuvil_tanh_f(x[i]); }
+EXPORT void map_expm1(const float *x, float *y, int64_t n) { for (int64_t i = 0; i < n; i++) y[i] = cuvil_expm1_f(x[i]); }
+EXPORT void map_log(const float *x, float *y, int64_t n) { for (int64_t i = 0; i < n; i++) y[i] = cuvil_log_f(x[i]); }
+EXPORT void map_log1p(const float *x, float *y, int64_t n) { for (int64_t i = 0; i < n; i++) y[i] = cuvil_log1p_f(x[i]); }
 /* A second loop over the GELU in the same file: the function is inlined in both, not called. */
 EXPORT void map_gelu_bias(const float *x, const float *b, float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = cuvil_gelu_f(x[i] + b[i]);
 }
 """
 
-FUNCS = ("exp", "erf", "erfc", "gelu", "sigmoid", "tanh")
+FUNCS = ("exp", "erf", "erfc", "gelu", "sigmoid", "tanh", "expm1", "log", "log1p")
 
 
 @pytest.fixture(scope="module")
@@ -145,9 +155,15 @@ def test_special_values(lib: tuple[ctypes.CDLL, str]) -> None:
         np.testing.assert_array_equal(_map(so, "erfc", x), [1, 1, 0, 2, nan, 0, 2, 1, 1])
         np.testing.assert_array_equal(_map(so, "sigmoid", x), [0.5, 0.5, 1, 0, nan, 1, 0, 0.5, 0.5])
         np.testing.assert_array_equal(_map(so, "tanh", x), [0, -0.0, 1, -1, nan, 1, -1, x[7], x[8]])
+        np.testing.assert_array_equal(_map(so, "expm1", x), [0, -0.0, inf, -1, nan, inf, -1, x[7], x[8]])
+        log = _map(so, "log", x)
+        np.testing.assert_array_equal(log[[0, 1, 2, 3, 4, 6, 8]], [-inf, -inf, inf, nan, nan, nan, nan])
+        np.testing.assert_allclose(log[[5, 7]], np.log(x[[5, 7]].astype(np.float64)), rtol=2**-23)
+        np.testing.assert_array_equal(_map(so, "log1p", x)[[0, 1, 2, 3, 4, 6, 7, 8]], [0, -0.0, inf, nan, nan, nan, x[7], x[8]])
         # x Phi(x): +inf stays, -inf gives NaN as the reference's -inf * erfc(inf) = -inf * 0 does
         np.testing.assert_array_equal(_map(so, "gelu", x), [0, -0.0, inf, nan, nan, 200, -0.0, x[7] / 2, x[8] / 2])
     assert np.signbit(_map(so, "erf", x)[1]) and np.signbit(_map(so, "gelu", x)[1]) and np.signbit(_map(so, "tanh", x)[1])
+    assert np.signbit(_map(so, "expm1", x)[1]) and np.signbit(_map(so, "log1p", x)[1])
 
 
 def test_gelu_keeps_relative_accuracy_in_the_far_negative_tail(lib: tuple[ctypes.CDLL, str]) -> None:

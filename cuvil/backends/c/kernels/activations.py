@@ -48,20 +48,24 @@ def leaky_relu(s: Scalar, a: Sequence[str]) -> str:
 @elementwise_op("elu")
 def elu(s: Scalar, a: Sequence[str]) -> str:
     x = a[0]
-    return f"({x} < 0 ? {_attr(s, 'alpha')} * {s.fn('expm1')}({x}) : {x})"
+    if s.is_double:
+        return f"({x} < 0 ? {_attr(s, 'alpha')} * expm1({x}) : {x})"
+    return f"cuvil_vm_pick({x} < 0, {_attr(s, 'alpha')} * cuvil_expm1_f({x}), {x})"
 
 
 @elementwise_op("celu")
 def celu(s: Scalar, a: Sequence[str]) -> str:
     x, alpha = a[0], _attr(s, "alpha")
-    neg = f"{alpha} * {s.fn('expm1')}({x} / {alpha})"
+    neg = f"{alpha} * {'expm1' if s.is_double else 'cuvil_expm1_f'}({x} / {alpha})"
     return f"({nan_max(s, x, s.lit(0))} + {nan_min(s, s.lit(0), neg)})"
 
 
 @elementwise_op("selu")
 def selu(s: Scalar, a: Sequence[str]) -> str:
     x = a[0]
-    return f"({_attr(s, 'gamma')} * ({x} > 0 ? {x} : {_attr(s, 'alpha')} * {s.fn('expm1')}({x})))"
+    if s.is_double:
+        return f"({_attr(s, 'gamma')} * ({x} > 0 ? {x} : {_attr(s, 'alpha')} * expm1({x})))"
+    return f"({_attr(s, 'gamma')} * cuvil_vm_pick({x} > 0, {x}, {_attr(s, 'alpha')} * cuvil_expm1_f({x})))"
 
 
 @elementwise_op("thresholded_relu")

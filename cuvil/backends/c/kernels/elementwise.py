@@ -268,7 +268,7 @@ def round_(s: Scalar, a: Sequence[str]) -> str:
 
 
 # Functions whose float version is the vectorisable one of cuvil_vmath.h (libm's cannot be vectorised).
-_VMATH = {"exp": "cuvil_exp_f", "erf": "cuvil_erf_f", "tanh": "cuvil_tanh_f"}
+_VMATH = {"exp": "cuvil_exp_f", "erf": "cuvil_erf_f", "tanh": "cuvil_tanh_f", "log": "cuvil_log_f"}
 
 
 def _libm(name: str) -> None:

@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "cuvil_rt.h"
-#include "cuvil_vmath.h" /* float32 exp, erf, erfc, sigmoid, GELU, tanh that loops vectorise */
+#include "cuvil_vmath.h" /* float32 exp, erf, erfc, sigmoid, GELU, tanh, log... that loops vectorise */
 
 /* ---- NaN-propagating max/min ------------------------------------------- */
 
@@ -209,8 +209,11 @@ static inline double cuvil_sigmoid_d(double x) {
     return x >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
 }
 
-/* log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|)), without overflow; NaN stays NaN. */
-static inline float cuvil_softplus_f(float x) { return cuvil_max_f(x, 0.0f) + log1pf(expf(-fabsf(x))); }
+/* log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|)), without overflow; NaN stays NaN.  Inlined, so
+ * that a loop over it vectorises (cuvil_vmath.h). */
+CUVIL_VM_INLINE float cuvil_softplus_f(float x) {
+    return cuvil_max_f(x, 0.0f) + cuvil_log1p_f(cuvil_exp_f(-fabsf(x)));
+}
 static inline double cuvil_softplus_d(double x) { return cuvil_max_d(x, 0.0) + log1p(exp(-fabs(x))); }
 
 /* min(max(x, lo), hi) with NaN propagating (NumPy's clip). */

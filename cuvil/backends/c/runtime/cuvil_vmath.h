@@ -1,4 +1,5 @@
-/* Cuvil C runtime: float32 exp, erf, erfc, sigmoid, GELU and tanh that loops can vectorise.
+/* Cuvil C runtime: float32 exp, erf, erfc, sigmoid, GELU, tanh, expm1, log and log1p that loops can
+ * vectorise.
  *
  * libm's expf / erff / erfcf are calls the compiler cannot vectorise (without -ffast-math and a
  * vector math library), so a loop applying them runs one element at a time: a GELU epilogue
@@ -30,7 +31,8 @@
  *  - sigmoid(x) = 1 / (1 + e) for x >= 0, e / (1 + e) for x < 0, with e = exp(-|x|).
  *
  * Largest errors against double-precision libm over every 7th float, where the result is a normal
- * float: exp 0.98 ulp, erf 2.5, erfc 6.9, gelu 7.8, sigmoid 2.3, tanh 1.3 (erfc and gelu: the rational's
+ * float: exp 0.98 ulp, erf 2.5, erfc 6.9, gelu 7.8, sigmoid 2.3, tanh 1.3, expm1 1.7,
+ * log 0.8, log1p 2.4 (erfc and gelu: the rational's
  * Horner rounding, about 3 ulp, and exp's); a subnormal result is within a few units of 2^-149.
  * NaN gives NaN, +-inf the limits.  tests/backends/c/test_vmath.py checks these bounds.
  */
@@ -58,6 +60,14 @@ CUVIL_VM_INLINE uint32_t cuvil_vm_bits(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
+}
+
+/* c ? a : b as bit operations.  GCC does not if-convert a select one of whose arms is a float
+ * computation (it may trap, under the default -ftrapping-math), and a loop with a branch left in
+ * it does not vectorise; a select between constants, or these masks, it does. */
+CUVIL_VM_INLINE float cuvil_vm_pick(int c, float a, float b) {
+    const uint32_t m = (uint32_t)0 - (uint32_t)(c != 0);
+    return cuvil_vm_float((cuvil_vm_bits(a) & m) | (cuvil_vm_bits(b) & ~m));
 }
 
 /* m * exp(y + d) for y in [-110, 89] (callers clamp it; NaN never gets here), |d| < 0.1. */
@@ -153,6 +163,62 @@ CUVIL_VM_INLINE float cuvil_gelu_f(float x) {
 CUVIL_VM_INLINE float cuvil_sigmoid_vf(float x) {
     const float e = cuvil_exp_f(x < 0 ? x : -x);
     return (x < 0 ? e : 1.0f) / (1.0f + e);
+}
+
+/* exp(x) - 1.  For |x| < 1/2, Taylor's series to x^9 (truncation below 3e-10 relative), x plus a
+ * correction at most a quarter of it, so no cancellation; beyond, exp(x) - 1, which cancels
+ * nothing there (|exp(x) - 1| > 0.39).  NaN and +-inf come through exp. */
+CUVIL_VM_INLINE float cuvil_expm1_f(float x) {
+    float p = 2.7557319224e-6f; /* 1/9! */
+    p = p * x + 2.4801587302e-5f;
+    p = p * x + 1.9841269841e-4f;
+    p = p * x + 1.3888888889e-3f;
+    p = p * x + 8.3333333333e-3f;
+    p = p * x + 4.1666666667e-2f;
+    p = p * x + 1.6666666667e-1f;
+    p = p * x + 0.5f;
+    const float small = x + (x * x) * p;
+    const float big = cuvil_exp_f(x) - 1.0f;
+    return cuvil_vm_pick(x == 0.0f, x, cuvil_vm_pick((x < 0.5f) & (x > -0.5f), small, big)); /* -0 stays -0 */
+}
+
+/* log(x).  Cephes' logf: x = m 2^e with m in [sqrt(1/2), sqrt(2)) (subnormals scaled by 2^23
+ * first), z = m - 1 exact, log(m) = z - z^2 / 2 + z^3 P(z), and e ln 2 added in two parts (ln2_hi
+ * of 9 bits: e ln2_hi is exact).  0 gives -inf, a negative x NaN, +inf +inf. */
+CUVIL_VM_INLINE float cuvil_log_f(float x) {
+    const float sub = x < 1.17549435e-38f ? 1.0f : 0.0f;
+    const uint32_t b = cuvil_vm_bits(x * (1.0f + sub * 8388607.0f)); /* subnormals times 2^23 */
+    float m = cuvil_vm_float((b & 0x7fffffu) | 0x3f800000u);        /* [1, 2) */
+    float fe = (float)((int32_t)((b >> 23) & 0xffu) - 127) - sub * 23.0f;
+    const float high = m > 1.41421356f ? 1.0f : 0.0f;
+    m = m * (1.0f - 0.5f * high);
+    fe = fe + high;
+    const float z = m - 1.0f, zz = z * z;
+    float p = 7.0376836292e-2f;
+    p = p * z - 1.1514610310e-1f;
+    p = p * z + 1.1676998740e-1f;
+    p = p * z - 1.2420140846e-1f;
+    p = p * z + 1.4249322787e-1f;
+    p = p * z - 1.6668057665e-1f;
+    p = p * z + 2.0000714765e-1f;
+    p = p * z - 2.4999993993e-1f;
+    p = p * z + 3.3333331174e-1f;
+    float y = p * z * zz;
+    y = y + fe * -2.12194440e-4f;
+    y = y - 0.5f * zz;
+    float r = (z + y) + fe * 0.693359375f;
+    r = cuvil_vm_pick(x == INFINITY, x, r);
+    r = cuvil_vm_pick(x == 0.0f, -INFINITY, r);
+    r = cuvil_vm_pick(x < 0.0f, NAN, r);
+    return cuvil_vm_pick(x != x, x, r);
+}
+
+/* log(1 + x): u = 1 + x rounded, then log(u) x / (u - 1), which corrects for the rounding
+ * (Goldberg); x itself where u rounds to 1.  +inf +inf, below -1 NaN. */
+CUVIL_VM_INLINE float cuvil_log1p_f(float x) {
+    const float u = 1.0f + x, d = u - 1.0f;
+    const float r = cuvil_log_f(u) * (x / cuvil_vm_pick(d == 0.0f, 1.0f, d));
+    return cuvil_vm_pick((d == 0.0f) | (x == INFINITY), x, r);
 }
 
 /* tanh(x), odd: on a = |x|, the sign put back.  Below 0.625, Cephes' tanhf polynomial
