@@ -4,6 +4,20 @@
 #include "cuvil_math.h"
 #include "cuvil_threads.h"
 
+typedef struct cuvil_flat_fcf39bbcfee8ac18_ctx {
+    float * po1;
+    const float * pi2;
+} cuvil_flat_fcf39bbcfee8ac18_ctx;
+static void cuvil_flat_fcf39bbcfee8ac18(const void *vctx, int64_t lo, int64_t hi) {
+    const cuvil_flat_fcf39bbcfee8ac18_ctx *x = (const cuvil_flat_fcf39bbcfee8ac18_ctx *)vctx;
+    float *restrict po1 = x->po1;
+    const float *restrict pi2 = x->pi2;
+    for (int64_t i1 = lo; i1 < hi; i1++) {
+        const float x2 = pi2[i1];
+        po1[i1] = (float)(cuvil_max_nn_f(x2, 0.0f));
+    }
+}
+
 struct cuvil_model { const unsigned char *weights; size_t size; unsigned char *owned; cuvil_shared *shared; };
 #define CUVIL_WEIGHTS_SIZE ((size_t)16)
 static const int cuvil_n_inputs = 1;
@@ -76,10 +90,8 @@ static int cuvil_run_graph(const cuvil_model *m, const cuvil_tensor *inputs, cuv
             float *restrict po1 = v3;
             const float *restrict pi2 = v2;
             const int64_t n0 = ((int64_t)v3_s[0] * (int64_t)4);
-            for (int64_t i1 = 0; i1 < n0; i1++) {
-                const float x2 = pi2[i1];
-                po1[i1] = (float)(cuvil_max_nn_f(x2, 0.0f));
-            }
+            const cuvil_flat_fcf39bbcfee8ac18_ctx flat0 = {.po1 = po1, .pi2 = pi2};
+            cuvil_parallel_range(n0, (double)n0 * (double)(sizeof(float) + sizeof(float)), cuvil_flat_fcf39bbcfee8ac18, &flat0);
         }
     }
     cuvil_release(call, v2); v2 = NULL;

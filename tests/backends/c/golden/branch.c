@@ -4,6 +4,37 @@
 #include "cuvil_math.h"
 #include "cuvil_threads.h"
 
+typedef struct cuvil_flat_92251d026a9b58c5_ctx {
+    float * po0;
+    const float * pi0;
+} cuvil_flat_92251d026a9b58c5_ctx;
+static void cuvil_flat_92251d026a9b58c5(const void *vctx, int64_t lo, int64_t hi) {
+    const cuvil_flat_92251d026a9b58c5_ctx *x = (const cuvil_flat_92251d026a9b58c5_ctx *)vctx;
+    float *restrict po0 = x->po0;
+    const float *restrict pi0 = x->pi0;
+    for (int64_t i0 = lo; i0 < hi; i0++) {
+        const float x0 = pi0[i0];
+        po0[i0] = (float)((-x0));
+    }
+}
+
+typedef struct cuvil_flat_9221d3687d2c88d3_ctx {
+    float * po1;
+    const float * pi1;
+    const float * pi2;
+} cuvil_flat_9221d3687d2c88d3_ctx;
+static void cuvil_flat_9221d3687d2c88d3(const void *vctx, int64_t lo, int64_t hi) {
+    const cuvil_flat_9221d3687d2c88d3_ctx *x = (const cuvil_flat_9221d3687d2c88d3_ctx *)vctx;
+    float *restrict po1 = x->po1;
+    const float *restrict pi1 = x->pi1;
+    const float *restrict pi2 = x->pi2;
+    for (int64_t i1 = lo; i1 < hi; i1++) {
+        const float x1 = pi1[i1];
+        const float x2 = pi2[i1];
+        po1[i1] = (float)((x1 + x2));
+    }
+}
+
 struct cuvil_model { const unsigned char *weights; size_t size; unsigned char *owned; cuvil_shared *shared; };
 #define CUVIL_WEIGHTS_SIZE ((size_t)0)
 static const int cuvil_n_inputs = 2;
@@ -47,10 +78,8 @@ static int cuvil_run_graph(const cuvil_model *m, const cuvil_tensor *inputs, cuv
                     float *restrict po0 = v3;
                     const float *restrict pi0 = v1;
                     const int64_t n0 = ((int64_t)3);
-                    for (int64_t i0 = 0; i0 < n0; i0++) {
-                        const float x0 = pi0[i0];
-                        po0[i0] = (float)((-x0));
-                    }
+                    const cuvil_flat_92251d026a9b58c5_ctx flat0 = {.po0 = po0, .pi0 = pi0};
+                    cuvil_parallel_range(n0, (double)n0 * (double)(sizeof(float) + sizeof(float)), cuvil_flat_92251d026a9b58c5, &flat0);
                 }
             }
             v2_s[0] = v3_s[0];
@@ -70,11 +99,8 @@ static int cuvil_run_graph(const cuvil_model *m, const cuvil_tensor *inputs, cuv
                     const float *restrict pi1 = v1;
                     const float *restrict pi2 = v1;
                     const int64_t n1 = ((int64_t)3);
-                    for (int64_t i1 = 0; i1 < n1; i1++) {
-                        const float x1 = pi1[i1];
-                        const float x2 = pi2[i1];
-                        po1[i1] = (float)((x1 + x2));
-                    }
+                    const cuvil_flat_9221d3687d2c88d3_ctx flat1 = {.po1 = po1, .pi1 = pi1, .pi2 = pi2};
+                    cuvil_parallel_range(n1, (double)n1 * (double)(sizeof(float) + sizeof(float) + sizeof(float)), cuvil_flat_9221d3687d2c88d3, &flat1);
                 }
             }
             v2_s[0] = v4_s[0];
