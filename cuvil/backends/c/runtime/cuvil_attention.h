@@ -35,6 +35,7 @@
 
 #include "cuvil_rt.h"
 #include "cuvil_threads.h"
+#include "cuvil_vmath.h" /* the soft-cap's tanh, vectorised */
 
 #if (defined(__GNUC__) || defined(__clang__))
 #if defined(__AVX512F__) || defined(__FMA__)
@@ -310,7 +311,7 @@ static void cuvil_att_task(void *ctx, int64_t task, int tid) {
                 for (int64_t jj = 0; jj < kn; jj++) sr[jj] /= scale;
             if (qkr && a->qk_mode == 0) memcpy(qkr, sr, (size_t)kn * sizeof(float));
             if (a->softcap > 0)
-                for (int64_t jj = 0; jj < kn; jj++) sr[jj] = tanhf(sr[jj] / a->softcap) * a->softcap;
+                for (int64_t jj = 0; jj < kn; jj++) sr[jj] = cuvil_tanh_f(sr[jj] / a->softcap) * a->softcap;
             if (qkr && a->qk_mode == 1) memcpy(qkr, sr, (size_t)kn * sizeof(float));
             if (plain_mask) { /* a contiguous float row of the mask: a vector add */
                 const float *restrict mr = a->mask_f + b * a->ms[0] + h * a->ms[1] + (i0 + r) * a->ms[2] + j0;
