@@ -606,7 +606,7 @@ typedef void (*cuvil_range_fn)(const void *ctx, int64_t lo, int64_t hi);
 /* Iterations per granule: ranges start on cache-line boundaries for elements of up to 8 bytes. */
 #define CUVIL_RANGE_GRANULE 256
 /* Bytes per nanosecond one thread streams through an elementwise loop (read and written, data in
- * the last-level cache): about what this machine's float32 ReLU reaches, on the low side. */
+ * the last-level cache), on the low side: a float32 ReLU on a current x86 core streams about 100. */
 #define CUVIL_STREAM_BYTES_PER_NS 40.0
 
 typedef struct cuvil_range_job {

@@ -29,11 +29,12 @@
  *    to a few ulp of the exact x Phi(x) for every x (including the far negative tail, where
  *    1 + erf(x / sqrt 2) would cancel to nothing).
  *  - sigmoid(x) = 1 / (1 + e) for x >= 0, e / (1 + e) for x < 0, with e = exp(-|x|).
+ *  - tanh, expm1, log and log1p: see each function.
  *
  * Largest errors against double-precision libm over every 7th float, where the result is a normal
- * float: exp 0.98 ulp, erf 2.5, erfc 6.9, gelu 7.8, sigmoid 2.3, tanh 1.3, expm1 1.7,
- * log 0.8, log1p 2.4 (erfc and gelu: the rational's
- * Horner rounding, about 3 ulp, and exp's); a subnormal result is within a few units of 2^-149.
+ * float: exp 0.98 ulp, erf 2.5, erfc 6.9, gelu 7.8, sigmoid 2.3, tanh 1.3, expm1 1.7, log 0.8,
+ * log1p 2.4 (erfc and gelu: the rational's Horner rounding, about 3 ulp, and exp's); a subnormal
+ * result is within a few units of 2^-149.
  * NaN gives NaN, +-inf the limits.  tests/backends/c/test_vmath.py checks these bounds.
  */
 #ifndef CUVIL_VMATH_H
