@@ -268,6 +268,11 @@ def test_activation_kernels_vectorise_and_are_accurate(tmp_path: Path) -> None:
     info = m.build_info
     assert info is not None
     src = info.source.read_text()
+    # each loop tells the pool it computes (cuvil_parallel_range's per-element cost), not only streams:
+    # a small Sigmoid would otherwise never be split though it takes six times its streaming time
+    calls = [line for line in src.splitlines() if "cuvil_parallel_range(" in line]
+    assert len(calls) == len(_ACTIVATIONS) + 1  # and the Abs before Log, which only streams
+    assert sum(float(c.split(",")[2]) > 0 for c in calls) == len(_ACTIVATIONS), calls
     for fn in ("tanhf(", "expf(", "logf(", "log1pf(", "expm1f(", "erff("):
         assert f" {fn}" not in src and f"({fn}" not in src, f"{fn} (libm, scalar) in the generated source"
     cmd = [*Compiler().argv, *compile_flags("native"), "-fopt-info-vec-optimized", "-c", str(info.source), "-o",

@@ -625,11 +625,15 @@ static void cuvil_range_task(void *vctx, int64_t task, int tid) {
     if (lo < hi) j->fn(j->ctx, lo, hi);
 }
 
-/* fn over [0, n), a loop that reads and writes `bytes` in all. */
-static CUVIL_UNUSED void cuvil_parallel_range(int64_t n, double bytes, cuvil_range_fn fn, const void *ctx) {
+/* fn over [0, n), a loop that reads and writes `bytes` in all and computes for about `item_ns`
+ * nanoseconds an iteration (exp, tanh, ...: a loop can take longer than its streaming). */
+static CUVIL_UNUSED void cuvil_parallel_range(int64_t n, double bytes, double item_ns, cuvil_range_fn fn,
+                                              const void *ctx) {
     if (n <= 0) return;
     const int threads = cuvil_num_threads_now();
-    if (threads > 1 && n >= 2 * CUVIL_RANGE_GRANULE && cuvil_parallel_worth(bytes / CUVIL_STREAM_BYTES_PER_NS)) {
+    const double stream_ns = bytes / CUVIL_STREAM_BYTES_PER_NS, compute_ns = (double)n * item_ns;
+    if (threads > 1 && n >= 2 * CUVIL_RANGE_GRANULE &&
+        cuvil_parallel_worth(stream_ns > compute_ns ? stream_ns : compute_ns)) {
         cuvil_range_job j = {fn, ctx, n, 4 * (int64_t)threads};
         cuvil_parallel_for(j.ntasks, cuvil_range_task, &j);
         return;

@@ -91,7 +91,7 @@ static int cuvil_run_graph(const cuvil_model *m, const cuvil_tensor *inputs, cuv
             const float *restrict pi2 = v2;
             const int64_t n0 = ((int64_t)v3_s[0] * (int64_t)4);
             const cuvil_flat_fcf39bbcfee8ac18_ctx flat0 = {.po1 = po1, .pi2 = pi2};
-            cuvil_parallel_range(n0, (double)n0 * (double)(sizeof(float) + sizeof(float)), cuvil_flat_fcf39bbcfee8ac18, &flat0);
+            cuvil_parallel_range(n0, (double)n0 * (double)(sizeof(float) + sizeof(float)), 0.0, cuvil_flat_fcf39bbcfee8ac18, &flat0);
         }
     }
     cuvil_release(call, v2); v2 = NULL;

@@ -79,7 +79,7 @@ static int cuvil_run_graph(const cuvil_model *m, const cuvil_tensor *inputs, cuv
                     const float *restrict pi0 = v1;
                     const int64_t n0 = ((int64_t)3);
                     const cuvil_flat_92251d026a9b58c5_ctx flat0 = {.po0 = po0, .pi0 = pi0};
-                    cuvil_parallel_range(n0, (double)n0 * (double)(sizeof(float) + sizeof(float)), cuvil_flat_92251d026a9b58c5, &flat0);
+                    cuvil_parallel_range(n0, (double)n0 * (double)(sizeof(float) + sizeof(float)), 0.0, cuvil_flat_92251d026a9b58c5, &flat0);
                 }
             }
             v2_s[0] = v3_s[0];
@@ -100,7 +100,7 @@ static int cuvil_run_graph(const cuvil_model *m, const cuvil_tensor *inputs, cuv
                     const float *restrict pi2 = v1;
                     const int64_t n1 = ((int64_t)3);
                     const cuvil_flat_9221d3687d2c88d3_ctx flat1 = {.po1 = po1, .pi1 = pi1, .pi2 = pi2};
-                    cuvil_parallel_range(n1, (double)n1 * (double)(sizeof(float) + sizeof(float) + sizeof(float)), cuvil_flat_9221d3687d2c88d3, &flat1);
+                    cuvil_parallel_range(n1, (double)n1 * (double)(sizeof(float) + sizeof(float) + sizeof(float)), 0.0, cuvil_flat_9221d3687d2c88d3, &flat1);
                 }
             }
             v2_s[0] = v4_s[0];
