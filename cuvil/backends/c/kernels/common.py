@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from cuvil.backends.c.kernel import CVal, KernelCtx
+from cuvil.backends.c.toolchain import RUNTIME_DIR
 from cuvil.ir.dtypes import DType
 from cuvil.ir.symbolic import is_unknown
 
@@ -125,11 +127,21 @@ def elementwise(
             _broadcast_loops(k, out, vec, body)
 
 
-# The calls of cuvil_vmath.h's functions in a loop, and what each costs an element on one thread
+# What a call of one of the runtime's vectorised math functions costs an element on one thread
 # (0.4 to 0.9 ns for exp, sigmoid, tanh, GELU, erf on AVX-512; the rest of a loop streams): what
 # tells cuvil_parallel_range that a loop computes for longer than it reads and writes.
-_VMATH_CALL = re.compile(r"\bcuvil_(?:exp|expm1|erf|erfc|gelu|sigmoid_v|tanh|log|log1p|softplus)_?f\(")
 _VMATH_NS = 0.5
+
+
+@functools.cache
+def _vmath_call() -> re.Pattern[str]:
+    """A call of one of the vectorised math functions: those the runtime headers define as
+    CUVIL_VM_INLINE (cuvil_vmath.h's, and cuvil_math.h's built on them), the cuvil_vm_ helpers aside."""
+    names: set[str] = set()
+    for header in ("cuvil_vmath.h", "cuvil_math.h"):
+        text = (RUNTIME_DIR / header).read_text(encoding="utf-8")
+        names.update(re.findall(r"CUVIL_VM_INLINE float (cuvil_(?!vm_)\w+)\(", text))
+    return re.compile(r"\b(?:" + "|".join(sorted(names)) + r")\(")
 
 
 def _parallel_flat(k: KernelCtx, n: str, streamed: str, local: Sequence[tuple[str, str, str]],
@@ -153,7 +165,7 @@ def _parallel_flat(k: KernelCtx, n: str, streamed: str, local: Sequence[tuple[st
     name = "cuvil_flat_" + hashlib.sha256(text.encode()).hexdigest()[:16]
     k.define(name, text.replace("NAME", name))
     ctx = k.tmp("flat")
-    item_ns = _VMATH_NS * sum(len(_VMATH_CALL.findall(line)) for line in lines)
+    item_ns = _VMATH_NS * sum(len(_vmath_call().findall(line)) for line in lines)
     w.line(f"const {name}_ctx {ctx} = {{{', '.join(f'.{nm} = {nm}' for _, _, nm in local)}}};")
     w.line(f"cuvil_parallel_range({n}, {streamed}, {item_ns!r}, {name}, &{ctx});")
 
