@@ -8,6 +8,7 @@ readers are left for ``dce``: passes do one thing each.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
@@ -49,6 +50,10 @@ class Canonicalize(Pass):
        ``x + 0.0`` turns ``-0.0`` into ``+0.0``; the rewrite keeps ``-0.0`` (signed zeros compare
        equal, and every inference compiler takes this freedom).
     5. ``neg(neg(x))`` and ``not(not(x))`` are ``x``.
+    6. ``gemm`` reading a 2-D ``transpose`` as ``A`` or ``B`` reads the transpose's input, with
+       ``transA`` or ``transB`` flipped: the kernel reads either layout, where the transpose
+       would copy its operand on every call (``torch.export`` gives every ``nn.Linear`` as
+       ``addmm(bias, x, permute(weight))``).
 
     A replacement never changes the graph's signature: a graph (or region) output is only
     replaced by a value defined by a node of the same graph, which then takes the output's name;
@@ -149,7 +154,7 @@ def _is_identity_perm(perm: object, rank: int) -> bool:
 
 
 def _rewrite_in_place(node: Node, graph: Graph) -> bool:
-    """Rules 2 and 3: the node reads through its input's producer.  Whether it was rewritten."""
+    """Rules 2, 3 and 6: the node reads through its input's producer.  Whether it was rewritten."""
     x = node.inputs[0] if node.inputs else None
     if node.op == "transpose" and (inner := _producer(x, "transpose")) is not None and inner.inputs[0] is not None:
         rank = node.outputs[0].type.rank
@@ -163,6 +168,17 @@ def _rewrite_in_place(node: Node, graph: Graph) -> bool:
             return False
         source = inner.inputs[0]
         return _try(node, graph, lambda: _set(node, [source, node.inputs[1]]))
+    if node.op == "gemm":
+        rewritten = False
+        for i, flag in ((0, "transA"), (1, "transB")):
+            inner = _producer(node.inputs[i] if len(node.inputs) > i else None, "transpose")
+            if inner is None or inner.inputs[0] is None or inner.outputs[0].type.rank != 2:
+                continue
+            inputs = list(node.inputs)
+            inputs[i] = inner.inputs[0]
+            flipped = 0 if int(node.attrs.get(flag, 0)) else 1
+            rewritten |= _try(node, graph, functools.partial(_set, node, inputs, **{flag: flipped}))
+        return rewritten
     return False
 
 

@@ -30,7 +30,7 @@ def _static(t: TensorType) -> tuple[int, ...] | None:
     return dims if len(dims) == t.rank else None
 
 
-def fold_node(node: Node, max_elements: int = DEFAULT_MAX_ELEMENTS) -> list[np.ndarray] | None:
+def fold_node(node: Node, max_elements: float = DEFAULT_MAX_ELEMENTS) -> list[np.ndarray] | None:
     """The outputs of ``node`` when they can be computed now, else None.
 
     A node folds when every input is a constant (or, for an op with the shape-only trait,
@@ -99,7 +99,10 @@ class FoldConstants(Pass):
        dims (``shape(x)[1:]`` of an ``f32[batch, 3, 224, 224]`` is ``[3, 224, 224]``).
     3. Control-flow, nondeterministic and keep-operands ops (``dequantize_linear``) are never
        folded, nor results of more than ``max-elements`` elements (so weights are not copied
-       into transformed duplicates).
+       into transformed duplicates), unless folding costs no constant bytes: every input is a
+       constant of the graph that only this node reads (and not a graph output), and the
+       results are no larger than those inputs.  A transposed, reshaped or scaled weight then
+       replaces the weight instead of being computed again on every call.
     4. Folded nodes become one ``constant`` node per output, defining the same values (names
        and types kept); the folded node's own inputs are left to ``dce``.
     5. Every other node's types are re-derived as it is visited, since a constant operand can
@@ -119,15 +122,19 @@ class FoldConstants(Pass):
         return PassResult(graph, _fold_graph(graph, self.max_elements, graph.symbols) > 0)
 
 
-def _fold_graph(graph: Graph, max_elements: int, symbols: dict[str, SymbolInfo]) -> int:
+def _fold_graph(graph: Graph, max_elements: int, symbols: dict[str, SymbolInfo], top: bool = True) -> int:
     folded = 0
     nodes: list[Node] = []
+    # Readers per value, for folding that replaces its inputs.  In a region, values of the
+    # enclosing graphs may have readers this graph does not see: there it is not tried.
+    users = graph.users() if top else None
     for node in graph.nodes:
         for _, region in node.regions():
-            folded += _fold_graph(region, max_elements, symbols)
+            folded += _fold_graph(region, max_elements, symbols, top=False)
         if node.op != "constant":
             _refresh(node, symbols)
-        values = fold_node(node, max_elements)
+        limit = math.inf if users is not None and _replaces_its_inputs(node, graph, users) else max_elements
+        values = fold_node(node, limit)
         if values is None:
             values = fold_sizes(node)
         if values is None:
@@ -137,6 +144,26 @@ def _fold_graph(graph: Graph, max_elements: int, symbols: dict[str, SymbolInfo])
         folded += 1
     graph.nodes = nodes
     return folded
+
+
+def _replaces_its_inputs(node: Node, graph: Graph, users: dict[Value, list[Node]]) -> bool:
+    """Whether folding ``node`` adds no constant bytes: each input is a constant that only ``node``
+    reads and that is not an output of ``graph``, and its static outputs are no larger than them."""
+    ins = {v for v in node.inputs if v is not None}
+    if not ins or node.op == "constant":
+        return False
+    in_bytes = 0
+    for v in ins:
+        if v.producer is None or v.producer.op != "constant" or v in graph.outputs or len(users.get(v, ())) != 1:
+            return False
+        in_bytes += np.asarray(v.producer.attrs["value"]).nbytes
+    out_bytes = 0
+    for v in node.outputs:
+        shape = _static(v.type)
+        if shape is None:
+            return False
+        out_bytes += math.prod(shape) * v.type.dtype.np.itemsize
+    return out_bytes <= in_bytes
 
 
 def _refresh(node: Node, symbols: dict[str, SymbolInfo]) -> None:

@@ -20,17 +20,61 @@ from cuvil.passes.fold_constants import fold_node
 
 
 def test_results_above_the_cap_are_not_folded() -> None:
+    # %w is read twice: folding exp(%w) would keep %w and add a second constant as large
     text = """graph main(%x: f32[4, 8]) {
   %w = constant() {value = dense<f32[8]> [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]} : f32[8]
   %e = exp(%w) : f32[8]
   %y = add(%x, %e) : f32[4, 8]
-  return %y
+  %z = mul(%x, %w) : f32[4, 8]
+  return %y, %z
 }
 """
     small = FoldConstants(max_elements=7).run(parse_graph(text))
     assert not small.changed and "exp" in [n.op for n in small.graph.nodes]
     big = FoldConstants(max_elements=8).run(parse_graph(text))
     assert big.changed and "exp" not in [n.op for n in big.graph.nodes]
+
+
+BIG_WEIGHT = """graph main(%x: f32[2, 4]) {
+  %w = constant() {value = dense<f32[3, 4]> [0.5, -1.0, 2.0, 0.25, 1.5, 0.0, -0.5, 3.0, -2.0, 1.0, 0.75, -0.25]} : f32[3, 4]
+  %wt = transpose(%w) {perm = [1, 0]} : f32[4, 3]
+  %y = matmul(%x, %wt) : f32[2, 3]
+  return %y
+}
+"""
+
+
+def test_a_weight_read_only_by_the_node_folds_whatever_its_size() -> None:
+    """A transposed weight replaces the weight: no constant bytes are added, and the transpose
+    no longer runs on every call."""
+    w = np.array([[0.5, -1.0, 2.0, 0.25], [1.5, 0.0, -0.5, 3.0], [-2.0, 1.0, 0.75, -0.25]], np.float32)
+    g = FoldConstants(max_elements=4).run(parse_graph(BIG_WEIGHT)).graph
+    assert [n.op for n in g.nodes] == ["constant", "constant", "matmul"]
+    np.testing.assert_array_equal(g.nodes[1].attrs["value"], w.T)
+    assert g.nodes[1].outputs[0].name == "wt"
+
+
+def test_folding_that_would_add_constant_bytes_keeps_the_cap() -> None:
+    cases = {
+        # %w is also read by the matmul: folding keeps it and adds its transposed copy
+        "shared": BIG_WEIGHT.replace("return %y", "%v = matmul(%x, %wt2) : f32[2, 3]\n  return %y, %v").replace(
+            "%y = matmul", "%wt2 = transpose(%w) {perm = [1, 0]} : f32[4, 3]\n  %y = matmul"),
+        # %w is an output of the graph: it stays
+        "output": BIG_WEIGHT.replace("return %y", "return %y, %w"),
+        # the result is larger than the weight it replaces
+        "larger": BIG_WEIGHT.replace("%wt = transpose(%w) {perm = [1, 0]} : f32[4, 3]",
+                                     "%wt = tile(%w, %reps) : f32[6, 4]").replace(
+            "%y = matmul(%x, %wt) : f32[2, 3]", "%y = reduce_sum(%wt) : f32[]").replace(
+            "%x: f32[2, 4]) {", "%x: f32[2, 4]) {\n  %reps = constant() {value = dense<i64[2]> [2, 1]} : i64[2]").replace(
+            "return %y", "%u = add(%x, %y) : f32[2, 4]\n  return %u"),
+    }
+    for name, text in cases.items():
+        g = FoldConstants(max_elements=4).run(parse_graph(text)).graph
+        ops = [n.op for n in g.nodes]
+        assert "transpose" in ops or "tile" in ops, (name, ops)
+        # above the cap by the number of elements alone, they fold
+        unlimited = FoldConstants(max_elements=1000).run(parse_graph(text)).graph
+        assert "transpose" not in [n.op for n in unlimited.nodes] and "tile" not in [n.op for n in unlimited.nodes], name
 
 
 def test_control_flow_and_nondeterministic_ops_are_never_folded() -> None:

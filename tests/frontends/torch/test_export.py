@@ -252,3 +252,31 @@ def test_compile_notes_survive_json() -> None:
     info = cuvil.CompileInfo("m", "pytorch module", "00", 1.0, None, "2026-01-01T00:00:00+00:00", ("a note",))
     assert cuvil.CompileInfo.from_json(info.to_json()) == info
     assert cuvil.CompileInfo.from_json({k: v for k, v in info.to_json().items() if k != "notes"}).notes == ()
+
+
+def test_large_linear_weights_are_not_transposed_per_call(tmp_path: object) -> None:
+    """``torch.export`` gives ``nn.Linear`` as ``addmm(bias, x, permute(weight))`` and ``x @ w.T``
+    as a matmul of a transposed weight; neither transpose may be left to run on every call, even
+    for weights above fold-constants' size cap (1M elements), and the weights are stored once."""
+
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(1100, 1000)
+            self.w = nn.Parameter(torch.randn(1000, 1100) * 0.01)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.lin(x) + x @ self.w.T
+
+    torch.manual_seed(0)
+    model = Model().eval()
+    x = torch.randn(2, 3, 1100)
+    m = cuvil.compile(torch.export.export(model, (x,)), "native", cache_dir=str(tmp_path))
+    assert m.graph is not None
+    ops = [n.op for n in m.graph.nodes]
+    assert "transpose" not in ops, ops
+    weights = sum(np.asarray(n.attrs["value"]).nbytes for n in m.graph.nodes if n.op == "constant")
+    assert weights < 2 * 1100 * 1000 * 4 + 100_000, weights
+    with torch.no_grad():
+        want = model(x).numpy()
+    np.testing.assert_allclose(m(x.numpy())[0], want, rtol=1e-4, atol=1e-4)
