@@ -86,7 +86,8 @@ class FoldQDQ(Pass):
        int32 tensor with zero point 0 whose scale equals ``x_scale * w_scale`` (computed in the
        scales' type) exactly: it is then added in int32, as the integer kernel does.
     4. gemm needs ``alpha = beta = 1`` and no ``transA``; a ``transB`` weight is transposed at
-       compile time.  matmul needs a 2-D weight.
+       compile time.  matmul needs a 2-D weight, dequantized or the 2-D transpose of a
+       dequantized one (then quantized along axis 0 and transposed at compile time, as ``transB``).
     5. Scales and zero points are kept exactly as given (a missing zero point becomes a zero
        constant); a ``relu`` becomes ``relu=1`` (clamping at the output zero point, which is
        exactly quantizing the relu's result).  The fused node defines the quantize node's value.
@@ -274,7 +275,7 @@ def _fold(g: Graph, q: Node, counts: dict[Value, int], names: _Names) -> tuple[l
     x = _dq(p.inputs[0], "the data input")
     if x.axis is not None or x.q.type.dtype not in _BYTES:
         raise _UnfoldableError("the data input is not per-tensor int8/uint8")
-    w = _dq(p.inputs[1], "the weight")
+    w, transposed = _weight_dq(p) if p.op != "conv" else (_dq(p.inputs[1], "the weight"), False)
     wq = const_of(w.q)
     if wq is None or w.q.type.dtype not in _BYTES:
         raise _UnfoldableError("the weight is not a constant int8/uint8 tensor")
@@ -294,7 +295,7 @@ def _fold(g: Graph, q: Node, counts: dict[Value, int], names: _Names) -> tuple[l
         channels = wq.shape[0]
     else:
         op = "qlinear_matmul"
-        wq, trans_b, bias_in = _matmul_weight(p, w, wq)
+        wq, trans_b, bias_in = _matmul_weight(p, w, wq, transposed)
         channels = wq.shape[1]
     new: list[Node] = []
 
@@ -318,10 +319,20 @@ def _fold(g: Graph, q: Node, counts: dict[Value, int], names: _Names) -> tuple[l
     return new, gone
 
 
-def _matmul_weight(p: Node, w: _Dq, wq: np.ndarray) -> tuple[np.ndarray, bool, Value | None]:
-    """Rules 2 and 4 for a matmul or gemm: its weight as [K, N] (transposed when ``transB``), whether it
-    was transposed, and the bias input (gemm's ``C``)."""
-    trans_b = False
+def _weight_dq(p: Node) -> tuple[_Dq, bool]:
+    """The dequantization of a product's weight, and whether a matmul reads it through a 2-D
+    transpose (``nn.Linear`` on more than two dims, from ``torch.export``)."""
+    v = p.inputs[1]
+    t = v.producer if v is not None else None
+    if p.op == "matmul" and t is not None and t.op == "transpose" and t.outputs[0].type.rank == 2:
+        return _dq(t.inputs[0], "the weight"), True
+    return _dq(v, "the weight"), False
+
+
+def _matmul_weight(p: Node, w: _Dq, wq: np.ndarray, transposed: bool) -> tuple[np.ndarray, bool, Value | None]:
+    """Rules 2 and 4 for a matmul or gemm: its weight as [K, N] (transposed when ``transB``, or when
+    the matmul reads it ``transposed``), whether it was transposed, and the bias input (gemm's ``C``)."""
+    trans_b = transposed
     bias_in = None
     if wq.ndim != 2:
         raise _UnfoldableError("the weight is not 2-D")
@@ -367,13 +378,13 @@ def _fold_float(p: Node, names: _Names) -> list[Node]:
     x = _dq(p.inputs[0], "the data input")
     if x.axis is not None or x.q.type.dtype not in _BYTES or x.node.outputs[0].type.dtype is not DType.f32:
         raise _UnfoldableError("the data input is not a per-tensor int8/uint8 dequantization to float32")
-    w = _dq(p.inputs[1], "the weight")
+    w, transposed = _weight_dq(p)
     wq = const_of(w.q)
     if wq is None or w.q.type.dtype not in _BYTES:
         raise _UnfoldableError("the weight is not a constant int8/uint8 tensor")
     if x.scale is None or w.scale is None or x.scale.dtype != np.float32 or w.scale.dtype != np.float32:
         raise _UnfoldableError("the scales are not float32")
-    wq, trans_b, bias_in = _matmul_weight(p, w, wq)
+    wq, trans_b, bias_in = _matmul_weight(p, w, wq, transposed)
     new: list[Node] = []
     out = p.outputs[0]
 
@@ -497,10 +508,12 @@ def _dequantize_constants(g: Graph) -> list[Node]:
 
 
 def _drop_dead(g: Graph, stale: list[Value]) -> None:
-    """Remove the constants and dequantize nodes among ``stale``'s producers (and theirs) left unread."""
+    """Remove the constants, dequantize nodes and transposes (of weights) among ``stale``'s producers
+    (and theirs) left unread."""
     while stale:
         counts = use_counts(g)
-        dead = {v.producer for v in stale if v.producer is not None and v.producer.op in ("constant", "dequantize_linear")
+        dead = {v.producer for v in stale if v.producer is not None
+                and v.producer.op in ("constant", "dequantize_linear", "transpose")
                 and all(counts.get(o, 0) == 0 for o in v.producer.outputs) and v not in g.outputs}
         if not dead:
             return

@@ -37,8 +37,10 @@ from cuvil.passes.instruments import Instrument, PassRecord, PassReport, Pipelin
 
 _log = logging.getLogger(__name__)
 
-# The passes every compiled target runs first; a layout pass joins here.
-_BASIC = "canonicalize,fold-constants,cse,dce,fold-batchnorm,fold-qdq"
+# The passes every compiled target runs first; a layout pass joins here.  fold-constants runs again
+# after fold-qdq, which leaves the weights of the products it does not fold as float constants:
+# what reads them only to reshape or transpose them (a quantized nn.Linear's weight) folds then.
+_BASIC = "canonicalize,fold-constants,cse,dce,fold-batchnorm,fold-qdq,fold-constants"
 # Fusion, in this order: GELU and LayerNorm written out become one op each, attention written out
 # becomes one op (before its matmuls can take the scale and mask as epilogues), then
 # Conv/Gemm/MatMul take their elementwise tails as epilogues, then the chains left become single loops.
@@ -55,7 +57,8 @@ def default_pipeline(target: str, *, enable_fusion: bool = True) -> str:
 
     ``ref`` runs no passes: the reference interpreter runs the graph as imported, so it stays
     the oracle every optimised target (and every pass, through ``numeric-each``) is checked
-    against.  Every other target runs ``canonicalize,fold-constants,cse,dce,fold-batchnorm,fold-qdq``,
+    against.  Every other target runs
+    ``canonicalize,fold-constants,cse,dce,fold-batchnorm,fold-qdq,fold-constants``,
     then, unless ``enable_fusion`` is False,
     ``recognize-gelu,convert-layout,recognize-layernorm,fuse-attention,fuse-epilogue,fuse-elementwise``,
     and last ``plan-memory`` (the intermediates in one arena per call)."""

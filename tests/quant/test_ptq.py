@@ -295,6 +295,44 @@ def test_pt2e_and_fake_quant_ops_import_with_their_scales() -> None:
     assert np.mean(steps > 1e-6) < 0.01 and steps.max() <= 1.0 + 1e-5  # ties may differ by one step (docstring)
 
 
+@pytest.mark.parametrize("bias", [False, True])
+def test_pt2e_linear_over_a_sequence_folds_like_a_2d_one(bias: bool, tmp_path: Path) -> None:
+    """``nn.Linear`` on a [batch, seq, features] input reads its dequantized weight through a
+    transpose: without a bias (or with an int32 one) the product folds into the integer kernel;
+    with a float bias it stays float, and its weight is a transposed constant either way."""
+    pytest.importorskip("torch")
+    import torch
+    import torch.ao.quantization.fx._decomposed  # registers quantized_decomposed
+
+    qd = torch.ops.quantized_decomposed
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(16, 8, bias=bias)
+
+        def forward(self, x: Any) -> Any:
+            x = qd.dequantize_per_tensor(qd.quantize_per_tensor(x, 0.02, 3, -128, 127, torch.int8),
+                                         0.02, 3, -128, 127, torch.int8)
+            s, z = torch.linspace(0.002, 0.01, 8), torch.zeros(8, dtype=torch.int64)
+            w = qd.dequantize_per_channel(qd.quantize_per_channel(self.lin.weight, s, z, 0, -127, 127, torch.int8),
+                                          s, z, 0, -127, 127, torch.int8)
+            y = torch.nn.functional.linear(x, w, self.lin.bias)
+            return qd.dequantize_per_tensor(qd.quantize_per_tensor(y, 0.05, 0, -128, 127, torch.int8),
+                                            0.05, 0, -128, 127, torch.int8)
+
+    torch.manual_seed(0)
+    net = Net().eval()
+    x = torch.randn(2, 5, 16)
+    m = cuvil.compile(net, "native", input_spec=[x], cache_dir=str(tmp_path))
+    assert m.graph is not None
+    ops = {n.op for n in m.graph.nodes}
+    assert "transpose" not in ops, ops
+    assert ("qlinear_matmul" in ops) != bias, ops
+    steps = np.abs(m(x.numpy())[0] - net(x).detach().numpy()) / 0.05
+    assert steps.max() <= 1.0 + 1e-5
+
+
 # command line -------------------------------------------------------------------------------------
 
 

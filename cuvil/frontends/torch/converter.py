@@ -1,4 +1,5 @@
-"""Turning a torch.export ExportedProgram (core ATen after decompositions) into Cuvil IR.
+"""Turning a torch.export ExportedProgram (core ATen after decompositions, with linear and matmul
+kept whole: see export.py) into Cuvil IR.
 
 Each ATen overload has one mapping function, registered with :func:`aten`,
 that receives a :class:`TorchCtx` for the FX node and returns the Cuvil

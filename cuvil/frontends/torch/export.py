@@ -99,7 +99,7 @@ def _decompose(program: Any, input_dims: list[dict[int, Any]], seconds: dict[str
         with warnings.catch_warnings():
             # torch's own use of its deprecated pytree API while decomposing: nothing a user can act on
             warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=FutureWarning)
-            program = program.run_decompositions()
+            program = program.run_decompositions(_decomposition_table())
     except Exception as exc:
         raise ModelError(f"torch.export could not decompose the model to core ATen: {_explain(exc)}") from exc
     seconds["decompose"] = time.perf_counter() - t0
@@ -108,6 +108,24 @@ def _decompose(program: Any, input_dims: list[dict[int, Any]], seconds: dict[str
     if len(input_dims) != n:
         raise ModelError(f"the exported program has {n} user inputs, but the example inputs have {len(input_dims)} leaves")
     return Exported(program, input_dims, seconds)
+
+
+# Composite ops kept whole instead of decomposed to core ATen: a matrix product of tensors of
+# more than two dims decomposes into a reshape to 2-D, mm/addmm/bmm and a reshape back, and the
+# reshapes hide the product from the fusion passes (bias, activation and residual epilogues,
+# attention).  Kept, they convert to Cuvil's own matmul, the ONNX MatMul's semantics.
+_KEPT_WHOLE = ("linear", "matmul")
+
+
+def _decomposition_table() -> Any:
+    import torch
+
+    table: Any = torch.export.default_decompositions()
+    for name in _KEPT_WHOLE:
+        op = getattr(torch.ops.aten, name).default
+        if op in table:
+            del table[op]
+    return table
 
 
 def _user_inputs(program: Any) -> list[Any]:

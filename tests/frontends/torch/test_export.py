@@ -280,3 +280,24 @@ def test_large_linear_weights_are_not_transposed_per_call(tmp_path: object) -> N
     with torch.no_grad():
         want = model(x).numpy()
     np.testing.assert_allclose(m(x.numpy())[0], want, rtol=1e-4, atol=1e-4)
+
+
+def test_transformer_products_fuse_from_torch_export(tmp_path: object) -> None:
+    """Linear layers over sequences and attention's batched products reach the fusion passes whole
+    (not as reshape -> addmm/bmm -> reshape): attention is one op per layer, and every product
+    takes its bias, GELU and residual add as epilogues."""
+    from collections import Counter
+
+    from tests.models.zoo import transformer_encoder
+
+    model = transformer_encoder()
+    tokens = torch.randint(0, 100, (1, 16), generator=torch.Generator().manual_seed(0))
+    m = cuvil.compile(torch.export.export(model, (tokens,)), "native", cache_dir=str(tmp_path))
+    assert m.graph is not None
+    ops = Counter(n.op for n in m.graph.nodes)
+    assert ops["attention"] == 2, ops
+    assert not ops.keys() & {"gemm", "matmul", "gelu", "softmax"}, ops
+    with torch.no_grad():
+        want = model(tokens).numpy()
+    got = m(tokens.numpy())[0]
+    assert np.linalg.norm(got - want) <= 1e-5 * np.linalg.norm(want)

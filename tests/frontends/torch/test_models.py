@@ -168,6 +168,12 @@ def _op_cases() -> dict[str, tuple[Fn, tuple[Any, ...]]]:
             torch.log1p(x.abs()), torch.expm1(x), torch.erf(x), torch.trunc(x * 3), torch.round(x * 3), torch.exp(x),
             torch.log2(x.abs() + 1), torch.isnan(x.log()), torch.isinf(1 / (x > 0).float()), torch.tanh(x),
             F.mish(x), x.sign(), x.floor(), x.ceil())), (r(4, 6),)),
+        # torch.export keeps linear and matmul whole (cuvil/frontends/torch/export.py): every rank
+        "linear_matmul": (Fn(lambda m, x, v, i: (
+            F.linear(x, m.lw, m.lb), F.linear(x, m.lw), F.linear(x[0], m.lw, m.lb), F.linear(x[0, 0], m.lw, m.lb),
+            torch.matmul(x, m.lw.T), torch.matmul(v, m.lw.T), torch.matmul(m.lw, v), torch.matmul(v, v),
+            torch.matmul(x.unsqueeze(1), x.transpose(1, 2)), torch.matmul(i, i.T))),
+            (r(2, 3, 4), r(4), ri(-5, 5, 3, 4))),
         "clamp_tensor": (Fn(lambda m, x, lo, hi: torch.clamp(x, lo, hi)), (r(3, 4), r(1, 4) - 0.5, r(3, 1) + 0.5)),
         "reductions": (Fn(lambda m, x: (
             x.mean((1, 2), keepdim=True), x.sum(), x.sum(-1), x.amax(1), x.amin((0, 2)), x.max(1), x.min(-1, True),
@@ -217,7 +223,8 @@ def _op_cases() -> dict[str, tuple[Fn, tuple[Any, ...]]]:
 def _op_case_params(g: torch.Generator) -> dict[str, torch.Tensor]:
     return {"w": torch.randn(6, 2, 3, 3, generator=g), "b": torch.randn(6, generator=g),
             "tw": torch.randn(4, 3, 3, 3, generator=g), "gw": torch.randn(4, generator=g),
-            "gb": torch.randn(4, generator=g), "w3": torch.randn(2, 1, 2, 3, 3, generator=g)}
+            "gb": torch.randn(4, generator=g), "w3": torch.randn(2, 1, 2, 3, 3, generator=g),
+            "lw": torch.randn(5, 4, generator=g), "lb": torch.randn(5, generator=g)}
 
 
 OP_CASES = list(_op_cases())

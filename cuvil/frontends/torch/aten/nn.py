@@ -178,9 +178,24 @@ def _group_norm(ctx: TorchCtx) -> list[Value | None]:
 # matrix products ----------------------------------------------------------------------------------------
 
 
-@mapping("aten.mm.default", "aten.bmm.default")
+@mapping("aten.mm.default", "aten.bmm.default", "aten.matmul.default")
 def _matmul(ctx: TorchCtx) -> Value:
+    # torch.matmul's broadcasting and 1-D rules are NumPy's, as are Cuvil's matmul's
     return ctx.emit1("matmul", [ctx.value(ctx.arg(0)), ctx.value(ctx.arg(1))])
+
+
+@mapping("aten.linear.default")
+def _linear(ctx: TorchCtx) -> Value:
+    """``x @ weight.T + bias``: a gemm reading the weight transposed for a 2-D float ``x``, else a
+    matmul of the transposed weight (fold-constants makes that the stored weight) and an add."""
+    x, w = ctx.value(ctx.arg(0)), ctx.value(ctx.arg(1))
+    bias = optional_value(ctx, ctx.arg(2, "bias"))
+    if w.type.rank != 2:
+        raise ctx.fail(f"the weight has {w.type.rank} dims, not 2")
+    if x.type.rank == 2 and x.type.dtype.is_float:
+        return ctx.emit1("gemm", [x, w, bias], {"transB": 1})
+    y = ctx.emit1("matmul", [x, ctx.emit1("transpose", [w], {"perm": [1, 0]})])
+    return y if bias is None else ctx.emit1("add", [y, bias])
 
 
 @mapping("aten.addmm.default")
