@@ -114,7 +114,9 @@ def _decompose(program: Any, input_dims: list[dict[int, Any]], seconds: dict[str
 # more than two dims decomposes into a reshape to 2-D, mm/addmm/bmm and a reshape back, and the
 # reshapes hide the product from the fusion passes (bias, activation and residual epilogues,
 # attention).  Kept, they convert to Cuvil's own matmul, the ONNX MatMul's semantics.
-_KEPT_WHOLE = ("linear", "matmul")
+# scaled_dot_product_attention converts to Cuvil's attention op, with the semantics of torch's
+# decomposition of it (the scale split over Q and K, fully masked rows giving zeros).
+_KEPT_WHOLE = ("linear", "matmul", "scaled_dot_product_attention")
 
 
 def _decomposition_table() -> Any:

@@ -174,6 +174,17 @@ def _op_cases() -> dict[str, tuple[Fn, tuple[Any, ...]]]:
             torch.matmul(x, m.lw.T), torch.matmul(v, m.lw.T), torch.matmul(m.lw, v), torch.matmul(v, v),
             torch.matmul(x.unsqueeze(1), x.transpose(1, 2)), torch.matmul(i, i.T))),
             (r(2, 3, 4), r(4), ri(-5, 5, 3, 4))),
+        # kept whole and converted to the attention op: masks, causal, scales, one head, grouped heads
+        "sdpa": (Fn(lambda m, q, k, v, bm, fm: (
+            F.scaled_dot_product_attention(q, k, v), F.scaled_dot_product_attention(q, k, v, attn_mask=bm),
+            F.scaled_dot_product_attention(q, k, v, attn_mask=fm), F.scaled_dot_product_attention(q, k, v, is_causal=True),
+            F.scaled_dot_product_attention(q, k, v, scale=0.3), F.scaled_dot_product_attention(q, k, v, scale=-0.2),
+            F.scaled_dot_product_attention(q[0], k[0], v[0], attn_mask=bm[0]),
+            F.scaled_dot_product_attention(q, k[:, :1], v[:, :1], enable_gqa=True))),
+            (r(2, 2, 5, 4), r(2, 2, 7, 4), r(2, 2, 7, 3),
+             # query i of batch i attends to no key: its row is zeros, as torch gives
+             (torch.rand(2, 1, 5, 7, generator=g) > 0.3) & ~torch.eye(2, 5, dtype=torch.bool)[:, None, :, None],
+             r(5, 7))),
         "clamp_tensor": (Fn(lambda m, x, lo, hi: torch.clamp(x, lo, hi)), (r(3, 4), r(1, 4) - 0.5, r(3, 1) + 0.5)),
         "reductions": (Fn(lambda m, x: (
             x.mean((1, 2), keepdim=True), x.sum(), x.sum(-1), x.amax(1), x.amin((0, 2)), x.max(1), x.min(-1, True),
@@ -259,6 +270,18 @@ def test_boolean_mask_indexing_is_refused_with_its_location(cache_dir: str) -> N
         compile_model(model, (torch.randn(3, 4),), "ref", cache_dir)
     msg = str(info.value)
     assert "test_models.py:" in msg
+
+
+@pytest.mark.parametrize(("fn", "shape", "message"), [
+    (lambda m, x: F.scaled_dot_product_attention(x, x, x, dropout_p=0.1), (1, 2, 3, 4), "dropout_p=0.1"),
+    (lambda m, x: F.scaled_dot_product_attention(x, x, x), (1, 1, 2, 3, 4), "must all be 3-D"),
+    (lambda m, x: F.scaled_dot_product_attention(x, x[:, :1], x[:, :1]), (1, 2, 3, 4), "enable_gqa=True"),
+])
+def test_attention_it_cannot_run_is_refused_by_name(fn: Any, shape: tuple[int, ...], message: str,
+                                                    cache_dir: str) -> None:
+    with pytest.raises((ModelError, RuntimeError)) as info:
+        compile_model(Fn(fn).eval(), (torch.randn(*shape),), "ref", cache_dir)
+    assert "scaled_dot_product_attention" in str(info.value) and message in str(info.value), str(info.value)
 
 
 def test_batch_norm_in_training_mode_is_refused(cache_dir: str) -> None:

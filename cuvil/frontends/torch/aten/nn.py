@@ -184,6 +184,41 @@ def _matmul(ctx: TorchCtx) -> Value:
     return ctx.emit1("matmul", [ctx.value(ctx.arg(0)), ctx.value(ctx.arg(1))])
 
 
+@mapping("aten.scaled_dot_product_attention.default")
+def _sdpa(ctx: TorchCtx) -> Value:
+    """``softmax(Q Kᵀ * scale + mask) V`` as the ``attention`` op, with the semantics of torch's own
+    decomposition: Q and K each scaled by ``sqrt(scale)``, a bool mask True where a query attends,
+    a float mask added, ``is_causal`` aligned top-left, query heads sharing key/value heads with
+    ``enable_gqa``, and a query row whose mask hides every key giving zeros."""
+    q, k, v = (ctx.value(ctx.arg(i)) for i in range(3))
+    mask = optional_value(ctx, ctx.arg(3, "attn_mask"))
+    dropout = float(ctx.arg(4, "dropout_p", 0.0))
+    causal = bool(ctx.arg(5, "is_causal", False))
+    scale = ctx.kwargs.get("scale")
+    gqa = bool(ctx.kwargs.get("enable_gqa", False))
+    if dropout != 0.0:
+        raise ctx.fail(f"dropout_p={dropout} drops attention weights at random; inference needs dropout_p=0 "
+                       "(pass dropout_p=self.dropout if self.training else 0.0)")
+    rank = q.type.rank
+    if rank not in (3, 4) or k.type.rank != rank or v.type.rank != rank:
+        raise ctx.fail(f"query, key and value must all be 3-D [batch, seq, dim] or 4-D [batch, heads, seq, dim]; "
+                       f"got {q.type}, {k.type}, {v.type}")
+    if rank == 4 and not gqa and q.type.shape[1] != k.type.shape[1]:
+        raise ctx.fail(f"{q.type.shape[1]} query heads and {k.type.shape[1]} key/value heads need enable_gqa=True")
+    if rank == 3:  # one head
+        axis = ints_const(ctx, [1])
+        q, k, v = (ctx.emit1("unsqueeze", [t, axis]) for t in (q, k, v))
+        if mask is not None and mask.type.rank == 3:
+            mask = ctx.emit1("unsqueeze", [mask, axis])
+    attrs: dict[str, Any] = {"is_causal": int(causal), "guard_masked_rows": 1}
+    if scale is not None and float(scale) <= 0.0:
+        attrs.update(scale=float(scale), scale_mode="mul")  # sqrt(scale) would not be real
+    elif scale is not None:
+        attrs.update(scale=float(scale), scale_mode="split")
+    y = ctx.emit1("attention", [q, k, v, mask], attrs)
+    return ctx.emit1("squeeze", [y, ints_const(ctx, [1])]) if rank == 3 else y
+
+
 @mapping("aten.linear.default")
 def _linear(ctx: TorchCtx) -> Value:
     """``x @ weight.T + bias``: a gemm reading the weight transposed for a 2-D float ``x``, else a
