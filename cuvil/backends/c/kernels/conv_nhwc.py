@@ -1,5 +1,6 @@
 """Kernel of ``conv_nhwc`` (``cuvil/ops/layout.py``): channels-last 2-D convolution, float32 (f16 / bf16
-operands are widened to it and the result rounded once).
+operands are widened to it and the result rounded once; a bf16 1x1 convolution runs on vdpbf16ps where
+the target has AVX512_BF16).
 
 The generated code fills a ``cuvil_nhwc_geom`` and calls the runtime: the direct kernel
 (``cuvil_nhwc_direct.h``: the input read in place, the weights packed once per model into panels
@@ -90,7 +91,8 @@ def _conv_nhwc(k: KernelCtx) -> None:
 
 def _half(k: KernelCtx, g: str, depthwise: bool, group: int, x: CVal, w: CVal, b: CVal | None, y: CVal) -> None:
     """f16 / bf16 operands: the float32 kernel on widened operands, the result rounded once
-    (``cuvil_conv_nhwc_half.h``); float32 scratch for the input and the result."""
+    (``cuvil_conv_nhwc_half.h``); float32 scratch for the input and the result.  A bf16 1x1
+    convolution on a target with AVX512_BF16 is a vdpbf16ps product instead (the scratch unused)."""
     k.include("cuvil_conv_nhwc_half.h")
     x32, y32, rc = k.tmp("x32"), k.tmp("y32"), k.tmp("rc")
     for buf, v in ((x32, x), (y32, y)):  # written whole before being read: not zeroed
@@ -105,4 +107,5 @@ def _half(k: KernelCtx, g: str, depthwise: bool, group: int, x: CVal, w: CVal, b
     k.release(y32)
     k.fail_if(f"{rc} != 0", "out of memory")
     kind = f"NHWC depthwise ({group} groups)" if depthwise else f"NHWC convolution, direct, {group} group(s)"
-    k.note(f"{kind} on {x.dtype} operands widened to float32 (weights once per model), the result rounded once")
+    dot = " (a 1x1 one on vdpbf16ps where the target has AVX512_BF16)" if x.dtype is DType.bf16 and not depthwise else ""
+    k.note(f"{kind} on {x.dtype} operands widened to float32 (weights once per model), the result rounded once{dot}")

@@ -309,9 +309,10 @@ typedef struct cuvil_bf16_job {
     int64_t lda;
     const uint32_t *Bp;    /* panels */
     float *Y;              /* float32 result (row stride ldy), or: */
-    uint16_t *Yh;          /* bf16 result, bias[i] added before the rounding (bias may be NULL) */
+    uint16_t *Yh;          /* bf16 result, bias[i] or bias_col[j] added before the rounding (or neither) */
     const float *bias;
     int64_t ldy, mblocks, ntiles, ntasks;
+    const float *bias_col; /* per column of Yh (the output channels of a channels-last convolution) */
 } cuvil_bf16_job;
 
 #define CUVIL_BF16_TILE(R)                                                                                       \
@@ -340,7 +341,8 @@ typedef struct cuvil_bf16_job {
                 const __mmask16 mask =                                                                            \
                     j->N - col >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (j->N - col)) - 1u);                \
                 if (j->Yh) {                                                                                      \
-                    const __m512 v = j->bias ? _mm512_add_ps(c[r][h], _mm512_set1_ps(j->bias[i])) : c[r][h];      \
+                    __m512 v = j->bias ? _mm512_add_ps(c[r][h], _mm512_set1_ps(j->bias[i])) : c[r][h];            \
+                    if (j->bias_col) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, j->bias_col + col));         \
                     _mm256_mask_storeu_epi16(j->Yh + i * j->ldy + col, mask, cuvil_bf16_round16(v));              \
                 } else {                                                                                          \
                     _mm512_mask_storeu_ps(j->Y + i * j->ldy + col, mask, c[r][h]);                                \
@@ -559,16 +561,11 @@ static void cuvil_bf16_panels_build(void *dst, const void *arg) {
     free(j.tmp);
 }
 
-/* Y[M x N] (row stride ldy, float32) = A B over K, A and B bf16 with arbitrary strides; a constant
- * A or B is prepared once per model.  Returns 0, or -1 when out of memory. */
-static CUVIL_UNUSED int cuvil_bf16_gemm(int64_t M, int64_t N, int64_t K, const cuvil_bf16 *A, int64_t rsa,
-                                        int64_t csa, const cuvil_bf16 *B, int64_t rsb, int64_t csb, float *Y,
-                                        int64_t ldy) {
-    if (M <= 0 || N <= 0) return 0;
-    if (K <= 0) {
-        for (int64_t i = 0; i < M; i++) memset(Y + i * ldy, 0, sizeof(float) * (size_t)N);
-        return 0;
-    }
+/* A B over K into Y (float32) or Yh (bf16, with bias_col[j] added before the rounding); see
+ * cuvil_bf16_gemm.  K > 0. */
+static int cuvil_bf16_gemm_into(int64_t M, int64_t N, int64_t K, const cuvil_bf16 *A, int64_t rsa, int64_t csa,
+                                const cuvil_bf16 *B, int64_t rsb, int64_t csb, float *Y, uint16_t *Yh,
+                                const float *bias_col, int64_t ldy) {
     const int64_t KP = (K + 1) / 2, NP = (N + 15) / 16;
     const size_t pbytes = cuvil_bf16_panel_bytes(KP, NP);
     cuvil_bf16_pack_job pj = {K, N, KP, NP, 1, B, rsb, csb, NULL, NULL, 0, NULL, NULL};
@@ -593,11 +590,24 @@ static CUVIL_UNUSED int cuvil_bf16_gemm(int64_t M, int64_t N, int64_t K, const c
         free(bown);
         return -1;
     }
-    cuvil_bf16_job j = {M, N, KP, NP, ap, lda, bp, Y, NULL, NULL, ldy, 0, 0, 0};
+    cuvil_bf16_job j = {M, N, KP, NP, ap, lda, bp, Y, Yh, NULL, ldy, 0, 0, 0, bias_col};
     cuvil_bf16_gemm_run(&j);
     free(aown);
     free(bown);
     return 0;
+}
+
+/* Y[M x N] (row stride ldy, float32) = A B over K, A and B bf16 with arbitrary strides; a constant
+ * A or B is prepared once per model.  Returns 0, or -1 when out of memory. */
+static CUVIL_UNUSED int cuvil_bf16_gemm(int64_t M, int64_t N, int64_t K, const cuvil_bf16 *A, int64_t rsa,
+                                        int64_t csa, const cuvil_bf16 *B, int64_t rsb, int64_t csb, float *Y,
+                                        int64_t ldy) {
+    if (M <= 0 || N <= 0) return 0;
+    if (K <= 0) {
+        for (int64_t i = 0; i < M; i++) memset(Y + i * ldy, 0, sizeof(float) * (size_t)N);
+        return 0;
+    }
+    return cuvil_bf16_gemm_into(M, N, K, A, rsa, csa, B, rsb, csb, Y, NULL, NULL, ldy);
 }
 
 /* A forward convolution of bf16 operands on vdpbf16ps: per image and group, the im2col matrix is
