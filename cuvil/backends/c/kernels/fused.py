@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from cuvil.backends.c import ctypes_map as ct
 from cuvil.backends.c.codegen import CodegenError
 from cuvil.backends.c.kernel import CVal, KernelCtx, find_kernel, kernel
-from cuvil.backends.c.kernels.common import F16_CHUNK, elementwise
+from cuvil.backends.c.kernels.common import F16_CHUNK, _parallel_flat, elementwise
 from cuvil.backends.c.kernels.elementwise import MATH_HEADER, SCALAR, Scalar, constant_not_nan, nan_max, nan_min
 from cuvil.backends.c.kernels.half import HALF
 from cuvil.ir.dtypes import DType
@@ -245,36 +245,53 @@ def _tile_epilogue(k: KernelCtx, epilogue: Graph, y: CVal, extras: Sequence[CVal
 
 
 def _apply_epilogue(k: KernelCtx, epilogue: Graph, y: CVal, extras: Sequence[CVal]) -> None:
-    """``y = epilogue(y, extras...)`` in place, row by row (rows along ``y``'s last axis)."""
+    """``y = epilogue(y, extras...)`` in place, row by row (rows along ``y``'s last axis), ranges of rows
+    split over the call's threads when the bytes streamed pay for it; every element is computed
+    alone, so the result does not depend on the thread count."""
     if y.dtype is DType.f16:
         _apply_epilogue_f16(k, epilogue, y, extras)
         return
     w = k.w
     with w.block(""):
         last = y.dim(y.rank - 1) if y.rank else "1"
-        n_last, rows = k.tmp("nl"), k.tmp("rows")
+        n_last, rows, base = k.tmp("nl"), k.tmp("rows"), k.tmp("py0")
         w.line(f"const int64_t {n_last} = {last};")
         w.line(f"const int64_t {rows} = {n_last} > 0 ? {y.numel()} / {n_last} : 0;")
+        w.line(f"{y.ctype} *{base} = {y.ptr};")
+        # the locals the row loop reads (field type, declaration prefix, name): it runs in a function
+        # of its own over ranges of rows, on the call's threads when that pays (_parallel_flat)
+        local: list[tuple[str, str, str]] = [("int64_t", "const int64_t ", n_last), (f"{y.ctype} *", f"{y.ctype} *", base)]
+        streamed = [f"2 * sizeof({y.ctype})"]
         acc, py, j = k.tmp("acc"), k.tmp("py"), k.tmp("j")
         leaves = [acc]
         not_nan: set[str] = set()
-        row_ptrs: list[tuple[str, CVal, str]] = []
+        row_ptrs: list[tuple[str, str, CVal, str]] = []
         for e, kind in zip(extras, _extra_kinds(k, y, extras)):
             if kind == "scalar":
-                leaves.append(_scalar_leaf(k, e, not_nan))
+                leaf = _scalar_leaf(k, e, not_nan)
+                leaves.append(leaf)
+                local.append((e.ctype_compute, f"const {e.ctype_compute} ", leaf))
             else:
-                p = k.tmp("pe")
-                row_ptrs.append((p, e, kind))
+                eb, p = k.tmp("pe0"), k.tmp("pe")
+                w.line(f"const {e.ctype} *{eb} = {e.ptr};")
+                local.append((f"const {e.ctype} *", f"const {e.ctype} *", eb))
+                row_ptrs.append((p, eb, e, kind))
                 leaves.append(ct.load(e.dtype, p, j))
-        r = k.tmp("r")
-        with w.block(f"for (int64_t {r} = 0; {r} < {rows}; {r}++)"):
-            w.line(f"{y.ctype} *{py} = {y.ptr} + {r} * {n_last};")
-            for p, e, kind in row_ptrs:
-                offset = f" + {r} * {n_last}" if kind == "full" else ""
-                w.line(f"const {e.ctype} *{p} = {e.ptr}{offset};")
-            with w.block(f"for (int64_t {j} = 0; {j} < {n_last}; {j}++)"):
-                w.line(f"const {y.ctype_compute} {acc} = {ct.load(y.dtype, py, j)};")
-                w.line(ct.store(y.dtype, py, j, compose(epilogue, leaves, frozenset(not_nan))))
+                if kind == "full":
+                    streamed.append(f"sizeof({e.ctype})")
+
+        def loop(lo: str, hi: str) -> None:
+            r = k.tmp("r")
+            with w.block(f"for (int64_t {r} = {lo}; {r} < {hi}; {r}++)"):
+                w.line(f"{y.ctype} *{py} = {base} + {r} * {n_last};")
+                for p, eb, e, kind in row_ptrs:
+                    offset = f" + {r} * {n_last}" if kind == "full" else ""
+                    w.line(f"const {e.ctype} *{p} = {eb}{offset};")
+                with w.block(f"for (int64_t {j} = 0; {j} < {n_last}; {j}++)"):
+                    w.line(f"const {y.ctype_compute} {acc} = {ct.load(y.dtype, py, j)};")
+                    w.line(ct.store(y.dtype, py, j, compose(epilogue, leaves, frozenset(not_nan))))
+
+        _parallel_flat(k, rows, f"(double)({y.numel()}) * (double)({' + '.join(streamed)})", local, loop)
 
 
 def _apply_epilogue_f16(k: KernelCtx, epilogue: Graph, y: CVal, extras: Sequence[CVal]) -> None:

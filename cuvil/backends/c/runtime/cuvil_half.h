@@ -648,7 +648,7 @@ static CUVIL_UNUSED int cuvil_conv_bf16(const cuvil_conv_geom *g, const uint16_t
             rc = cuvil_bf16_pack(&pj);
             if (rc != 0) break;
             cuvil_bf16_job j = {mg, P, KP, NP, ap + gi * mg * lda, lda, bp, NULL,
-                                y + (n * g->cout + gi * mg) * P, b32 ? b32 + gi * mg : NULL, P, 0, 0, 0};
+                                y + (n * g->cout + gi * mg) * P, b32 ? b32 + gi * mg : NULL, P, 0, 0, 0, NULL};
             cuvil_bf16_gemm_run(&j);
         }
     free(bp);
