@@ -303,58 +303,82 @@ def _apply_epilogue_f16(k: KernelCtx, epilogue: Graph, y: CVal, extras: Sequence
     composed expression runs over the buffers, and the chunk is rounded back by
     ``cuvil_f32_to_f16_n``: the same conversions (round to nearest even) as the scalar loop, so
     bitwise the same result.  A row extra (a bias along the last axis) is widened once into float32
-    scratch, and without one the whole tensor is one row (long chunks whatever the last dim).
-    A chunk is read whole before it is written, so an extra may share ``y``'s memory."""
+    scratch, and without one the tensor runs as rows of one chunk (long chunks whatever the last
+    dim).  Ranges of rows run on the call's threads when that pays.  A chunk is read whole before
+    it is written, so an extra may share ``y``'s memory."""
     k.include("cuvil_half.h")
     w = k.w
     with w.block(""):
         kinds = _extra_kinds(k, y, extras)
         has_row = "row" in kinds
-        n_last, rows = k.tmp("nl"), k.tmp("rows")
-        last = (y.dim(y.rank - 1) if y.rank else "1") if has_row else y.numel()
-        w.line(f"const int64_t {n_last} = {last};")
-        w.line(f"const int64_t {rows} = {n_last} > 0 ? {y.numel()} / {n_last} : 0;")
+        n_last, rows, total, base = k.tmp("nl"), k.tmp("rows"), k.tmp("total"), k.tmp("py0")
+        w.line(f"const int64_t {total} = {y.numel()};")
+        if has_row:
+            w.line(f"const int64_t {n_last} = {y.dim(y.rank - 1) if y.rank else '1'};")
+            w.line(f"const int64_t {rows} = {n_last} > 0 ? {total} / {n_last} : 0;")
+        else:  # rows of one chunk each, the last one short
+            w.line(f"const int64_t {n_last} = {F16_CHUNK};")
+            w.line(f"const int64_t {rows} = ({total} + {F16_CHUNK} - 1) / {F16_CHUNK};")
+        w.line(f"{y.ctype} *{base} = {y.ptr};")
+        # the locals the row loop reads: it runs in a function of its own over ranges of rows, on the
+        # call's threads when that pays (_parallel_flat)
+        local: list[tuple[str, str, str]] = [("int64_t", "const int64_t ", n_last), ("int64_t", "const int64_t ", total),
+                                             (f"{y.ctype} *", f"{y.ctype} *", base)]
+        streamed = [f"2 * sizeof({y.ctype})"]
         acc, j, j0, m, cy = k.tmp("acc"), k.tmp("j"), k.tmp("j0"), k.tmp("m"), k.tmp("cy")
         leaves = [acc]
         not_nan: set[str] = set()
-        fulls: list[tuple[str, str, CVal]] = []  # (row pointer, chunk buffer, extra)
-        row_ptrs: list[tuple[str, CVal]] = []
+        fulls: list[tuple[str, str, str, CVal]] = []  # (row pointer, chunk buffer, base pointer, extra)
+        row_ptrs: list[tuple[str, str, CVal]] = []
         owned: list[str] = []
         for e, kind in zip(extras, kinds):
             if kind == "scalar":
-                leaves.append(_scalar_leaf(k, e, not_nan))
+                leaf = _scalar_leaf(k, e, not_nan)
+                leaves.append(leaf)
+                local.append((e.ctype_compute, f"const {e.ctype_compute} ", leaf))
             elif kind == "row":  # the same last-axis vector for every row: widened once
                 vec = k.scratch("float", f"{n_last} > 0 ? {n_last} : 1", "rw")
                 owned.append(vec)
                 iv = k.tmp("i")
                 with w.block(f"for (int64_t {iv} = 0; {iv} < {n_last}; {iv}++)"):
                     w.line(f"{vec}[{iv}] = {e.load(iv)};")
+                local.append(("const float *", "const float *", vec))
                 leaves.append(f"{vec}[{j0} + {j}]")
-            elif e.dtype is DType.f16:
-                p, buf = k.tmp("pe"), k.tmp("ce")
-                fulls.append((p, buf, e))
-                leaves.append(f"{buf}[{j}]")
             else:
-                p = k.tmp("pe")
-                row_ptrs.append((p, e))
-                leaves.append(ct.load(e.dtype, p, f"{j0} + {j}"))
-        r, py = k.tmp("r"), k.tmp("py")
-        with w.block(f"for (int64_t {r} = 0; {r} < {rows}; {r}++)"):
-            w.line(f"{y.ctype} *{py} = {y.ptr} + {r} * {n_last};")
-            for p, _, e in fulls:
-                w.line(f"const {e.ctype} *{p} = {e.ptr} + {r} * {n_last};")
-            for p, e in row_ptrs:
-                w.line(f"const {e.ctype} *{p} = {e.ptr} + {r} * {n_last};")
-            with w.block(f"for (int64_t {j0} = 0; {j0} < {n_last}; {j0} += {F16_CHUNK})"):
-                w.line(f"const int64_t {m} = {n_last} - {j0} < {F16_CHUNK} ? {n_last} - {j0} : {F16_CHUNK};")
-                w.line(f"float {cy}[{F16_CHUNK}];")
-                w.line(f"cuvil_f16_to_f32_n({py} + {j0}, {cy}, {m});")
-                for p, buf, _ in fulls:
-                    w.line(f"float {buf}[{F16_CHUNK}];")
-                    w.line(f"cuvil_f16_to_f32_n({p} + {j0}, {buf}, {m});")
-                with w.block(f"for (int64_t {j} = 0; {j} < {m}; {j}++)"):
-                    w.line(f"const float {acc} = {cy}[{j}];")
-                    w.line(f"{cy}[{j}] = {compose(epilogue, leaves, frozenset(not_nan))};")
-                w.line(f"cuvil_f32_to_f16_n({cy}, {py} + {j0}, {m});")
+                p, eb = k.tmp("pe"), k.tmp("pe0")
+                w.line(f"const {e.ctype} *{eb} = {e.ptr};")
+                local.append((f"const {e.ctype} *", f"const {e.ctype} *", eb))
+                streamed.append(f"sizeof({e.ctype})")
+                if e.dtype is DType.f16:
+                    buf = k.tmp("ce")
+                    fulls.append((p, buf, eb, e))
+                    leaves.append(f"{buf}[{j}]")
+                else:
+                    row_ptrs.append((p, eb, e))
+                    leaves.append(ct.load(e.dtype, p, f"{j0} + {j}"))
+
+        def loop(lo: str, hi: str) -> None:
+            r, py, length = k.tmp("r"), k.tmp("py"), k.tmp("len")
+            with w.block(f"for (int64_t {r} = {lo}; {r} < {hi}; {r}++)"):
+                w.line(f"{y.ctype} *{py} = {base} + {r} * {n_last};")
+                w.line(f"const int64_t {length} = {total} - {r} * {n_last} < {n_last} ? {total} - {r} * {n_last} : "
+                       f"{n_last};")
+                for p, _, eb, e in fulls:
+                    w.line(f"const {e.ctype} *{p} = {eb} + {r} * {n_last};")
+                for p, eb, e in row_ptrs:
+                    w.line(f"const {e.ctype} *{p} = {eb} + {r} * {n_last};")
+                with w.block(f"for (int64_t {j0} = 0; {j0} < {length}; {j0} += {F16_CHUNK})"):
+                    w.line(f"const int64_t {m} = {length} - {j0} < {F16_CHUNK} ? {length} - {j0} : {F16_CHUNK};")
+                    w.line(f"float {cy}[{F16_CHUNK}];")
+                    w.line(f"cuvil_f16_to_f32_n({py} + {j0}, {cy}, {m});")
+                    for p, buf, _, _ in fulls:
+                        w.line(f"float {buf}[{F16_CHUNK}];")
+                        w.line(f"cuvil_f16_to_f32_n({p} + {j0}, {buf}, {m});")
+                    with w.block(f"for (int64_t {j} = 0; {j} < {m}; {j}++)"):
+                        w.line(f"const float {acc} = {cy}[{j}];")
+                        w.line(f"{cy}[{j}] = {compose(epilogue, leaves, frozenset(not_nan))};")
+                    w.line(f"cuvil_f32_to_f16_n({cy}, {py} + {j0}, {m});")
+
+        _parallel_flat(k, rows, f"(double){total} * (double)({' + '.join(streamed)})", local, loop)
         for buf in owned:
             k.release(buf)
