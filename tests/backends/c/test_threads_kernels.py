@@ -147,6 +147,31 @@ def test_elementwise_loops_split_across_threads_give_the_same_results(tmp_path: 
         np.testing.assert_array_equal(y, runs[0], err_msg=f"num_threads={n} differs from num_threads=1")
 
 
+def test_view_copies_split_across_threads_give_the_same_results(tmp_path: Path) -> None:
+    """Transposes (tiles of a unit-stride dim, in chunks of it; rows) and a stepped slice copy their
+    blocks on the threads when large; every element comes out the same."""
+    shape = [3, 7, 300, 401]
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 3, 2, 1]),  # innermost dim strided
+             helper.make_node("Transpose", ["x"], ["u"], perm=[1, 0, 2, 3]),  # rows
+             helper.make_node("Slice", ["x", "st", "en", "ax", "sp"], ["s"])]
+    inits = {"st": np.array([0, 1], np.int64), "en": np.array([300, 401], np.int64),
+             "ax": np.array([2, 3], np.int64), "sp": np.array([1, 2], np.int64)}
+    g = helper.make_graph(nodes, "views", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("t", "u", "s")],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.random.default_rng(6).standard_normal(shape).astype(np.float32)
+    want = [x.transpose(0, 3, 2, 1), x.transpose(1, 0, 2, 3), x[:, :, :, 1::2]]
+    for n in THREADS:
+        m = cuvil.compile(model, "native", cache_dir=str(tmp_path), num_threads=n)
+        before = m.thread_stats()
+        got = m(x)
+        if n > 1:
+            assert m.thread_stats().since(before).regions >= 3, "the copies did not run threaded"
+        for name, g_, w_ in zip("tus", got, want):
+            np.testing.assert_array_equal(g_, w_, err_msg=f"{name}, num_threads={n}")
+
+
 def test_num_threads_option(tmp_path: Path) -> None:
     model = matmul_stack()
     m = cuvil.compile(model, "native", cache_dir=str(tmp_path))

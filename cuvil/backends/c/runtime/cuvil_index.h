@@ -23,6 +23,7 @@
 #define CUVIL_INDEX_H
 
 #include "cuvil_rt.h"
+#include "cuvil_threads.h"
 
 /* The largest rank of a view (tile doubles its input's rank). */
 #define CUVIL_VIEW_MAX_RANK 32
@@ -143,10 +144,67 @@ static CUVIL_UNUSED void cuvil_vtile(void *d, const void *s, size_t esize, int64
     }
 }
 
+/* The blocks of a view copy: each is a row of the innermost dim (cuvil_vrow), or, when the
+ * innermost dim is strided and dim q has stride 1, a tile of up to CUVIL_VIEW_QCHUNK positions of q
+ * by the innermost dim (cuvil_vtile).  Block b is outer position b / nqc (the odometer over the
+ * other dims, counted in mixed radix on[]) and chunk b % nqc of q. */
+#define CUVIL_VIEW_QCHUNK 256
+
+typedef struct cuvil_view_job {
+    unsigned char *d;
+    const unsigned char *s;
+    int64_t es;
+    int no, q;
+    int64_t on[CUVIL_VIEW_MAX_RANK], os[CUVIL_VIEW_MAX_RANK], od[CUVIL_VIEW_MAX_RANK];
+    int64_t n, st, nq, dq, nqc, blocks, ntasks;
+} cuvil_view_job;
+
+static void cuvil_view_blocks(const cuvil_view_job *j, int64_t lo, int64_t hi) {
+    if (lo >= hi) return;
+    /* the odometer at block lo, then advanced block by block */
+    int64_t idx[CUVIL_VIEW_MAX_RANK], outer = lo / j->nqc, c = lo % j->nqc, so = 0, doff = 0;
+    for (int k = j->no - 1; k >= 0; k--) {
+        idx[k] = outer % j->on[k];
+        outer /= j->on[k];
+        so += idx[k] * j->os[k];
+        doff += idx[k] * j->od[k];
+    }
+    for (int64_t b = lo; b < hi; b++) {
+        if (j->q >= 0) {
+            const int64_t q0 = c * CUVIL_VIEW_QCHUNK;
+            const int64_t qn = j->nq - q0 < CUVIL_VIEW_QCHUNK ? j->nq - q0 : CUVIL_VIEW_QCHUNK;
+            cuvil_vtile(j->d + (doff + q0 * j->dq) * j->es, j->s + (so + q0) * j->es, (size_t)j->es, qn, j->dq, j->n,
+                        j->st);
+        } else {
+            cuvil_vrow(j->d + doff * j->es, j->s + so * j->es, (size_t)j->es, j->n, j->st);
+        }
+        if (++c < j->nqc) continue;
+        c = 0;
+        for (int k = j->no - 1; k >= 0; k--) {
+            idx[k]++;
+            so += j->os[k];
+            doff += j->od[k];
+            if (idx[k] < j->on[k]) break;
+            so -= j->os[k] * j->on[k];
+            doff -= j->od[k] * j->on[k];
+            idx[k] = 0;
+        }
+    }
+}
+
+static void cuvil_view_task(void *ctx, int64_t task, int tid) {
+    const cuvil_view_job *j = (const cuvil_view_job *)ctx;
+    int64_t lo, hi;
+    (void)tid;
+    cuvil_split(j->blocks, j->ntasks, task, &lo, &hi);
+    cuvil_view_blocks(j, lo, hi);
+}
+
 /* Copy the view (rank, shape, stride) of `src` into the contiguous `dst`, row-major.
  * `esize` is 1, 2, 4 or 8; `rank` is at most CUVIL_VIEW_MAX_RANK (the code
  * generator checks it).  The caller guarantees that every position of the view
- * lies inside `src`. */
+ * lies inside `src`.  The blocks are split over the call's threads when the bytes
+ * copied pay for it; each destination element is written once, by one thread. */
 static CUVIL_UNUSED void cuvil_view_copy(void *dst, const void *src, size_t esize, int rank, const int64_t *shape,
                                          const int64_t *stride) {
     cuvil_view v;
@@ -160,50 +218,47 @@ static CUVIL_UNUSED void cuvil_view_copy(void *dst, const void *src, size_t esiz
     int64_t dstr[CUVIL_VIEW_MAX_RANK];
     dstr[r - 1] = 1;
     for (int j = r - 2; j >= 0; j--) dstr[j] = dstr[j + 1] * v.shape[j + 1];
+    cuvil_view_job job;
+    job.d = (unsigned char *)dst;
+    job.s = (const unsigned char *)src;
+    job.es = (int64_t)esize;
     /* the block: the innermost dim, plus a unit-stride dim q to tile with when the innermost is strided */
-    int q = -1;
+    job.q = -1;
     if (v.stride[r - 1] != 1 && v.stride[r - 1] != 0) {
         for (int j = r - 2; j >= 0; j--) {
             if (v.stride[j] == 1) {
-                q = j;
+                job.q = j;
                 break;
             }
         }
     }
-    /* the outer dims, walked with an odometer */
-    int64_t on[CUVIL_VIEW_MAX_RANK], os[CUVIL_VIEW_MAX_RANK], od[CUVIL_VIEW_MAX_RANK], idx[CUVIL_VIEW_MAX_RANK];
-    int no = 0;
+    /* the outer dims */
+    job.no = 0;
+    int64_t outer = 1;
     for (int j = 0; j < r - 1; j++) {
-        if (j == q) continue;
-        on[no] = v.shape[j];
-        os[no] = v.stride[j];
-        od[no] = dstr[j];
-        idx[no] = 0;
-        no++;
+        if (j == job.q) continue;
+        job.on[job.no] = v.shape[j];
+        job.os[job.no] = v.stride[j];
+        job.od[job.no] = dstr[j];
+        outer *= v.shape[j];
+        job.no++;
     }
-    const int64_t n = v.shape[r - 1], st = v.stride[r - 1];
-    const unsigned char *s = (const unsigned char *)src;
-    unsigned char *d = (unsigned char *)dst;
-    const int64_t es = (int64_t)esize;
-    int64_t so = 0, doff = 0;
-    for (;;) {
-        if (q >= 0) {
-            cuvil_vtile(d + doff * es, s + so * es, esize, v.shape[q], dstr[q], n, st);
-        } else {
-            cuvil_vrow(d + doff * es, s + so * es, esize, n, st);
-        }
-        int j = no - 1;
-        for (; j >= 0; j--) {
-            idx[j]++;
-            so += os[j];
-            doff += od[j];
-            if (idx[j] < on[j]) break;
-            so -= os[j] * on[j];
-            doff -= od[j] * on[j];
-            idx[j] = 0;
-        }
-        if (j < 0) break;
+    job.n = v.shape[r - 1];
+    job.st = v.stride[r - 1];
+    job.nq = job.q >= 0 ? v.shape[job.q] : 1;
+    job.dq = job.q >= 0 ? dstr[job.q] : 0;
+    job.nqc = job.q >= 0 ? (job.nq + CUVIL_VIEW_QCHUNK - 1) / CUVIL_VIEW_QCHUNK : 1;
+    job.blocks = outer * job.nqc;
+    job.ntasks = 1;
+    const int threads = cuvil_num_threads_now();
+    if (threads > 1 && job.blocks > 1) {
+        /* bytes read and written, at cuvil_parallel_range's streaming rate */
+        const double bytes = 2.0 * (double)job.es * (double)outer * (double)job.nq * (double)job.n;
+        if (cuvil_parallel_worth(bytes / CUVIL_STREAM_BYTES_PER_NS))
+            job.ntasks = job.blocks < 4 * (int64_t)threads ? job.blocks : 4 * (int64_t)threads;
     }
+    if (job.ntasks == 1) cuvil_view_blocks(&job, 0, job.blocks);
+    else cuvil_parallel_for(job.ntasks, cuvil_view_task, &job);
 }
 
 /* Contiguous row-major strides (in elements) of `shape`. */
