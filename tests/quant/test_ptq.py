@@ -257,12 +257,30 @@ def test_transformer_encoder_output_snr() -> None:
 # PyTorch QAT / PT2E models ------------------------------------------------------------------------
 
 
-def test_pt2e_and_fake_quant_ops_import_with_their_scales() -> None:
-    pytest.importorskip("torch")
+def _qdq_per_tensor(x: Any, scale: float, zero_point: int) -> Any:
+    """PT2E's int8 quantize / dequantize pair of a tensor."""
     import torch
     import torch.ao.quantization.fx._decomposed  # registers quantized_decomposed
 
     qd = torch.ops.quantized_decomposed
+    q = qd.quantize_per_tensor(x, scale, zero_point, -128, 127, torch.int8)
+    return qd.dequantize_per_tensor(q, scale, zero_point, -128, 127, torch.int8)
+
+
+def _qdq_per_channel(w: Any) -> Any:
+    """PT2E's symmetric int8 pair of a weight along dim 0, scales 0.002 to 0.01."""
+    import torch
+    import torch.ao.quantization.fx._decomposed  # registers quantized_decomposed
+
+    qd = torch.ops.quantized_decomposed
+    s, z = torch.linspace(0.002, 0.01, w.shape[0]), torch.zeros(w.shape[0], dtype=torch.int64)
+    q = qd.quantize_per_channel(w, s, z, 0, -127, 127, torch.int8)
+    return qd.dequantize_per_channel(q, s, z, 0, -127, 127, torch.int8)
+
+
+def test_pt2e_and_fake_quant_ops_import_with_their_scales() -> None:
+    pytest.importorskip("torch")
+    import torch
 
     class Net(torch.nn.Module):
         def __init__(self) -> None:
@@ -270,11 +288,8 @@ def test_pt2e_and_fake_quant_ops_import_with_their_scales() -> None:
             self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
 
         def forward(self, x: Any) -> Any:
-            x = qd.dequantize_per_tensor(qd.quantize_per_tensor(x, 0.02, 3, -128, 127, torch.int8),
-                                         0.02, 3, -128, 127, torch.int8)
-            s, z = torch.linspace(0.002, 0.01, 8), torch.zeros(8, dtype=torch.int64)
-            w = qd.dequantize_per_channel(qd.quantize_per_channel(self.conv.weight, s, z, 0, -127, 127, torch.int8),
-                                          s, z, 0, -127, 127, torch.int8)
+            x = _qdq_per_tensor(x, 0.02, 3)
+            w = _qdq_per_channel(self.conv.weight)
             y = torch.relu(torch.nn.functional.conv2d(x, w, self.conv.bias, padding=1))
             y = torch.fake_quantize_per_tensor_affine(y, 0.05, 10, 0, 127)
             return torch.fake_quantize_per_channel_affine(y, torch.full((8,), 0.03), torch.zeros(8, dtype=torch.int32),
@@ -302,9 +317,6 @@ def test_pt2e_linear_over_a_sequence_folds_like_a_2d_one(bias: bool, tmp_path: P
     with a float bias it stays float, and its weight is a transposed constant either way."""
     pytest.importorskip("torch")
     import torch
-    import torch.ao.quantization.fx._decomposed  # registers quantized_decomposed
-
-    qd = torch.ops.quantized_decomposed
 
     class Net(torch.nn.Module):
         def __init__(self) -> None:
@@ -312,14 +324,8 @@ def test_pt2e_linear_over_a_sequence_folds_like_a_2d_one(bias: bool, tmp_path: P
             self.lin = torch.nn.Linear(16, 8, bias=bias)
 
         def forward(self, x: Any) -> Any:
-            x = qd.dequantize_per_tensor(qd.quantize_per_tensor(x, 0.02, 3, -128, 127, torch.int8),
-                                         0.02, 3, -128, 127, torch.int8)
-            s, z = torch.linspace(0.002, 0.01, 8), torch.zeros(8, dtype=torch.int64)
-            w = qd.dequantize_per_channel(qd.quantize_per_channel(self.lin.weight, s, z, 0, -127, 127, torch.int8),
-                                          s, z, 0, -127, 127, torch.int8)
-            y = torch.nn.functional.linear(x, w, self.lin.bias)
-            return qd.dequantize_per_tensor(qd.quantize_per_tensor(y, 0.05, 0, -128, 127, torch.int8),
-                                            0.05, 0, -128, 127, torch.int8)
+            y = torch.nn.functional.linear(_qdq_per_tensor(x, 0.02, 3), _qdq_per_channel(self.lin.weight), self.lin.bias)
+            return _qdq_per_tensor(y, 0.05, 0)
 
     torch.manual_seed(0)
     net = Net().eval()
