@@ -313,9 +313,7 @@ def _gru(ctx: ImportCtx) -> Sequence[Value | None]:
         else:
             bias = rnn.add(wb, rb)  # type: ignore[arg-type]
         xw = rnn.input_products(d, bias)
-        rt = rnn.per_direction(2, d, transposed=True)  # [hidden, 3 * hidden]: z, r, h columns
-        assert rt is not None
-        r_zr, r_h = _columns(rnn, rt, d)
+        r_zr, r_h = _columns(rnn, d)
         h = rnn.initial(5, d)
         states: dict[int, Value] = {}
         one = rnn.const(1.0)
@@ -347,13 +345,15 @@ def _as_value(rnn: _Rnn, v: np.ndarray | Value) -> Value:
     return rnn.const(v) if isinstance(v, np.ndarray) else v
 
 
-def _columns(rnn: _Rnn, rt: Value, d: int) -> tuple[Value, Value]:
+def _columns(rnn: _Rnn, d: int) -> tuple[Value, Value]:
     """R^T of a GRU direction as its z-and-r columns [hidden, 2 * hidden] and its h columns."""
     hs = rnn.hidden
     c = rnn.ctx.const_input(2)
     if c is not None:
-        full = np.ascontiguousarray(c[d].T)
+        full = c[d].T
         return rnn.const(np.ascontiguousarray(full[:, :2 * hs])), rnn.const(np.ascontiguousarray(full[:, 2 * hs:]))
+    rt = rnn.per_direction(2, d, transposed=True)
+    assert rt is not None
     zr, h = rnn.ctx.emit("split", [rt, rnn.ctx.constant(np.array([2 * hs, hs], np.int64))], {"axis": 1},
                          num_outputs=2)
     return zr, h
