@@ -141,5 +141,5 @@ def test_debug_shows_the_torch_front_end_mapping(caplog: pytest.LogCaptureFixtur
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU()).eval()
     cuvil.compile(model, input_spec=[torch.randn(2, 4)], target="ref")
     text = "\n".join(messages(caplog, logging.DEBUG))
-    assert re.search(r"^aten aten\.addmm\.default 'addmm' at \S+linear\.py:\d+ -> gemm$", text, re.M)
+    assert re.search(r"^aten aten\.linear\.default 'linear' at \S+linear\.py:\d+ -> gemm$", text, re.M)
     assert re.search(r"^aten aten\.relu\.default 'relu' at \S+activation\.py:\d+ -> relu$", text, re.M)

@@ -255,9 +255,9 @@ def test_compile_notes_survive_json() -> None:
 
 
 def test_large_linear_weights_are_not_transposed_per_call(tmp_path: object) -> None:
-    """``torch.export`` gives ``nn.Linear`` as ``addmm(bias, x, permute(weight))`` and ``x @ w.T``
-    as a matmul of a transposed weight; neither transpose may be left to run on every call, even
-    for weights above fold-constants' size cap (1M elements), and the weights are stored once."""
+    """``nn.Linear`` over a sequence and ``x @ w.T`` are matmuls of a transposed weight (core ATen
+    would give ``addmm(bias, x, permute(weight))``); no transpose may be left to run on every call,
+    even for weights above fold-constants' size cap (1M elements), and the weights are stored once."""
 
     class Model(nn.Module):
         def __init__(self) -> None:
