@@ -102,7 +102,10 @@ class FoldConstants(Pass):
        into transformed duplicates), unless folding costs no constant bytes: every input is a
        constant of the graph that only this node reads (and not a graph output), and the
        results are no larger than those inputs.  A transposed, reshaped or scaled weight then
-       replaces the weight instead of being computed again on every call.
+       replaces the weight instead of being computed again on every call.  A ``transpose`` of
+       constants folds whatever its size: left in the graph, it would copy the weight on every
+       call into arena bytes as large as the folded copy (a weight read both as it is and
+       transposed: an embedding tied to the output layer).
     4. Folded nodes become one ``constant`` node per output, defining the same values (names
        and types kept); the folded node's own inputs are left to ``dce``.
     5. Every other node's types are re-derived as it is visited, since a constant operand can
@@ -133,7 +136,8 @@ def _fold_graph(graph: Graph, max_elements: int, symbols: dict[str, SymbolInfo],
             folded += _fold_graph(region, max_elements, symbols, top=False)
         if node.op != "constant":
             _refresh(node, symbols)
-        limit = math.inf if users is not None and _replaces_its_inputs(node, graph, users) else max_elements
+        unbounded = node.op == "transpose" or (users is not None and _replaces_its_inputs(node, graph, users))
+        limit = math.inf if unbounded else max_elements
         values = fold_node(node, limit)
         if values is None:
             values = fold_sizes(node)

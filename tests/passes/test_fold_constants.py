@@ -56,11 +56,16 @@ def test_a_weight_read_only_by_the_node_folds_whatever_its_size() -> None:
 
 def test_folding_that_would_add_constant_bytes_keeps_the_cap() -> None:
     cases = {
-        # %w is also read by the matmul: folding keeps it and adds its transposed copy
-        "shared": BIG_WEIGHT.replace("return %y", "%v = matmul(%x, %wt2) : f32[2, 3]\n  return %y, %v").replace(
-            "%y = matmul", "%wt2 = transpose(%w) {perm = [1, 0]} : f32[4, 3]\n  %y = matmul"),
+        # %w is also read by the gemm: folding keeps it and adds its negated copy
+        "shared": BIG_WEIGHT.replace("%wt = transpose(%w) {perm = [1, 0]} : f32[4, 3]",
+                                     "%wn = neg(%w) : f32[3, 4]").replace(
+            "%y = matmul(%x, %wt) : f32[2, 3]\n  return %y",
+            "%y = gemm(%x, %wn) {transB = 1} : f32[2, 3]\n  %v = gemm(%x, %w) {transB = 1} : f32[2, 3]\n"
+            "  return %y, %v"),
         # %w is an output of the graph: it stays
-        "output": BIG_WEIGHT.replace("return %y", "return %y, %w"),
+        "output": BIG_WEIGHT.replace("%wt = transpose(%w) {perm = [1, 0]} : f32[4, 3]", "%wn = neg(%w) : f32[3, 4]").replace(
+            "%y = matmul(%x, %wt) : f32[2, 3]", "%y = gemm(%x, %wn) {transB = 1} : f32[2, 3]").replace(
+            "return %y", "return %y, %w"),
         # the result is larger than the weight it replaces
         "larger": BIG_WEIGHT.replace("%wt = transpose(%w) {perm = [1, 0]} : f32[4, 3]",
                                      "%wt = tile(%w, %reps) : f32[6, 4]").replace(
@@ -71,10 +76,20 @@ def test_folding_that_would_add_constant_bytes_keeps_the_cap() -> None:
     for name, text in cases.items():
         g = FoldConstants(max_elements=4).run(parse_graph(text)).graph
         ops = [n.op for n in g.nodes]
-        assert "transpose" in ops or "tile" in ops, (name, ops)
+        assert "neg" in ops or "tile" in ops, (name, ops)
         # above the cap by the number of elements alone, they fold
         unlimited = FoldConstants(max_elements=1000).run(parse_graph(text)).graph
-        assert "transpose" not in [n.op for n in unlimited.nodes] and "tile" not in [n.op for n in unlimited.nodes], name
+        assert not {"neg", "tile"} & {n.op for n in unlimited.nodes}, name
+
+
+def test_a_transposed_weight_folds_even_when_the_weight_is_read_as_it_is() -> None:
+    """An embedding tied to the output layer: gathered from, and read transposed by a matmul.  The
+    transpose would copy the whole weight on every call, so it folds into a second constant."""
+    text = BIG_WEIGHT.replace("%y = matmul(%x, %wt) : f32[2, 3]\n  return %y",
+                              "%y = matmul(%x, %wt) : f32[2, 3]\n  %r = gather(%w, %i) : f32[2, 4]\n  return %y, %r").replace(
+        "%x: f32[2, 4]) {", "%x: f32[2, 4], %i: i64[2]) {")
+    g = FoldConstants(max_elements=4).run(parse_graph(text)).graph
+    assert [n.op for n in g.nodes] == ["constant", "constant", "matmul", "gather"], [n.op for n in g.nodes]
 
 
 def test_control_flow_and_nondeterministic_ops_are_never_folded() -> None:

@@ -301,3 +301,28 @@ def test_transformer_products_fuse_from_torch_export(tmp_path: object) -> None:
         want = model(tokens).numpy()
     got = m(tokens.numpy())[0]
     assert np.linalg.norm(got - want) <= 1e-5 * np.linalg.norm(want)
+
+
+def test_a_tied_output_layer_is_not_transposed_per_call(tmp_path: object) -> None:
+    """An output layer sharing the embedding's weight (above fold-constants' size cap): the weight
+    is read as it is by the lookup and transposed by the product; the transpose folds."""
+
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = nn.Embedding(4100, 256)
+            self.head = nn.Linear(256, 4100, bias=False)
+            self.head.weight = self.emb.weight
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return self.head(torch.tanh(self.emb(ids)))
+
+    torch.manual_seed(0)
+    model = Model().eval()
+    ids = torch.randint(0, 4100, (1, 7))
+    m = cuvil.compile(torch.export.export(model, (ids,)), "native", cache_dir=str(tmp_path))
+    assert m.graph is not None
+    assert "transpose" not in [n.op for n in m.graph.nodes]
+    with torch.no_grad():
+        want = model(ids).numpy()
+    np.testing.assert_allclose(m(ids.numpy())[0], want, rtol=1e-4, atol=1e-4)
