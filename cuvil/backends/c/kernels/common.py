@@ -62,7 +62,7 @@ def elementwise(
         po = k.tmp("po")
         w.line(f"{out.ctype} *{restrict}{po} = {out.ptr};")
         # the locals the loops read, as (field type, declaration prefix, name): a flat loop runs in
-        # a function of its own (_parallel_flat), which takes them from a context
+        # a function of its own (parallel_flat), which takes them from a context
         local: list[tuple[str, str, str]] = [(f"{out.ctype} *", f"{out.ctype} *{restrict}", po)]
         o = replace(out, ptr=po)
         args: list[str] = ["0"] * len(ins)
@@ -103,7 +103,7 @@ def elementwise(
                 with w.block(f"for (int64_t {i} = {lo}; {i} < {hi}; {i}++)"):
                     body(lambda _n: i, i)
 
-            _parallel_flat(k, n, f"(double){n} * (double)({streamed})", local, loop)
+            parallel_flat(k, n, f"(double){n} * (double)({streamed})", local, loop)
 
         for a in unread:
             if not provably_same_shape(a, out):
@@ -144,9 +144,10 @@ def _vmath_call() -> re.Pattern[str]:
     return re.compile(r"\b(?:" + "|".join(sorted(names)) + r")\(")
 
 
-def _parallel_flat(k: KernelCtx, n: str, streamed: str, local: Sequence[tuple[str, str, str]],
+def parallel_flat(k: KernelCtx, n: str, streamed: str, local: Sequence[tuple[str, str, str]],
                    loop: Callable[[str, str], None]) -> None:
-    """A flat loop over ``n`` iterations, split over the call's threads when that pays for the
+    """A loop of ``n`` independent iterations (elements of a flat loop, rows of an epilogue pass),
+    split over the call's threads when that pays for the
     ``streamed`` bytes (``cuvil_parallel_range``): ``loop(lo, hi)`` writes the loop over [lo, hi)
     into a function of its own, which reads the ``local`` variables the loop uses (field type,
     declaration prefix, name) from a context the node fills.  Each element is computed alone, so

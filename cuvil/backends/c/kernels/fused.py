@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from cuvil.backends.c import ctypes_map as ct
 from cuvil.backends.c.codegen import CodegenError
 from cuvil.backends.c.kernel import CVal, KernelCtx, find_kernel, kernel
-from cuvil.backends.c.kernels.common import F16_CHUNK, _parallel_flat, elementwise
+from cuvil.backends.c.kernels.common import F16_CHUNK, elementwise, parallel_flat
 from cuvil.backends.c.kernels.elementwise import MATH_HEADER, SCALAR, Scalar, constant_not_nan, nan_max, nan_min
 from cuvil.backends.c.kernels.half import HALF
 from cuvil.ir.dtypes import DType
@@ -259,7 +259,7 @@ def _apply_epilogue(k: KernelCtx, epilogue: Graph, y: CVal, extras: Sequence[CVa
         w.line(f"const int64_t {rows} = {n_last} > 0 ? {y.numel()} / {n_last} : 0;")
         w.line(f"{y.ctype} *{base} = {y.ptr};")
         # the locals the row loop reads (field type, declaration prefix, name): it runs in a function
-        # of its own over ranges of rows, on the call's threads when that pays (_parallel_flat)
+        # of its own over ranges of rows, on the call's threads when that pays (parallel_flat)
         local: list[tuple[str, str, str]] = [("int64_t", "const int64_t ", n_last), (f"{y.ctype} *", f"{y.ctype} *", base)]
         streamed = [f"2 * sizeof({y.ctype})"]
         acc, py, j = k.tmp("acc"), k.tmp("py"), k.tmp("j")
@@ -291,7 +291,7 @@ def _apply_epilogue(k: KernelCtx, epilogue: Graph, y: CVal, extras: Sequence[CVa
                     w.line(f"const {y.ctype_compute} {acc} = {ct.load(y.dtype, py, j)};")
                     w.line(ct.store(y.dtype, py, j, compose(epilogue, leaves, frozenset(not_nan))))
 
-        _parallel_flat(k, rows, f"(double)({y.numel()}) * (double)({' + '.join(streamed)})", local, loop)
+        parallel_flat(k, rows, f"(double)({y.numel()}) * (double)({' + '.join(streamed)})", local, loop)
 
 
 def _apply_epilogue_f16(k: KernelCtx, epilogue: Graph, y: CVal, extras: Sequence[CVal]) -> None:
@@ -321,7 +321,7 @@ def _apply_epilogue_f16(k: KernelCtx, epilogue: Graph, y: CVal, extras: Sequence
             w.line(f"const int64_t {rows} = ({total} + {F16_CHUNK} - 1) / {F16_CHUNK};")
         w.line(f"{y.ctype} *{base} = {y.ptr};")
         # the locals the row loop reads: it runs in a function of its own over ranges of rows, on the
-        # call's threads when that pays (_parallel_flat)
+        # call's threads when that pays (parallel_flat)
         local: list[tuple[str, str, str]] = [("int64_t", "const int64_t ", n_last), ("int64_t", "const int64_t ", total),
                                              (f"{y.ctype} *", f"{y.ctype} *", base)]
         streamed = [f"2 * sizeof({y.ctype})"]
@@ -379,6 +379,6 @@ def _apply_epilogue_f16(k: KernelCtx, epilogue: Graph, y: CVal, extras: Sequence
                         w.line(f"{cy}[{j}] = {compose(epilogue, leaves, frozenset(not_nan))};")
                     w.line(f"cuvil_f32_to_f16_n({cy}, {py} + {j0}, {m});")
 
-        _parallel_flat(k, rows, f"(double){total} * (double)({' + '.join(streamed)})", local, loop)
+        parallel_flat(k, rows, f"(double){total} * (double)({' + '.join(streamed)})", local, loop)
         for buf in owned:
             k.release(buf)
