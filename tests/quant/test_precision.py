@@ -4,6 +4,7 @@ the per-layer accuracy report, and the f16/bf16 products of the C backend agains
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -267,11 +268,12 @@ def _convs(dtype: DType, weights: list[np.ndarray] | None) -> Graph:
 
 
 @pytest.mark.parametrize("dtype", [DType.f16, DType.bf16])
-def test_half_conv_kernels(dtype: DType, tmp_path: Path) -> None:
+def test_half_conv_kernels(dtype: DType, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """f16/bf16 convolutions (bf16 dot products on native where the CPU has AVX512_BF16, the float32
     algorithms on widened operands otherwise) against the reference's float32 accumulation, within one
     rounding of the result; weights as graph inputs, and as constants (widened or paired once per
-    model: called twice, with bitwise-equal results)."""
+    model: called twice, with bitwise-equal results).  A 3x3 convolution that float32 runs by
+    Winograd runs it on widened operands in bf16 too (fewer multiply-adds than any direct product)."""
     rng = np.random.default_rng(4)
     g = _convs(dtype, None)
     ins = [rng.standard_normal(v.type.shape).astype(dtype.np) for v in g.inputs]  # type: ignore[arg-type]
@@ -285,7 +287,12 @@ def test_half_conv_kernels(dtype: DType, tmp_path: Path) -> None:
             assert np.all(err <= step * np.abs(w_) + 1e-3), (what, CONVS[i], float(np.max(err)))
 
     for target in ("native", "generic"):
-        check(cuvil.compile(g, target, cache_dir=str(tmp_path))(*ins), target)
+        with caplog.at_level(logging.DEBUG, logger="cuvil.backends.c.kernel"):
+            check(cuvil.compile(g, target, cache_dir=str(tmp_path))(*ins), target)
+    notes = [r.getMessage() for r in caplog.records if f"{dtype} by " in r.getMessage()]
+    assert any(f"{dtype} by Winograd F(" in n for n in notes), notes
+    if dtype is DType.bf16:
+        assert any("bf16 by bf16 dot products" in n for n in notes), notes  # the 7x7 stride-2 case
     xs, params = ins[0::3], [a for i in range(len(CONVS)) for a in ins[3 * i + 1:3 * i + 3]]
     const = _convs(dtype, params)
     m = cuvil.compile(const, "native", cache_dir=str(tmp_path), num_threads=2)
