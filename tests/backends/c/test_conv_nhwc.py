@@ -188,3 +188,33 @@ def test_reduced_precision_runs_channels_last(precision: str, tmp_path: Path) ->
     two = cuvil.compile(model, target="native", passes=PIPELINE, cache_dir=str(tmp_path), precision=precision,
                         num_threads=2)
     assert all(a.tobytes() == b.tobytes() for a, b in zip(first, two(*xs)))
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_reduced_precision_depthwise_is_the_float32_kernel_rounded_once(precision: str, tmp_path: Path) -> None:
+    """A f16/bf16 depthwise convolution widens bands of input rows per thread (cuvil_conv_nhwc_half.h):
+    its result is bitwise the float32 build's on the same rounded input, weights and bias, rounded
+    once, at one and two threads (bands that end at an image's last row, padding wider than a band,
+    a channel multiplier, a batch of three whose rows split over tasks across images)."""
+    tags = ("depthwise", "depthwise_s2", "depthwise_5x5_dil", "depthwise_mult2", "depthwise_wide")
+    cases = {k: CASES[k] for k in tags}
+    cases["depthwise_large"] = dict(cin=64, cout=64, k=(3, 3), hw=(30, 33), group=64, pads=[1, 1, 1, 1])
+    model = _model(cases)
+    low = np.float16 if precision == "fp16" else cuvil.ir.dtypes.DType.bf16.np
+    rounded = onnx.ModelProto()
+    rounded.CopyFrom(model)
+    for init in rounded.graph.initializer:
+        init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init).astype(low).astype(np.float32), init.name))
+    xs = [x.astype(low).astype(np.float32) for x in _inputs(model, 3)]
+    want = [y.astype(low).astype(np.float32) for y in _compile(rounded, "native", tmp_path, threads=1)(*xs)]
+    for threads in (1, 2):
+        c = cuvil.compile(model, target="native", passes=PIPELINE, cache_dir=str(tmp_path), precision=precision,
+                          num_threads=threads)
+        convs = [n for n in c.graph.nodes if n.op == "fused_conv_nhwc"]
+        assert len(convs) == len(cases) and all(n.outputs[0].type.dtype.np == low for n in convs)
+        before = c.thread_stats()
+        got = c(*xs)
+        if threads > 1:
+            assert c.thread_stats().since(before).regions >= 1, "no depthwise convolution ran threaded"
+        for tag, g_, w_ in zip(cases, got, want):
+            assert g_.tobytes() == w_.tobytes(), (tag, threads)  # the model's outputs are float32

@@ -91,21 +91,29 @@ def _conv_nhwc(k: KernelCtx) -> None:
 
 def _half(k: KernelCtx, g: str, depthwise: bool, group: int, x: CVal, w: CVal, b: CVal | None, y: CVal) -> None:
     """f16 / bf16 operands: the float32 kernel on widened operands, the result rounded once
-    (``cuvil_conv_nhwc_half.h``); float32 scratch for the input and the result.  A bf16 1x1
-    convolution on a target with AVX512_BF16 is a vdpbf16ps product instead (the scratch unused)."""
+    (``cuvil_conv_nhwc_half.h``).  A dense convolution widens the whole input into float32 scratch
+    and rounds a float32 result (a bf16 1x1 one on a target with AVX512_BF16 is a vdpbf16ps
+    product instead, the scratch unused); a depthwise one widens bands of input rows per thread and
+    needs no scratch from the call."""
     k.include("cuvil_conv_nhwc_half.h")
-    x32, y32, rc = k.tmp("x32"), k.tmp("y32"), k.tmp("rc")
-    for buf, v in ((x32, x), (y32, y)):  # written whole before being read: not zeroed
-        k.w.line(f"float *{buf} = (float *)cuvil_alloc_uninit(call, (int64_t)sizeof(float) * (int64_t)({v.numel()}));")
-        k.fail_if(f"!{buf}", "out of memory")
+    rc = k.tmp("rc")
+    if depthwise:
+        x32 = y32 = "NULL"
+    else:
+        x32, y32 = k.tmp("x32"), k.tmp("y32")
+        for buf, v in ((x32, x), (y32, y)):  # written whole before being read: not zeroed
+            k.w.line(f"float *{buf} = (float *)cuvil_alloc_uninit(call, (int64_t)sizeof(float) * (int64_t)({v.numel()}));")
+            k.fail_if(f"!{buf}", "out of memory")
     bptr = f"(const uint16_t *){b.ptr}" if b is not None else "NULL"
     bn = b.numel() if b is not None else "0"
     k.w.line(f"int {rc} = cuvil_conv_nhwc_half(&{g}, {int(depthwise)}, {int(x.dtype is DType.bf16)}, "
              f"(const uint16_t *){x.ptr}, {x.numel()}, (const uint16_t *){w.ptr}, {w.numel()}, {bptr}, {bn}, "
              f"(uint16_t *){y.ptr}, {y.numel()}, {x32}, {y32});")
-    k.release(x32)
-    k.release(y32)
+    if not depthwise:
+        k.release(x32)
+        k.release(y32)
     k.fail_if(f"{rc} != 0", "out of memory")
     kind = f"NHWC depthwise ({group} groups)" if depthwise else f"NHWC convolution, direct, {group} group(s)"
     dot = " (a 1x1 one on vdpbf16ps where the target has AVX512_BF16)" if x.dtype is DType.bf16 and not depthwise else ""
-    k.note(f"{kind} on {x.dtype} operands widened to float32 (weights once per model), the result rounded once{dot}")
+    how = "bands of input rows widened per thread" if depthwise else "operands widened"
+    k.note(f"{kind} on {x.dtype} {how} to float32 (weights once per model), the result rounded once{dot}")

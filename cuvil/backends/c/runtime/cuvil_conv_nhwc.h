@@ -306,33 +306,53 @@ static inline __attribute__((always_inline)) int64_t cuvil_nhwc_dw3_row(const in
 }
 #endif
 
+/* Output row (n, oh) of a depthwise convolution into yr[ow, m] (olo, ohi: cuvil_nhwc_interior_cols). */
+static void cuvil_nhwc_dw_row(const cuvil_nhwc_geom *g, const float *x, const float *w, float *yr, int64_t n,
+                              int64_t oh, int64_t olo, int64_t ohi) {
+    const int64_t mult = g->m / g->c;
+#if CUVIL_GEMM_VECTOR
+    if (mult == 1 && g->kh == 3 && g->kw == 3 && g->dw == 1 && (g->sw == 1 || g->sw == 2)) {
+        const int64_t o = g->sw == 1 ? cuvil_nhwc_dw3_row(1, g, x, w, yr, n, oh, olo, ohi)
+                                     : cuvil_nhwc_dw3_row(2, g, x, w, yr, n, oh, olo, ohi);
+        cuvil_nhwc_dw_pixels(g, x, w, yr, n, oh, o, g->ow, 1);
+        return;
+    }
+    if (mult == 1) {
+        int64_t o = olo;
+        cuvil_nhwc_dw_pixels(g, x, w, yr, n, oh, 0, olo, 1);
+        for (; o + CUVIL_NHWC_DW_OB <= ohi; o += CUVIL_NHWC_DW_OB) cuvil_nhwc_dw_strip(g, x, w, yr, n, oh, o);
+        cuvil_nhwc_dw_pixels(g, x, w, yr, n, oh, o, g->ow, 1);
+        return;
+    }
+#else
+    (void)olo, (void)ohi;
+#endif
+    cuvil_nhwc_dw_pixels(g, x, w, yr, n, oh, 0, g->ow, mult);
+}
+
 static void cuvil_nhwc_dw_part(void *ctx, int64_t task, int tid) {
     const cuvil_nhwc_dw_job *jb = (const cuvil_nhwc_dw_job *)ctx;
     const cuvil_nhwc_geom *g = jb->g;
-    const int64_t mult = g->m / g->c;
     int64_t lo, hi;
     (void)tid;
     cuvil_split(g->n * g->oh, jb->tasks, task, &lo, &hi);
     int64_t olo, ohi; /* the output columns whose every tap lies inside the image */
     cuvil_nhwc_interior_cols(g, &olo, &ohi);
     for (int64_t r = lo; r < hi; r++) {
-        const int64_t n = r / g->oh, oh = r % g->oh;
         float *yr = jb->y + r * g->ow * g->m;
-#if CUVIL_GEMM_VECTOR
-        if (mult == 1 && g->kh == 3 && g->kw == 3 && g->dw == 1 && (g->sw == 1 || g->sw == 2)) {
-            const int64_t o = g->sw == 1 ? cuvil_nhwc_dw3_row(1, g, jb->x, jb->w, yr, n, oh, olo, ohi)
-                                         : cuvil_nhwc_dw3_row(2, g, jb->x, jb->w, yr, n, oh, olo, ohi);
-            cuvil_nhwc_dw_pixels(g, jb->x, jb->w, yr, n, oh, o, g->ow, 1);
-        } else if (mult == 1) {
-            int64_t o = olo;
-            cuvil_nhwc_dw_pixels(g, jb->x, jb->w, yr, n, oh, 0, olo, 1);
-            for (; o + CUVIL_NHWC_DW_OB <= ohi; o += CUVIL_NHWC_DW_OB) cuvil_nhwc_dw_strip(g, jb->x, jb->w, yr, n, oh, o);
-            cuvil_nhwc_dw_pixels(g, jb->x, jb->w, yr, n, oh, o, g->ow, 1);
-        } else
-#endif
-            cuvil_nhwc_dw_pixels(g, jb->x, jb->w, yr, n, oh, 0, g->ow, mult);
+        cuvil_nhwc_dw_row(g, jb->x, jb->w, yr, r / g->oh, r % g->oh, olo, ohi);
         if (jb->ep) jb->ep->fn(jb->ep->ctx, yr, g->m, r * g->ow, 0, g->ow, g->m);
     }
+}
+
+/* Rows of output pixels a depthwise convolution splits into tasks for the call's threads (1: none). */
+static int64_t cuvil_nhwc_dw_tasks(const cuvil_nhwc_geom *g) {
+    const int64_t rows = g->n * g->oh;
+    const double macs = (double)rows * (double)g->ow * (double)g->m * (double)(g->kh * g->kw);
+    const int threads = cuvil_num_threads_now();
+    if (threads > 1 && macs >= (double)CUVIL_NHWC_PAR_MIN && cuvil_parallel_worth(macs / CUVIL_GEMM_MAC_PER_NS * 4.0))
+        return rows < (int64_t)threads * 4 ? rows : (int64_t)threads * 4;
+    return 1;
 }
 
 /* Depthwise convolution (group == C, M a multiple of C). */
@@ -342,11 +362,7 @@ static CUVIL_UNUSED void cuvil_conv_nhwc_depthwise_f32(const cuvil_nhwc_geom *g,
     if (rows == 0 || g->ow == 0 || g->m == 0) return;
     const cuvil_nhwc_finish fin = {y, b, g->m, ep};
     const cuvil_sgemm_epilogue finish = {cuvil_nhwc_finish_fn, &fin};
-    const double macs = (double)rows * (double)g->ow * (double)g->m * (double)(g->kh * g->kw);
-    const int threads = cuvil_num_threads_now();
-    int64_t tasks = 1;
-    if (threads > 1 && macs >= (double)CUVIL_NHWC_PAR_MIN && cuvil_parallel_worth(macs / CUVIL_GEMM_MAC_PER_NS * 4.0))
-        tasks = rows < (int64_t)threads * 4 ? rows : (int64_t)threads * 4;
+    const int64_t tasks = cuvil_nhwc_dw_tasks(g);
     cuvil_nhwc_dw_job jb = {g, x, w, b, y, b ? &finish : ep, tasks};
     cuvil_parallel_for(tasks, cuvil_nhwc_dw_part, &jb);
 }
