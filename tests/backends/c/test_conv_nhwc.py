@@ -218,3 +218,26 @@ def test_reduced_precision_depthwise_is_the_float32_kernel_rounded_once(precisio
             assert c.thread_stats().since(before).regions >= 1, "no depthwise convolution ran threaded"
         for tag, g_, w_ in zip(cases, got, want):
             assert g_.tobytes() == w_.tobytes(), (tag, threads)  # the model's outputs are float32
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_reduced_precision_epilogues_round_as_the_unfused_ops(precision: str, tmp_path: Path) -> None:
+    """f16/bf16 channels-last convolutions with a fused epilogue (clip, a residual add) give bitwise
+    what the unfused ops give (each op's result rounded to its type): depthwise (multiplier 1 and 2),
+    a dense stem, pointwise ones (vdpbf16ps for bf16 where the CPU has it) with an odd channel count
+    and a residual, at one and two threads."""
+    cases = {k: CASES[k] for k in ("depthwise", "depthwise_mult2", "residual_no_bias", "stem", "1x1_to_24_residual",
+                                   "1x1_wide", "1x1_residual")}
+    cases["1x1_odd_residual"] = dict(cin=33, cout=33, k=(1, 1), hw=(5, 7), residual=True)
+    model = _model(cases)
+    xs = _inputs(model, 2)
+    unfused = PIPELINE.replace(",fuse-epilogue,fuse-elementwise", "")
+    plain = cuvil.compile(model, target="native", passes=unfused, cache_dir=str(tmp_path), precision=precision)
+    assert not any(n.op.startswith("fused_") for n in plain.graph.nodes)
+    want = plain(*xs)
+    for threads in (1, 2):
+        c = cuvil.compile(model, target="native", passes=PIPELINE, cache_dir=str(tmp_path), precision=precision,
+                          num_threads=threads)
+        assert sum(n.op == "fused_conv_nhwc" for n in c.graph.nodes) == len(cases)
+        for tag, got, w_ in zip(cases, c(*xs), want):
+            assert got.tobytes() == w_.tobytes(), (tag, threads)

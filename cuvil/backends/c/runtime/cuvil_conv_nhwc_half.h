@@ -27,8 +27,9 @@
 #include "cuvil_conv_nhwc.h"
 #include "cuvil_half.h"
 
-/* Output rows a depthwise task widens the input band of at once. */
-#define CUVIL_NHWC_DWH_G 4
+/* Output rows a depthwise task widens the input band of at once (at stride 1, a 3-tall kernel
+ * widens each input row (G + 2) / G times). */
+#define CUVIL_NHWC_DWH_G 8
 
 typedef struct cuvil_nhwc_dwh_job {
     const cuvil_nhwc_geom *g;
@@ -39,6 +40,35 @@ typedef struct cuvil_nhwc_dwh_job {
     float *scratch; /* per thread: the band (band_floats), then one output row (ow * m) */
     int64_t band_floats, per_thread, tasks;
 } cuvil_nhwc_dwh_job;
+
+/* dst[p, m] = yr[p, m] + b[m] (b may be NULL) rounded once to f16 / bf16, for `pixels` rows of M. */
+static void cuvil_nhwc_dwh_round(int is_bf16, const float *restrict yr, const float *restrict b, uint16_t *restrict dst,
+                                 int64_t pixels, int64_t M) {
+    for (int64_t p = 0; p < pixels; p++) {
+        const float *restrict ys = yr + p * M;
+        uint16_t *restrict d = dst + p * M;
+        int64_t m = 0;
+#if defined(__AVX512F__)
+        for (; m + 16 <= M; m += 16) {
+            __m512 v = _mm512_loadu_ps(ys + m);
+            if (b) v = _mm512_add_ps(v, _mm512_loadu_ps(b + m));
+            const __m256i h = is_bf16 ? cuvil_bf16_round16(v) : _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+            _mm256_storeu_si256((__m256i *)(d + m), h);
+        }
+#elif defined(__F16C__)
+        if (!is_bf16)
+            for (; m + 8 <= M; m += 8) {
+                __m256 v = _mm256_loadu_ps(ys + m);
+                if (b) v = _mm256_add_ps(v, _mm256_loadu_ps(b + m));
+                _mm_storeu_si128((__m128i *)(d + m), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+            }
+#endif
+        for (; m < M; m++) {
+            const float v = b ? ys[m] + b[m] : ys[m];
+            d[m] = is_bf16 ? cuvil_f32_to_bf16(v) : cuvil_f32_to_f16(v);
+        }
+    }
+}
 
 static void cuvil_nhwc_dwh_part(void *ctx, int64_t task, int tid) {
     const cuvil_nhwc_dwh_job *j = (const cuvil_nhwc_dwh_job *)ctx;
@@ -67,14 +97,7 @@ static void cuvil_nhwc_dwh_part(void *ctx, int64_t task, int tid) {
         b.ph = g->ph + ih0 - oh0 * g->sh;
         for (int64_t k = 0; k < rows; k++) {
             cuvil_nhwc_dw_row(&b, band, j->w, yr, 0, k, olo, ohi);
-            if (j->b)
-                for (int64_t p = 0; p < g->ow; p++) {
-                    float *restrict yp = yr + p * M;
-                    for (int64_t m = 0; m < M; m++) yp[m] += j->b[m];
-                }
-            uint16_t *dst = j->y + (r + k) * g->ow * M;
-            if (j->is_bf16) cuvil_f32_to_bf16_n(yr, dst, g->ow * M);
-            else cuvil_f32_to_f16_n(yr, dst, g->ow * M);
+            cuvil_nhwc_dwh_round(j->is_bf16, yr, j->b, j->y + (r + k) * g->ow * M, g->ow, M);
         }
         r += rows;
     }
