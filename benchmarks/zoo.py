@@ -11,7 +11,9 @@ How it measures, and why:
    run that same ONNX file.  PyTorch eager and torch.compile run the module itself.
 2. Cuvil: ``cuvil.compile(onnx, target="native")`` with a benchmark-private build cache; when
    ``cuvil.compile`` takes ``num_threads`` it is passed, otherwise Cuvil runs single-threaded and
-   the header says so.  onnxruntime: CPU provider, ``ORT_ENABLE_ALL``, ``intra_op_num_threads``
+   the header says so.  ``--frontend torch``: Cuvil compiles ``torch.export.export`` of the module at
+   the same static shapes instead (PyTorch's front end; the export itself is not in the compile
+   time), the other runtimes as before.  onnxruntime: CPU provider, ``ORT_ENABLE_ALL``, ``intra_op_num_threads``
    = the thread count, ``inter_op_num_threads=1``.  Eager: ``torch.set_num_threads`` under
    ``torch.inference_mode``.  torch.compile: the default backend (inductor), compiled afresh for
    every (batch, threads) configuration, since inductor fixes the thread count in the code it
@@ -81,11 +83,13 @@ def cuvil_threads_supported() -> bool:
     return "num_threads" in inspect.signature(cuvil.compile).parameters
 
 
-def compile_cuvil(onnx_path: Path, cache: Path, threads: int) -> Any:
+def compile_cuvil(source: Any, cache: Path, threads: int) -> Any:
+    """``source``: the ONNX file, or the ``torch.export`` program (``--frontend torch``)."""
     import cuvil
 
     kwargs: dict[str, Any] = {"num_threads": threads} if cuvil_threads_supported() else {}
-    return cuvil.compile(str(onnx_path), target="native", cache_dir=str(cache), **kwargs)
+    return cuvil.compile(str(source) if isinstance(source, Path) else source, target="native", cache_dir=str(cache),
+                         **kwargs)
 
 
 def ort_session(onnx_path: Path, threads: int) -> Any:
@@ -192,8 +196,9 @@ def interleave(calls: dict[str, Callable[[], Any]], rounds: int, pause_s: float,
     return times
 
 
-def run_config(name: str, batch: int, threads: int, onnx_path: Path, module: Any, inputs: tuple[Any, ...],
-               cache: Path, args: argparse.Namespace, compile_info: CompileResult | None) -> ConfigResult:
+def run_config(name: str, batch: int, threads: int, onnx_path: Path, source: Any, module: Any,
+               inputs: tuple[Any, ...], cache: Path, args: argparse.Namespace,
+               compile_info: CompileResult | None) -> ConfigResult:
     """Builds the four runtimes for one (model, batch, threads), checks their outputs, times them."""
     import torch
 
@@ -204,7 +209,7 @@ def run_config(name: str, batch: int, threads: int, onnx_path: Path, module: Any
     calls: dict[str, Callable[[], Any]] = {}
     errors: dict[str, str] = {}
 
-    cm = compile_cuvil(onnx_path, cache, threads)
+    cm = compile_cuvil(source, cache, threads)
     calls["cuvil"] = lambda: cm(*arrays)
     calls["onnxruntime"] = lambda: sess.run(None, feeds)
 
@@ -388,6 +393,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="runs of one runtime in a row per round, the first not timed (1: one timed run)")
     parser.add_argument("--block-ms", type=float, default=10.0,
                         help="a block also runs until its timed runs add up to this many ms")
+    parser.add_argument("--frontend", choices=("onnx", "torch"), default="onnx",
+                        help="what Cuvil compiles: the ONNX file onnxruntime runs, or torch.export's program")
     parser.add_argument("--no-torch-compile", action="store_true")
     parser.add_argument("--no-memory", action="store_true")
     parser.add_argument("--quick", action="store_true", help="smoke run: the MLP, batch 1, 1 thread, few rounds")
@@ -428,6 +435,8 @@ def run_zoo(args: argparse.Namespace, models: list[str], batches: list[int], thr
         return 2
     supported = cuvil_threads_supported()
     header = machine_header(supported)
+    header.append("cuvil compiles: " + ("torch.export's program of each module" if args.frontend == "torch"
+                                        else "the ONNX file onnxruntime runs"))
     for line in header:
         print(line, flush=True)
     results: list[ConfigResult] = []
@@ -442,18 +451,21 @@ def run_zoo(args: argparse.Namespace, models: list[str], batches: list[int], thr
             onnx_path = folder / "model.onnx"
             export_onnx(module, inputs, onnx_path)
             np.savez(folder / "inputs.npz", **{f"arg{i}": t.numpy() for i, t in enumerate(inputs)})  # type: ignore[arg-type]
-            cache = folder / "cuvil-cache"
+            source: Any = onnx_path
+            if args.frontend == "torch":
+                source = torch.export.export(module, inputs)
+            cache = folder / f"cuvil-cache-{args.frontend}"
             t0 = time.perf_counter()
-            cm = compile_cuvil(onnx_path, cache, threads[-1])
+            cm = compile_cuvil(source, cache, threads[-1])
             cold = time.perf_counter() - t0
             t0 = time.perf_counter()
-            compile_cuvil(onnx_path, cache, threads[-1])
+            compile_cuvil(source, cache, threads[-1])
             cached = time.perf_counter() - t0
             cm.save(folder / "cuvil_artifact")
             info = CompileResult(name, batch, cold, cached)
             compiles.append(info)
             for i, t in enumerate(threads):
-                r = run_config(name, batch, t, onnx_path, module, inputs, cache, args, info if i == 0 else None)
+                r = run_config(name, batch, t, onnx_path, source, module, inputs, cache, args, info if i == 0 else None)
                 results.append(r)
                 print_row(r, header=len(results) == 1)
             if not args.no_memory:

@@ -86,3 +86,16 @@ def test_pipeline_quick(tmp_path: Path) -> None:
         assert r["plan_ratio"] == pytest.approx(r["arena_bytes"] / r["lower_bound_bytes"]), where
         # both small fp32 models meet the goals: summation order is the only difference from onnxruntime
         assert r["misses"] == [], f"{where}: {r['misses']}"
+
+
+def test_zoo_quick_from_torch_export(tmp_path: Path) -> None:
+    """``--frontend torch``: Cuvil compiles torch.export's program; its outputs still match onnxruntime's."""
+    report = tmp_path / "zoo.json"
+    run_script("zoo.py", "--quick", "--frontend", "torch", "--no-torch-compile", "--no-memory", "--workdir",
+               str(tmp_path / "work"), "--json", str(report))
+    data = json.loads(report.read_text())
+    assert any("torch.export" in line for line in data["machine"])
+    (row,) = data["rows"]
+    t = row["timings"]["cuvil"]
+    assert t["error"] is None and 0 < t["median_ms"] <= t["p90_ms"]
+    assert t["rel_l2"] <= 1e-5, f"relative L2 {t['rel_l2']} against onnxruntime"
