@@ -196,7 +196,7 @@ def test_reduced_precision_depthwise_is_the_float32_kernel_rounded_once(precisio
     its result is bitwise the float32 build's on the same rounded input, weights and bias, rounded
     once, at one and two threads (bands that end at an image's last row, padding wider than a band,
     a channel multiplier, a batch of three whose rows split over tasks across images)."""
-    tags = ("depthwise", "depthwise_s2", "depthwise_5x5_dil", "depthwise_mult2", "depthwise_wide")
+    tags = ("depthwise", "depthwise_s2", "depthwise_5x5_dil", "depthwise_mult2", "depthwise_wide", "depthwise_s2_wide")
     cases = {k: CASES[k] for k in tags}
     cases["depthwise_large"] = dict(cin=64, cout=64, k=(3, 3), hw=(30, 33), group=64, pads=[1, 1, 1, 1])
     model = _model(cases)

@@ -103,12 +103,177 @@ static void cuvil_nhwc_dwh_part(void *ctx, int64_t task, int tid) {
     }
 }
 
+#if defined(__AVX512F__) && CUVIL_GEMM_VECTOR && CUVIL_GEMM_W == 16
+/* 3x3 depthwise convolutions at column stride 1 or 2 (MobileNet's), reading f16 / bf16 in place: the
+ * float32 kernel's strips and pixels (cuvil_conv_nhwc.h, cuvil_nhwc_dw3_row) with each input vector
+ * widened in registers as it is loaded, and each output vector getting its bias and rounded as it is
+ * stored.  The same operations in the same order as the float32 kernel on a widened input, so the
+ * same bits as the band path, without widening anything to memory. */
+#define CUVIL_NHWC_DWH3 1
+
+static inline __attribute__((always_inline)) __m512 cuvil_half_load16(const int BF, const uint16_t *p) {
+    return BF ? cuvil_bf16_widen16(p) : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+
+static inline __attribute__((always_inline)) float cuvil_half_load1(const int BF, uint16_t h) {
+    return BF ? cuvil_bf16_to_f32(h) : cuvil_f16_to_f32(h);
+}
+
+static inline __attribute__((always_inline)) void cuvil_half_store16(const int BF, uint16_t *p, __m512 v) {
+    _mm256_storeu_si256((__m256i *)p, BF ? cuvil_bf16_round16(v) : _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+}
+
+static inline __attribute__((always_inline)) uint16_t cuvil_half_round1(const int BF, float v) {
+    return BF ? cuvil_f32_to_bf16(v) : cuvil_f32_to_f16(v);
+}
+
+/* Output pixels [o0, o0 + R) of row (n, oh) (cuvil_nhwc_dw3_strip, EDGE: columns outside the image
+ * read as zeros) into yr, the row's first pixel. */
+static inline __attribute__((always_inline)) void cuvil_nhwc_dwh3_strip(const int BF, const int S, const int R,
+                                                                        const int EDGE, const cuvil_nhwc_geom *g,
+                                                                        const uint16_t *x, const float *w,
+                                                                        const float *b, uint16_t *yr, int64_t n,
+                                                                        int64_t oh, int64_t o0) {
+    const int64_t C = g->c, cv = C / 16 * 16, iw0 = o0 * S - g->pw;
+    for (int64_t c = 0; c < cv; c += 16) {
+        __m512 acc[CUVIL_NHWC_DW3_R];
+#pragma GCC unroll 8
+        for (int o = 0; o < R; o++) acc[o] = _mm512_setzero_ps();
+        for (int64_t i = 0; i < 3; i++) {
+            const int64_t ih = oh * g->sh - g->ph + i * g->dh;
+            if (ih < 0 || ih >= g->h) continue;
+            const uint16_t *xrow = x + (n * g->h + ih) * g->w * C + c;
+            const __m512 w0 = _mm512_loadu_ps(w + i * 3 * C + c), w1 = _mm512_loadu_ps(w + (i * 3 + 1) * C + c),
+                         w2 = _mm512_loadu_ps(w + (i * 3 + 2) * C + c);
+#pragma GCC unroll 24
+            for (int t = 0; t < (R - 1) * S + 3; t++) {
+                const int64_t iw = iw0 + t;
+                const __m512 xv = !EDGE || (iw >= 0 && iw < g->w) ? cuvil_half_load16(BF, xrow + iw * C)
+                                                                  : _mm512_setzero_ps();
+                if (t % S == 0 && t / S < R) acc[t / S] = _mm512_fmadd_ps(xv, w0, acc[t / S]);
+                if (t >= 1 && (t - 1) % S == 0 && (t - 1) / S < R)
+                    acc[(t - 1) / S] = _mm512_fmadd_ps(xv, w1, acc[(t - 1) / S]);
+                if (t >= 2 && (t - 2) % S == 0 && (t - 2) / S < R)
+                    acc[(t - 2) / S] = _mm512_fmadd_ps(xv, w2, acc[(t - 2) / S]);
+            }
+        }
+        const __m512 bv = b ? _mm512_loadu_ps(b + c) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+        for (int o = 0; o < R; o++) cuvil_half_store16(BF, yr + (o0 + o) * C + c, b ? _mm512_add_ps(acc[o], bv) : acc[o]);
+    }
+    for (int64_t c = cv; c < C; c++) /* the channels past the last full vector, in the same order of taps */
+        for (int o = 0; o < R; o++) {
+            float acc = 0.0f;
+            for (int64_t i = 0; i < 3; i++) {
+                const int64_t ih = oh * g->sh - g->ph + i * g->dh;
+                if (ih < 0 || ih >= g->h) continue;
+                for (int64_t j = 0; j < 3; j++) {
+                    const int64_t iw = iw0 + o * S + j;
+                    if (iw >= 0 && iw < g->w)
+                        acc += cuvil_half_load1(BF, x[((n * g->h + ih) * g->w + iw) * C + c]) * w[(i * 3 + j) * C + c];
+                }
+            }
+            yr[(o0 + o) * C + c] = cuvil_half_round1(BF, b ? acc + b[c] : acc);
+        }
+}
+
+/* Output pixels [o0, o1) of row (n, oh), one at a time, every tap checked (cuvil_nhwc_dw_pixels). */
+static inline __attribute__((always_inline)) void cuvil_nhwc_dwh_pixels(const int BF, const cuvil_nhwc_geom *g,
+                                                                        const uint16_t *x, const float *w,
+                                                                        const float *b, uint16_t *yr, int64_t n,
+                                                                        int64_t oh, int64_t o0, int64_t o1) {
+    const int64_t C = g->c, cv = C / 16 * 16;
+    for (int64_t ow = o0; ow < o1; ow++) {
+        for (int64_t c = 0; c < C;) {
+            const int vec = c < cv;
+            __m512 acc = _mm512_setzero_ps();
+            float a1 = 0.0f;
+            for (int64_t i = 0; i < g->kh; i++) {
+                const int64_t ih = oh * g->sh - g->ph + i * g->dh;
+                if (ih < 0 || ih >= g->h) continue;
+                for (int64_t j = 0; j < g->kw; j++) {
+                    const int64_t iw = ow * g->sw - g->pw + j * g->dw;
+                    if (iw < 0 || iw >= g->w) continue;
+                    const uint16_t *xs = x + ((n * g->h + ih) * g->w + iw) * C + c;
+                    const float *wt = w + (i * g->kw + j) * C + c;
+                    if (vec) acc = _mm512_add_ps(acc, _mm512_mul_ps(cuvil_half_load16(BF, xs), _mm512_loadu_ps(wt)));
+                    else a1 += cuvil_half_load1(BF, xs[0]) * wt[0];
+                }
+            }
+            if (vec) {
+                cuvil_half_store16(BF, yr + ow * C + c, b ? _mm512_add_ps(acc, _mm512_loadu_ps(b + c)) : acc);
+                c += 16;
+            } else {
+                yr[ow * C + c] = cuvil_half_round1(BF, b ? a1 + b[c] : a1);
+                c++;
+            }
+        }
+    }
+}
+
+/* Row (n, oh): strips of CUVIL_NHWC_DW3_R then 4 pixels, then pixels one at a time (cuvil_nhwc_dw3_row). */
+static inline __attribute__((always_inline)) void cuvil_nhwc_dwh3_row(const int BF, const int S, const cuvil_nhwc_geom *g,
+                                                                      const uint16_t *x, const float *w, const float *b,
+                                                                      uint16_t *yr, int64_t n, int64_t oh, int64_t olo,
+                                                                      int64_t ohi) {
+    const int R = CUVIL_NHWC_DW3_R;
+    int64_t o = 0;
+    for (; o + R <= g->ow; o += R) {
+        if (o >= olo && o + R <= ohi) cuvil_nhwc_dwh3_strip(BF, S, R, 0, g, x, w, b, yr, n, oh, o);
+        else cuvil_nhwc_dwh3_strip(BF, S, R, 1, g, x, w, b, yr, n, oh, o);
+    }
+#if CUVIL_NHWC_DW3_R > 4
+    for (; o + 4 <= g->ow; o += 4) {
+        if (o >= olo && o + 4 <= ohi) cuvil_nhwc_dwh3_strip(BF, S, 4, 0, g, x, w, b, yr, n, oh, o);
+        else cuvil_nhwc_dwh3_strip(BF, S, 4, 1, g, x, w, b, yr, n, oh, o);
+    }
+#endif
+    cuvil_nhwc_dwh_pixels(BF, g, x, w, b, yr, n, oh, o, g->ow);
+}
+
+typedef struct cuvil_nhwc_dwh3_job {
+    const cuvil_nhwc_geom *g;
+    int is_bf16;
+    const uint16_t *x;
+    const float *w, *b;
+    uint16_t *y;
+    int64_t tasks;
+} cuvil_nhwc_dwh3_job;
+
+static void cuvil_nhwc_dwh3_part(void *ctx, int64_t task, int tid) {
+    const cuvil_nhwc_dwh3_job *j = (const cuvil_nhwc_dwh3_job *)ctx;
+    const cuvil_nhwc_geom *g = j->g;
+    int64_t lo, hi, olo, ohi;
+    (void)tid;
+    cuvil_split(g->n * g->oh, j->tasks, task, &lo, &hi);
+    cuvil_nhwc_interior_cols(g, &olo, &ohi);
+    for (int64_t r = lo; r < hi; r++) {
+        uint16_t *yr = j->y + r * g->ow * g->m;
+        const int64_t n = r / g->oh, oh = r % g->oh;
+        if (j->is_bf16) {
+            if (g->sw == 1) cuvil_nhwc_dwh3_row(1, 1, g, j->x, j->w, j->b, yr, n, oh, olo, ohi);
+            else cuvil_nhwc_dwh3_row(1, 2, g, j->x, j->w, j->b, yr, n, oh, olo, ohi);
+        } else {
+            if (g->sw == 1) cuvil_nhwc_dwh3_row(0, 1, g, j->x, j->w, j->b, yr, n, oh, olo, ohi);
+            else cuvil_nhwc_dwh3_row(0, 2, g, j->x, j->w, j->b, yr, n, oh, olo, ohi);
+        }
+    }
+}
+#endif
+
 /* A depthwise convolution of f16 / bf16 operands, the bias (or NULL) and weight in float32.
  * Returns 0, or -1 when out of memory. */
 static int cuvil_conv_nhwc_depthwise_half(const cuvil_nhwc_geom *g, int is_bf16, const uint16_t *x, const float *w,
                                           const float *b, uint16_t *y) {
     const int64_t rows = g->n * g->oh;
     if (rows == 0 || g->ow == 0 || g->m == 0) return 0;
+#if defined(CUVIL_NHWC_DWH3)
+    if (g->m == g->c && g->kh == 3 && g->kw == 3 && g->dw == 1 && (g->sw == 1 || g->sw == 2)) {
+        cuvil_nhwc_dwh3_job j3 = {g, is_bf16, x, w, b, y, cuvil_nhwc_dw_tasks(g)};
+        cuvil_parallel_for(j3.tasks, cuvil_nhwc_dwh3_part, &j3);
+        return 0;
+    }
+#endif
     const int64_t band_rows = (CUVIL_NHWC_DWH_G - 1) * g->sh + (g->kh - 1) * g->dh + 1;
     const int64_t A = CUVIL_ALIGN / (int64_t)sizeof(float); /* each thread's band and row start aligned */
     const int64_t band = ((band_rows < g->h ? band_rows : g->h) * g->w * g->c + A - 1) / A * A;
