@@ -138,6 +138,11 @@ class KernelCtx:
         # element of output 0 in place.  A kernel that applies it (to every element, exactly once)
         # sets ``epilogue_applied``; otherwise the fused kernel applies it after the base kernel.
         self.epilogue: str | None = None
+        # The same tail when it is only a clamp (``relu``, or ``clip`` by bounds known not to be NaN),
+        # offered to kernels that round an f16/bf16 result: C expressions of the lower and upper
+        # bound (-INFINITY / INFINITY for none), to apply as NaN-passing max then min before the
+        # rounding (which commutes with them: the bounds are values of the result's type).
+        self.clamp: tuple[str, str] | None = None
         self.epilogue_applied = False
 
     def derive(self, node: Node, ins: Sequence[CVal | None], outs: Sequence[CVal],

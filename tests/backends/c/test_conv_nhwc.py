@@ -221,13 +221,15 @@ def test_reduced_precision_depthwise_is_the_float32_kernel_rounded_once(precisio
 
 
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
-def test_reduced_precision_epilogues_round_as_the_unfused_ops(precision: str, tmp_path: Path) -> None:
+def test_reduced_precision_epilogues_round_as_the_unfused_ops(precision: str, tmp_path: Path,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
     """f16/bf16 channels-last convolutions with a fused epilogue (clip, a residual add) give bitwise
-    what the unfused ops give (each op's result rounded to its type): depthwise (multiplier 1 and 2),
-    a dense stem, pointwise ones (vdpbf16ps for bf16 where the CPU has it) with an odd channel count
-    and a residual, at one and two threads."""
-    cases = {k: CASES[k] for k in ("depthwise", "depthwise_mult2", "residual_no_bias", "stem", "1x1_to_24_residual",
-                                   "1x1_wide", "1x1_residual")}
+    what the unfused ops give (each op's result rounded to its type): depthwise (3x3 read in place;
+    multiplier 2 and 5x5 dilated by bands of rows), a dense stem, pointwise ones (vdpbf16ps for bf16 where the CPU has it) with an odd channel count
+    and a residual, at one and two threads.  A clip alone runs inside the kernel, before the
+    rounding (cuvil_conv_nhwc_half.h); a residual add after it."""
+    cases = {k: CASES[k] for k in ("depthwise", "depthwise_mult2", "depthwise_5x5_dil", "residual_no_bias", "stem",
+                                   "1x1_to_24_residual", "1x1_wide", "1x1_residual")}
     cases["1x1_odd_residual"] = dict(cin=33, cout=33, k=(1, 1), hw=(5, 7), residual=True)
     model = _model(cases)
     xs = _inputs(model, 2)
@@ -236,8 +238,15 @@ def test_reduced_precision_epilogues_round_as_the_unfused_ops(precision: str, tm
     assert not any(n.op.startswith("fused_") for n in plain.graph.nodes)
     want = plain(*xs)
     for threads in (1, 2):
-        c = cuvil.compile(model, target="native", passes=PIPELINE, cache_dir=str(tmp_path), precision=precision,
-                          num_threads=threads)
+        caplog.clear()
+        with caplog.at_level(logging.DEBUG, logger="cuvil.backends.c.kernel"):
+            c = cuvil.compile(model, target="native", passes=PIPELINE, cache_dir=str(tmp_path), precision=precision,
+                              num_threads=threads)
         assert sum(n.op == "fused_conv_nhwc" for n in c.graph.nodes) == len(cases)
+        clamped = [r.getMessage() for r in caplog.records if "clamp (relu or clip) applied before" in r.getMessage()]
+        after = [r.getMessage() for r in caplog.records if "one pass over its result" in r.getMessage()]
+        # the clip-only cases (depthwise, depthwise_mult2, depthwise_5x5_dil, stem, 1x1_wide); the residual
+        # ones add after the kernel
+        assert len(clamped) == 5 and len(after) == 4, (clamped, after)
         for tag, got, w_ in zip(cases, c(*xs), want):
             assert got.tobytes() == w_.tobytes(), (tag, threads)

@@ -94,9 +94,11 @@ def _half(k: KernelCtx, g: str, depthwise: bool, group: int, x: CVal, w: CVal, b
     (``cuvil_conv_nhwc_half.h``).  A dense convolution widens the whole input into float32 scratch
     and rounds a float32 result (a bf16 1x1 one on a target with AVX512_BF16 is a vdpbf16ps
     product instead, the scratch unused); a depthwise one widens bands of input rows per thread and
-    needs no scratch from the call."""
+    needs no scratch from the call.  A fused clamp (``KernelCtx.clamp``) is applied before the
+    rounding, so no pass over the result follows."""
     k.include("cuvil_conv_nhwc_half.h")
     rc = k.tmp("rc")
+    lo, hi = k.clamp or ("-INFINITY", "INFINITY")
     if depthwise:
         x32 = y32 = "NULL"
     else:
@@ -108,7 +110,8 @@ def _half(k: KernelCtx, g: str, depthwise: bool, group: int, x: CVal, w: CVal, b
     bn = b.numel() if b is not None else "0"
     k.w.line(f"int {rc} = cuvil_conv_nhwc_half(&{g}, {int(depthwise)}, {int(x.dtype is DType.bf16)}, "
              f"(const uint16_t *){x.ptr}, {x.numel()}, (const uint16_t *){w.ptr}, {w.numel()}, {bptr}, {bn}, "
-             f"(uint16_t *){y.ptr}, {y.numel()}, {x32}, {y32});")
+             f"(uint16_t *){y.ptr}, {y.numel()}, {x32}, {y32}, {lo}, {hi});")
+    k.epilogue_applied = k.clamp is not None
     if not depthwise:
         k.release(x32)
         k.release(y32)
@@ -116,4 +119,5 @@ def _half(k: KernelCtx, g: str, depthwise: bool, group: int, x: CVal, w: CVal, b
     kind = f"NHWC depthwise ({group} groups)" if depthwise else f"NHWC convolution, direct, {group} group(s)"
     dot = " (a 1x1 one on vdpbf16ps where the target has AVX512_BF16)" if x.dtype is DType.bf16 and not depthwise else ""
     how = "bands of input rows widened per thread" if depthwise else "operands widened"
-    k.note(f"{kind} on {x.dtype} {how} to float32 (weights once per model), the result rounded once{dot}")
+    clamp = "; its clamp (relu or clip) applied before the rounding" if k.clamp else ""
+    k.note(f"{kind} on {x.dtype} {how} to float32 (weights once per model), the result rounded once{dot}{clamp}")

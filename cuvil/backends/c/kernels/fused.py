@@ -140,6 +140,8 @@ def _fused_linear(k: KernelCtx) -> None:
     extras = [v for v in k.ins[n_base:] if v is not None]
     if base in _TILE_EPILOGUE_BASES and k.out(0).dtype is DType.f32:
         sub.epilogue = _tile_epilogue(k, epilogue, k.out(0), extras)
+    elif base in _CLAMP_BASES and k.out(0).dtype in HALF:
+        sub.clamp = _clamp(k, epilogue, extras)
     emitter.emit(sub)
     describe(k, epilogue)
     if sub.epilogue_applied:
@@ -151,6 +153,36 @@ def _fused_linear(k: KernelCtx) -> None:
 
 # Base ops whose float32 kernels take a tile epilogue (linalg.py, conv.py, conv_nhwc.py: cuvil_sgemm_ep).
 _TILE_EPILOGUE_BASES = frozenset({"gemm", "matmul", "conv", "conv_nhwc"})
+
+
+# Base ops whose f16/bf16 kernels take a clamp epilogue (conv_nhwc.py: cuvil_conv_nhwc_half).
+_CLAMP_BASES = frozenset({"conv_nhwc"})
+
+
+def _clamp(k: KernelCtx, epilogue: Graph, extras: Sequence[CVal]) -> tuple[str, str] | None:
+    """``epilogue`` as a clamp of the product (``KernelCtx.clamp``), or None when it is anything else:
+    one ``relu``, or one ``clip`` of the product by bounds that are scalar operands known not to be
+    NaN (constants), of the result's own type, or absent.  The bounds are read once, here."""
+    if len(epilogue.nodes) != 1 or epilogue.outputs[0] is not epilogue.nodes[0].outputs[0]:
+        return None
+    n = epilogue.nodes[0]
+    if not n.inputs or n.inputs[0] is not epilogue.inputs[0]:
+        return None
+    if n.op == "relu":
+        return "0.0f", "INFINITY"
+    if n.op != "clip":
+        return None
+    operands = dict(zip(epilogue.inputs[1:], zip(extras, _extra_kinds(k, k.out(0), extras))))
+    found: list[CVal | None] = []
+    for i in (1, 2):
+        v = n.inputs[i] if len(n.inputs) > i else None
+        e, kind = operands.get(v, (None, "")) if v is not None else (None, "scalar")
+        if v is not None and (e is None or kind != "scalar" or e.dtype is not k.out(0).dtype
+                              or not constant_not_nan(e.value)):
+            return None
+        found.append(e)
+    lo, hi = (_scalar_leaf(k, e, set()) if e is not None else none for e, none in zip(found, ("-INFINITY", "INFINITY")))
+    return lo, hi
 
 
 def _extra_kinds(k: KernelCtx, y: CVal, extras: Sequence[CVal]) -> list[str]:

@@ -9,6 +9,9 @@
  *
  * Except two cases that make no widened copy of the input or the result:
  *
+ * A fused relu or clip (a clamp) is applied to the float32 result before it is rounded, which
+ * gives the bits of clamping the rounded result (the bounds are values of its type).
+ *
  * A depthwise convolution widens, per task, a band of the input rows that a group of
  * CUVIL_NHWC_DWH_G output rows reads into per-thread float32 scratch, runs the float32 row kernel
  * on that band (a small image of its own: rows outside the band lie outside it), adds the bias and
@@ -39,11 +42,16 @@ typedef struct cuvil_nhwc_dwh_job {
     uint16_t *y;
     float *scratch; /* per thread: the band (band_floats), then one output row (ow * m) */
     int64_t band_floats, per_thread, tasks;
+    float lo, hi; /* the clamp before the rounding (-INFINITY, INFINITY: none) */
 } cuvil_nhwc_dwh_job;
 
-/* dst[p, m] = yr[p, m] + b[m] (b may be NULL) rounded once to f16 / bf16, for `pixels` rows of M. */
+/* dst[p, m] = yr[p, m] + b[m] (b may be NULL), clamped to [lo, hi], rounded once to f16 / bf16, for
+ * `pixels` rows of M. */
 static void cuvil_nhwc_dwh_round(int is_bf16, const float *restrict yr, const float *restrict b, uint16_t *restrict dst,
-                                 int64_t pixels, int64_t M) {
+                                 int64_t pixels, int64_t M, float lo, float hi) {
+#if defined(__AVX512F__)
+    const __m512 lov = _mm512_set1_ps(lo), hiv = _mm512_set1_ps(hi);
+#endif
     for (int64_t p = 0; p < pixels; p++) {
         const float *restrict ys = yr + p * M;
         uint16_t *restrict d = dst + p * M;
@@ -52,19 +60,20 @@ static void cuvil_nhwc_dwh_round(int is_bf16, const float *restrict yr, const fl
         for (; m + 16 <= M; m += 16) {
             __m512 v = _mm512_loadu_ps(ys + m);
             if (b) v = _mm512_add_ps(v, _mm512_loadu_ps(b + m));
+            v = cuvil_clamp_nn16(v, lov, hiv);
             const __m256i h = is_bf16 ? cuvil_bf16_round16(v) : _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
             _mm256_storeu_si256((__m256i *)(d + m), h);
         }
 #elif defined(__F16C__)
         if (!is_bf16)
             for (; m + 8 <= M; m += 8) {
-                __m256 v = _mm256_loadu_ps(ys + m);
-                if (b) v = _mm256_add_ps(v, _mm256_loadu_ps(b + m));
-                _mm_storeu_si128((__m128i *)(d + m), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+                float v[8];
+                for (int l = 0; l < 8; l++) v[l] = cuvil_clamp_nn_f(b ? ys[m + l] + b[m + l] : ys[m + l], lo, hi);
+                _mm_storeu_si128((__m128i *)(d + m), _mm256_cvtps_ph(_mm256_loadu_ps(v), _MM_FROUND_TO_NEAREST_INT));
             }
 #endif
         for (; m < M; m++) {
-            const float v = b ? ys[m] + b[m] : ys[m];
+            const float v = cuvil_clamp_nn_f(b ? ys[m] + b[m] : ys[m], lo, hi);
             d[m] = is_bf16 ? cuvil_f32_to_bf16(v) : cuvil_f32_to_f16(v);
         }
     }
@@ -97,7 +106,7 @@ static void cuvil_nhwc_dwh_part(void *ctx, int64_t task, int tid) {
         b.ph = g->ph + ih0 - oh0 * g->sh;
         for (int64_t k = 0; k < rows; k++) {
             cuvil_nhwc_dw_row(&b, band, j->w, yr, 0, k, olo, ohi);
-            cuvil_nhwc_dwh_round(j->is_bf16, yr, j->b, j->y + (r + k) * g->ow * M, g->ow, M);
+            cuvil_nhwc_dwh_round(j->is_bf16, yr, j->b, j->y + (r + k) * g->ow * M, g->ow, M, j->lo, j->hi);
         }
         r += rows;
     }
@@ -119,11 +128,15 @@ static inline __attribute__((always_inline)) float cuvil_half_load1(const int BF
     return BF ? cuvil_bf16_to_f32(h) : cuvil_f16_to_f32(h);
 }
 
-static inline __attribute__((always_inline)) void cuvil_half_store16(const int BF, uint16_t *p, __m512 v) {
+/* v clamped to [lo, hi], rounded and stored. */
+static inline __attribute__((always_inline)) void cuvil_half_store16(const int BF, uint16_t *p, __m512 v, float lo,
+                                                                     float hi) {
+    v = cuvil_clamp_nn16(v, _mm512_set1_ps(lo), _mm512_set1_ps(hi));
     _mm256_storeu_si256((__m256i *)p, BF ? cuvil_bf16_round16(v) : _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
 }
 
-static inline __attribute__((always_inline)) uint16_t cuvil_half_round1(const int BF, float v) {
+static inline __attribute__((always_inline)) uint16_t cuvil_half_round1(const int BF, float v, float lo, float hi) {
+    v = cuvil_clamp_nn_f(v, lo, hi);
     return BF ? cuvil_f32_to_bf16(v) : cuvil_f32_to_f16(v);
 }
 
@@ -133,7 +146,7 @@ static inline __attribute__((always_inline)) void cuvil_nhwc_dwh3_strip(const in
                                                                         const int EDGE, const cuvil_nhwc_geom *g,
                                                                         const uint16_t *x, const float *w,
                                                                         const float *b, uint16_t *yr, int64_t n,
-                                                                        int64_t oh, int64_t o0) {
+                                                                        int64_t oh, int64_t o0, float lo, float hi) {
     const int64_t C = g->c, cv = C / 16 * 16, iw0 = o0 * S - g->pw;
     for (int64_t c = 0; c < cv; c += 16) {
         __m512 acc[CUVIL_NHWC_DW3_R];
@@ -159,7 +172,8 @@ static inline __attribute__((always_inline)) void cuvil_nhwc_dwh3_strip(const in
         }
         const __m512 bv = b ? _mm512_loadu_ps(b + c) : _mm512_setzero_ps();
 #pragma GCC unroll 8
-        for (int o = 0; o < R; o++) cuvil_half_store16(BF, yr + (o0 + o) * C + c, b ? _mm512_add_ps(acc[o], bv) : acc[o]);
+        for (int o = 0; o < R; o++)
+            cuvil_half_store16(BF, yr + (o0 + o) * C + c, b ? _mm512_add_ps(acc[o], bv) : acc[o], lo, hi);
     }
     for (int64_t c = cv; c < C; c++) /* the channels past the last full vector, in the same order of taps */
         for (int o = 0; o < R; o++) {
@@ -173,7 +187,7 @@ static inline __attribute__((always_inline)) void cuvil_nhwc_dwh3_strip(const in
                         acc += cuvil_half_load1(BF, x[((n * g->h + ih) * g->w + iw) * C + c]) * w[(i * 3 + j) * C + c];
                 }
             }
-            yr[(o0 + o) * C + c] = cuvil_half_round1(BF, b ? acc + b[c] : acc);
+            yr[(o0 + o) * C + c] = cuvil_half_round1(BF, b ? acc + b[c] : acc, lo, hi);
         }
 }
 
@@ -181,7 +195,8 @@ static inline __attribute__((always_inline)) void cuvil_nhwc_dwh3_strip(const in
 static inline __attribute__((always_inline)) void cuvil_nhwc_dwh_pixels(const int BF, const cuvil_nhwc_geom *g,
                                                                         const uint16_t *x, const float *w,
                                                                         const float *b, uint16_t *yr, int64_t n,
-                                                                        int64_t oh, int64_t o0, int64_t o1) {
+                                                                        int64_t oh, int64_t o0, int64_t o1, float lo,
+                                                                        float hi) {
     const int64_t C = g->c, cv = C / 16 * 16;
     for (int64_t ow = o0; ow < o1; ow++) {
         for (int64_t c = 0; c < C;) {
@@ -201,10 +216,10 @@ static inline __attribute__((always_inline)) void cuvil_nhwc_dwh_pixels(const in
                 }
             }
             if (vec) {
-                cuvil_half_store16(BF, yr + ow * C + c, b ? _mm512_add_ps(acc, _mm512_loadu_ps(b + c)) : acc);
+                cuvil_half_store16(BF, yr + ow * C + c, b ? _mm512_add_ps(acc, _mm512_loadu_ps(b + c)) : acc, lo, hi);
                 c += 16;
             } else {
-                yr[ow * C + c] = cuvil_half_round1(BF, b ? a1 + b[c] : a1);
+                yr[ow * C + c] = cuvil_half_round1(BF, b ? a1 + b[c] : a1, lo, hi);
                 c++;
             }
         }
@@ -215,20 +230,20 @@ static inline __attribute__((always_inline)) void cuvil_nhwc_dwh_pixels(const in
 static inline __attribute__((always_inline)) void cuvil_nhwc_dwh3_row(const int BF, const int S, const cuvil_nhwc_geom *g,
                                                                       const uint16_t *x, const float *w, const float *b,
                                                                       uint16_t *yr, int64_t n, int64_t oh, int64_t olo,
-                                                                      int64_t ohi) {
+                                                                      int64_t ohi, float lo, float hi) {
     const int R = CUVIL_NHWC_DW3_R;
     int64_t o = 0;
     for (; o + R <= g->ow; o += R) {
-        if (o >= olo && o + R <= ohi) cuvil_nhwc_dwh3_strip(BF, S, R, 0, g, x, w, b, yr, n, oh, o);
-        else cuvil_nhwc_dwh3_strip(BF, S, R, 1, g, x, w, b, yr, n, oh, o);
+        if (o >= olo && o + R <= ohi) cuvil_nhwc_dwh3_strip(BF, S, R, 0, g, x, w, b, yr, n, oh, o, lo, hi);
+        else cuvil_nhwc_dwh3_strip(BF, S, R, 1, g, x, w, b, yr, n, oh, o, lo, hi);
     }
 #if CUVIL_NHWC_DW3_R > 4
     for (; o + 4 <= g->ow; o += 4) {
-        if (o >= olo && o + 4 <= ohi) cuvil_nhwc_dwh3_strip(BF, S, 4, 0, g, x, w, b, yr, n, oh, o);
-        else cuvil_nhwc_dwh3_strip(BF, S, 4, 1, g, x, w, b, yr, n, oh, o);
+        if (o >= olo && o + 4 <= ohi) cuvil_nhwc_dwh3_strip(BF, S, 4, 0, g, x, w, b, yr, n, oh, o, lo, hi);
+        else cuvil_nhwc_dwh3_strip(BF, S, 4, 1, g, x, w, b, yr, n, oh, o, lo, hi);
     }
 #endif
-    cuvil_nhwc_dwh_pixels(BF, g, x, w, b, yr, n, oh, o, g->ow);
+    cuvil_nhwc_dwh_pixels(BF, g, x, w, b, yr, n, oh, o, g->ow, lo, hi);
 }
 
 typedef struct cuvil_nhwc_dwh3_job {
@@ -238,6 +253,7 @@ typedef struct cuvil_nhwc_dwh3_job {
     const float *w, *b;
     uint16_t *y;
     int64_t tasks;
+    float lo, hi;
 } cuvil_nhwc_dwh3_job;
 
 static void cuvil_nhwc_dwh3_part(void *ctx, int64_t task, int tid) {
@@ -251,11 +267,11 @@ static void cuvil_nhwc_dwh3_part(void *ctx, int64_t task, int tid) {
         uint16_t *yr = j->y + r * g->ow * g->m;
         const int64_t n = r / g->oh, oh = r % g->oh;
         if (j->is_bf16) {
-            if (g->sw == 1) cuvil_nhwc_dwh3_row(1, 1, g, j->x, j->w, j->b, yr, n, oh, olo, ohi);
-            else cuvil_nhwc_dwh3_row(1, 2, g, j->x, j->w, j->b, yr, n, oh, olo, ohi);
+            if (g->sw == 1) cuvil_nhwc_dwh3_row(1, 1, g, j->x, j->w, j->b, yr, n, oh, olo, ohi, j->lo, j->hi);
+            else cuvil_nhwc_dwh3_row(1, 2, g, j->x, j->w, j->b, yr, n, oh, olo, ohi, j->lo, j->hi);
         } else {
-            if (g->sw == 1) cuvil_nhwc_dwh3_row(0, 1, g, j->x, j->w, j->b, yr, n, oh, olo, ohi);
-            else cuvil_nhwc_dwh3_row(0, 2, g, j->x, j->w, j->b, yr, n, oh, olo, ohi);
+            if (g->sw == 1) cuvil_nhwc_dwh3_row(0, 1, g, j->x, j->w, j->b, yr, n, oh, olo, ohi, j->lo, j->hi);
+            else cuvil_nhwc_dwh3_row(0, 2, g, j->x, j->w, j->b, yr, n, oh, olo, ohi, j->lo, j->hi);
         }
     }
 }
@@ -264,12 +280,12 @@ static void cuvil_nhwc_dwh3_part(void *ctx, int64_t task, int tid) {
 /* A depthwise convolution of f16 / bf16 operands, the bias (or NULL) and weight in float32.
  * Returns 0, or -1 when out of memory. */
 static int cuvil_conv_nhwc_depthwise_half(const cuvil_nhwc_geom *g, int is_bf16, const uint16_t *x, const float *w,
-                                          const float *b, uint16_t *y) {
+                                          const float *b, uint16_t *y, float lo, float hi) {
     const int64_t rows = g->n * g->oh;
     if (rows == 0 || g->ow == 0 || g->m == 0) return 0;
 #if defined(CUVIL_NHWC_DWH3)
     if (g->m == g->c && g->kh == 3 && g->kw == 3 && g->dw == 1 && (g->sw == 1 || g->sw == 2)) {
-        cuvil_nhwc_dwh3_job j3 = {g, is_bf16, x, w, b, y, cuvil_nhwc_dw_tasks(g)};
+        cuvil_nhwc_dwh3_job j3 = {g, is_bf16, x, w, b, y, cuvil_nhwc_dw_tasks(g), lo, hi};
         cuvil_parallel_for(j3.tasks, cuvil_nhwc_dwh3_part, &j3);
         return 0;
     }
@@ -278,7 +294,7 @@ static int cuvil_conv_nhwc_depthwise_half(const cuvil_nhwc_geom *g, int is_bf16,
     const int64_t A = CUVIL_ALIGN / (int64_t)sizeof(float); /* each thread's band and row start aligned */
     const int64_t band = ((band_rows < g->h ? band_rows : g->h) * g->w * g->c + A - 1) / A * A;
     const int64_t row = (g->ow * g->m + A - 1) / A * A;
-    cuvil_nhwc_dwh_job j = {g, is_bf16, x, w, b, y, NULL, band, band + row, cuvil_nhwc_dw_tasks(g)};
+    cuvil_nhwc_dwh_job j = {g, is_bf16, x, w, b, y, NULL, band, band + row, cuvil_nhwc_dw_tasks(g), lo, hi};
     const size_t bytes = cuvil_size3(sizeof(float), (size_t)(band + row), (size_t)(j.tasks > 1 ? cuvil_num_threads_now() : 1));
     j.scratch = bytes == SIZE_MAX ? NULL : (float *)aligned_alloc(CUVIL_ALIGN, bytes);
     if (!j.scratch) return -1;
@@ -287,11 +303,23 @@ static int cuvil_conv_nhwc_depthwise_half(const cuvil_nhwc_geom *g, int is_bf16,
     return 0;
 }
 
+/* A fused clamp as the float32 kernel's tile epilogue (cuvil_sgemm_epilogue). */
+static void cuvil_nhwc_clamp_tile(const void *ctx, float *c, int64_t ldc, int64_t i0, int64_t j0, int64_t rows,
+                                  int64_t cols) {
+    const float *lohi = (const float *)ctx;
+    (void)i0, (void)j0;
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++) c[i * ldc + j] = cuvil_clamp_nn_f(c[i * ldc + j], lohi[0], lohi[1]);
+}
+
 /* x: xn values, w: wn, b: bn (or NULL), y: yn; x32 and y32: float32 scratch of xn and yn values
- * (unused, and may be NULL, for a depthwise convolution).  Returns 0, or -1 when out of memory. */
+ * (unused, and may be NULL, for a depthwise convolution); the result (its bias added) is clamped
+ * to [lo, hi] before it is rounded (-INFINITY, INFINITY: no clamp, as clamping to them changes no
+ * value).  Returns 0, or -1 when out of memory. */
 static CUVIL_UNUSED int cuvil_conv_nhwc_half(const cuvil_nhwc_geom *g, int depthwise, int is_bf16, const uint16_t *x,
                                              int64_t xn, const uint16_t *w, int64_t wn, const uint16_t *b,
-                                             int64_t bn, uint16_t *y, int64_t yn, float *x32, float *y32) {
+                                             int64_t bn, uint16_t *y, int64_t yn, float *x32, float *y32, float lo,
+                                             float hi) {
 #if defined(CUVIL_HAVE_BF16_DOT)
     if (is_bf16 && !depthwise && g->group == 1 && g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 &&
         g->ph == 0 && g->pw == 0 && g->oh == g->h && g->ow == g->w && g->c > 0) {
@@ -299,7 +327,7 @@ static CUVIL_UNUSED int cuvil_conv_nhwc_half(const cuvil_nhwc_geom *g, int depth
         const float *b32 = b ? cuvil_half_widened(1, b, bn, &bias_own) : NULL;
         if (b && !b32) return -1;
         const int rc = cuvil_bf16_gemm_into(g->n * g->h * g->w, g->m, g->c, (const cuvil_bf16 *)x, g->c, 1,
-                                            (const cuvil_bf16 *)w, g->m, 1, NULL, y, b32, g->m);
+                                            (const cuvil_bf16 *)w, g->m, 1, NULL, y, b32, g->m, 1, lo, hi);
         free(bias_own);
         (void)xn, (void)wn, (void)yn, (void)x32, (void)y32;
         return rc;
@@ -310,10 +338,13 @@ static CUVIL_UNUSED int cuvil_conv_nhwc_half(const cuvil_nhwc_geom *g, int depth
     if (cuvil_half_conv_operands(is_bf16, w, wn, b, bn, &w32, &wown, &b32, &bown) != 0) return -1;
     int rc;
     if (depthwise) {
-        rc = cuvil_conv_nhwc_depthwise_half(g, is_bf16, x, w32, b32, y);
+        rc = cuvil_conv_nhwc_depthwise_half(g, is_bf16, x, w32, b32, y, lo, hi);
     } else {
         cuvil_half_to_f32(is_bf16, x, x32, xn);
-        rc = cuvil_conv_nhwc_f32(g, x32, w32, b32, y32, NULL);
+        const float lohi[2] = {lo, hi};
+        const cuvil_sgemm_epilogue clamp = {cuvil_nhwc_clamp_tile, lohi};
+        const int clamped = lo > -INFINITY || hi < INFINITY;
+        rc = cuvil_conv_nhwc_f32(g, x32, w32, b32, y32, clamped ? &clamp : NULL);
         if (rc == 0) cuvil_f32_to_half(is_bf16, y32, y, yn);
     }
     free(wown);

@@ -56,6 +56,23 @@ static inline float cuvil_f16_round_f(float x) {
     return y;
 }
 
+/* ---- clamps ---------------------------------------------------------------------------- */
+
+/* A fused relu / clip of a result before it is rounded: max then min against bounds that are not
+ * NaN, as cuvil_max_nn_f / cuvil_min_nn_f (cuvil_math.h) compute them (a NaN passes, and a value
+ * equal to a bound gives the bound).  With bounds of the result's type, rounding commutes with it. */
+static inline float cuvil_clamp_nn_f(float v, float lo, float hi) {
+    v = v <= lo ? lo : v;
+    return v >= hi ? hi : v;
+}
+
+#if defined(__AVX512F__)
+static inline __m512 cuvil_clamp_nn16(__m512 v, __m512 lo, __m512 hi) {
+    v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, lo, _CMP_LE_OQ), lo);
+    return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, hi, _CMP_GE_OQ), hi);
+}
+#endif
+
 /* ---- bulk conversions ------------------------------------------------------------------ */
 
 #if defined(__AVX512F__)
@@ -313,6 +330,8 @@ typedef struct cuvil_bf16_job {
     const float *bias;
     int64_t ldy, mblocks, ntiles, ntasks;
     const float *bias_col; /* per column of Yh (the output channels of a channels-last convolution) */
+    int clamp;             /* Yh: clamp to [lo, hi] (cuvil_clamp_nn16) before the rounding */
+    float lo, hi;
 } cuvil_bf16_job;
 
 #define CUVIL_BF16_TILE(R)                                                                                       \
@@ -343,6 +362,7 @@ typedef struct cuvil_bf16_job {
                 if (j->Yh) {                                                                                      \
                     __m512 v = j->bias ? _mm512_add_ps(c[r][h], _mm512_set1_ps(j->bias[i])) : c[r][h];            \
                     if (j->bias_col) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, j->bias_col + col));         \
+                    if (j->clamp) v = cuvil_clamp_nn16(v, _mm512_set1_ps(j->lo), _mm512_set1_ps(j->hi));             \
                     _mm256_mask_storeu_epi16(j->Yh + i * j->ldy + col, mask, cuvil_bf16_round16(v));              \
                 } else {                                                                                          \
                     _mm512_mask_storeu_ps(j->Y + i * j->ldy + col, mask, c[r][h]);                                \
@@ -561,11 +581,11 @@ static void cuvil_bf16_panels_build(void *dst, const void *arg) {
     free(j.tmp);
 }
 
-/* A B over K into Y (float32) or Yh (bf16, with bias_col[j] added before the rounding); see
- * cuvil_bf16_gemm.  K > 0. */
+/* A B over K into Y (float32) or Yh (bf16, with bias_col[j] added and, with `clamp`, clamped to
+ * [lo, hi] before the rounding); see cuvil_bf16_gemm.  K > 0. */
 static int cuvil_bf16_gemm_into(int64_t M, int64_t N, int64_t K, const cuvil_bf16 *A, int64_t rsa, int64_t csa,
                                 const cuvil_bf16 *B, int64_t rsb, int64_t csb, float *Y, uint16_t *Yh,
-                                const float *bias_col, int64_t ldy) {
+                                const float *bias_col, int64_t ldy, int clamp, float lo, float hi) {
     const int64_t KP = (K + 1) / 2, NP = (N + 15) / 16;
     const size_t pbytes = cuvil_bf16_panel_bytes(KP, NP);
     cuvil_bf16_pack_job pj = {K, N, KP, NP, 1, B, rsb, csb, NULL, NULL, 0, NULL, NULL};
@@ -590,7 +610,7 @@ static int cuvil_bf16_gemm_into(int64_t M, int64_t N, int64_t K, const cuvil_bf1
         free(bown);
         return -1;
     }
-    cuvil_bf16_job j = {M, N, KP, NP, ap, lda, bp, Y, Yh, NULL, ldy, 0, 0, 0, bias_col};
+    cuvil_bf16_job j = {M, N, KP, NP, ap, lda, bp, Y, Yh, NULL, ldy, 0, 0, 0, bias_col, clamp, lo, hi};
     cuvil_bf16_gemm_run(&j);
     free(aown);
     free(bown);
@@ -607,7 +627,7 @@ static CUVIL_UNUSED int cuvil_bf16_gemm(int64_t M, int64_t N, int64_t K, const c
         for (int64_t i = 0; i < M; i++) memset(Y + i * ldy, 0, sizeof(float) * (size_t)N);
         return 0;
     }
-    return cuvil_bf16_gemm_into(M, N, K, A, rsa, csa, B, rsb, csb, Y, NULL, NULL, ldy);
+    return cuvil_bf16_gemm_into(M, N, K, A, rsa, csa, B, rsb, csb, Y, NULL, NULL, ldy, 0, 0.0f, 0.0f);
 }
 
 /* A forward convolution of bf16 operands on vdpbf16ps: per image and group, the im2col matrix is
@@ -648,7 +668,7 @@ static CUVIL_UNUSED int cuvil_conv_bf16(const cuvil_conv_geom *g, const uint16_t
             rc = cuvil_bf16_pack(&pj);
             if (rc != 0) break;
             cuvil_bf16_job j = {mg, P, KP, NP, ap + gi * mg * lda, lda, bp, NULL,
-                                y + (n * g->cout + gi * mg) * P, b32 ? b32 + gi * mg : NULL, P, 0, 0, 0, NULL};
+                                y + (n * g->cout + gi * mg) * P, b32 ? b32 + gi * mg : NULL, P, 0, 0, 0, NULL, 0, 0.0f, 0.0f};
             cuvil_bf16_gemm_run(&j);
         }
     free(bp);
