@@ -250,3 +250,18 @@ def test_reduced_precision_epilogues_round_as_the_unfused_ops(precision: str, tm
         assert len(clamped) == 5 and len(after) == 4, (clamped, after)
         for tag, got, w_ in zip(cases, c(*xs), want):
             assert got.tobytes() == w_.tobytes(), (tag, threads)
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_reduced_precision_targets_agree(precision: str, tmp_path: Path, wasm_cache: str) -> None:
+    """f16/bf16 channels-last convolutions (depthwise read in place and by bands, dense, pointwise,
+    clamps and residuals fused) give the same bits on native, generic and wasm32 builds."""
+    cases = {k: CASES[k] for k in ("depthwise", "depthwise_mult2", "depthwise_s2_wide", "stem", "1x1_to_24_residual",
+                                   "1x1_wide")}
+    model = _model(cases)
+    xs = _inputs(model, 2)
+    want = cuvil.compile(model, target="native", passes=PIPELINE, cache_dir=str(tmp_path), precision=precision)(*xs)
+    for target, cache in (("generic", str(tmp_path)), ("wasm32", wasm_cache)):
+        got = cuvil.compile(model, target=target, passes=PIPELINE, cache_dir=cache, precision=precision)(*xs)
+        for tag, g_, w_ in zip(cases, got, want):
+            assert g_.tobytes() == w_.tobytes(), (target, tag)
