@@ -337,8 +337,10 @@ def test_verify_precision_reports_an_overflow(tmp_path: Path) -> None:
 
 
 def _half_tails() -> Graph:
-    """For f16 and bf16: conv + residual * scalar -> relu, matmul + row bias -> tanh -> clip, and an
-    elementwise chain (add, sigmoid, mul, sub) that no product heads."""
+    """For f16 and bf16: conv + residual * scalar -> relu, matmul + row bias -> tanh -> clip, an
+    elementwise chain (add, sigmoid, mul, sub) that no product heads, and two convolutions whose
+    epilogue is a clamp: -> relu (3x3, unit stride: Winograd on widened operands) and -> clip
+    (stride 2: bf16 dot products where the CPU has them)."""
     b = Builder()
     outs = []
     for dt in (DType.f16, DType.bf16):
@@ -358,24 +360,29 @@ def _half_tails() -> Graph:
         e = b.input(f"e_{dt}", TensorType(dt, (3, 7)))
         s = b.add1("sigmoid", [b.add1("add", [e, bias])])
         outs.append(b.add1("sub", [b.add1("mul", [s, b.constant(np.array(2.5, dt.np))]), e]))
+        outs.append(b.add1("relu", [b.add1("conv", [x, w, c], {"pads": [1, 1, 1, 1]})]))
+        strided = b.add1("conv", [r, w], {"pads": [1, 1, 1, 1], "strides": [2, 2]})
+        outs.append(b.add1("clip", [strided, b.constant(np.array(-0.5, dt.np)), b.constant(np.array(0.5, dt.np))]))
     b.output(*outs)
     return b.graph
 
 
-def test_half_epilogues_fuse_and_round_as_the_unfused_ops(tmp_path: Path) -> None:
+def test_half_epilogues_fuse_and_round_as_the_unfused_ops(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """f16/bf16 epilogues and elementwise chains fuse, and the fused kernels give bitwise what the
     unfused ones give (each op's result rounded to its type), as the reference's fused ops give
-    bitwise what its unfused ones give; and both are within one rounding of the reference."""
+    bitwise what its unfused ones give; and both are within one rounding of the reference.  A
+    clamp epilogue (relu, clip) runs inside the convolution, as its result is rounded."""
     g = _half_tails()
     fused = PassManager("fuse-epilogue,fuse-elementwise").run(_half_tails())
     ops = sorted(n.op for n in fused.nodes if n.op != "constant")
-    assert ops == ["fused_conv", "fused_conv", "fused_elementwise", "fused_elementwise",
-                   "fused_matmul", "fused_matmul"], ops
+    assert ops == ["fused_conv"] * 6 + ["fused_elementwise", "fused_elementwise", "fused_matmul", "fused_matmul"], ops
     rng = np.random.default_rng(5)
     ins = [rng.standard_normal(v.type.shape).astype(v.type.dtype.np) for v in g.inputs]  # type: ignore[arg-type]
     want = run_graph(g, ins)
     assert all(a.tobytes() == b.tobytes() for a, b in zip(run_graph(fused, ins), want))  # the same semantics
-    got = cuvil.compile(g, "native", passes="fuse-epilogue,fuse-elementwise", cache_dir=str(tmp_path))(*ins)
+    with caplog.at_level(logging.DEBUG, logger="cuvil.backends.c.kernel"):
+        got = cuvil.compile(g, "native", passes="fuse-epilogue,fuse-elementwise", cache_dir=str(tmp_path))(*ins)
+    assert sum("clamp (relu or clip) applied as the result is rounded" in r.getMessage() for r in caplog.records) == 4
     plain = cuvil.compile(g, "native", passes="", cache_dir=str(tmp_path))(*ins)
     for i, (f, p, w_) in enumerate(zip(got, plain, want)):
         assert f.dtype == p.dtype == w_.dtype

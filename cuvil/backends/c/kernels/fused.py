@@ -155,8 +155,9 @@ def _fused_linear(k: KernelCtx) -> None:
 _TILE_EPILOGUE_BASES = frozenset({"gemm", "matmul", "conv", "conv_nhwc"})
 
 
-# Base ops whose f16/bf16 kernels take a clamp epilogue (conv_nhwc.py: cuvil_conv_nhwc_half).
-_CLAMP_BASES = frozenset({"conv_nhwc"})
+# Base ops whose f16/bf16 kernels take a clamp epilogue (conv_nhwc.py: cuvil_conv_nhwc_half; conv.py:
+# half.half_conv).
+_CLAMP_BASES = frozenset({"conv_nhwc", "conv"})
 
 
 def _clamp(k: KernelCtx, epilogue: Graph, extras: Sequence[CVal]) -> tuple[str, str] | None:

@@ -95,13 +95,16 @@ def half_conv(k: KernelCtx, kind: str, geom: str, x: CVal, w: CVal, y: CVal, win
     product is slower.  Other
     forward bf16 convolutions run ``cuvil_conv_bf16`` (vdpbf16ps) when the C compiler targets
     AVX512_BF16.  Otherwise, and for f16, depthwise and transposed ones, the float32 algorithm runs
-    on widened operands (``cuvil_conv_half``: the weights widened once per loaded model)."""
+    on widened operands (``cuvil_conv_half``: the weights widened once per loaded model).  A fused
+    clamp (``KernelCtx.clamp``: relu or clip) is applied as the result is rounded, and reported
+    applied."""
     k.include("cuvil_half.h")
     b = k.inp(2) if k.has(2) else None
     bptr = f"(const uint16_t *){b.ptr}" if b is not None else "NULL"
     bn = b.numel() if b is not None else "0"
     is_bf16 = x.dtype is DType.bf16
-    ops = f"(const uint16_t *){x.ptr}, (const uint16_t *){w.ptr}, {bptr}, (uint16_t *){y.ptr}"
+    lo, hi = k.clamp or ("-INFINITY", "INFINITY")
+    ops = f"(const uint16_t *){x.ptr}, (const uint16_t *){w.ptr}, {bptr}, (uint16_t *){y.ptr}, {lo}, {hi}"
     rc = k.tmp("rc")
     w_ = k.w
     dot = is_bf16 and kind == "conv" and not winograd
@@ -117,13 +120,15 @@ def half_conv(k: KernelCtx, kind: str, geom: str, x: CVal, w: CVal, y: CVal, win
             k.fail_if(f"!{buf}", "out of memory")
         w_.line(f"{rc} = cuvil_conv_half(&{geom}, {CONV_KINDS[kind]}, {int(is_bf16)}, (const uint16_t *){x.ptr}, "
                 f"{x.numel()}, (const uint16_t *){w.ptr}, {w.numel()}, {bptr}, {bn}, (uint16_t *){y.ptr}, "
-                f"{y.numel()}, {winograd if kind == 'conv' else 0}, {x32}, {y32});")
+                f"{y.numel()}, {winograd if kind == 'conv' else 0}, {x32}, {y32}, {lo}, {hi});")
         k.release(x32)
         k.release(y32)
     if dot:
         w_.line("#endif")
     k.fail_if(f"{rc} != 0", "out of memory")
+    k.epilogue_applied = k.clamp is not None
     widened = (f"Winograd F({winograd}x{winograd},3x3)" if winograd and kind == "conv" else "the float32 algorithm")
     widened += " on widened operands (weights widened once per model)"
+    clamp = "; its clamp (relu or clip) applied as the result is rounded" if k.clamp else ""
     return ("bf16 dot products (cuvil_conv_bf16, where the target has AVX512_BF16; else " + widened + ")"
-            if dot else widened)
+            if dot else widened) + clamp

@@ -139,7 +139,27 @@ typedef struct cuvil_half_cvt_job {
     const void *s;
     void *d;
     int64_t n, ntasks;
+    int clamp; /* rounding: clamp to [lo, hi] first (cuvil_clamp_nn_f) */
+    float lo, hi;
 } cuvil_half_cvt_job;
+
+/* n float32 values clamped to [lo, hi] and rounded to f16 / bf16. */
+static void cuvil_f32_to_half_clamp_n(int is_bf16, const float *restrict s, uint16_t *restrict d, int64_t n, float lo,
+                                      float hi) {
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    const __m512 lov = _mm512_set1_ps(lo), hiv = _mm512_set1_ps(hi);
+    for (; i + 16 <= n; i += 16) {
+        const __m512 v = cuvil_clamp_nn16(_mm512_loadu_ps(s + i), lov, hiv);
+        _mm256_storeu_si256((__m256i *)(d + i),
+                            is_bf16 ? cuvil_bf16_round16(v) : _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+    }
+#endif
+    for (; i < n; i++) {
+        const float v = cuvil_clamp_nn_f(s[i], lo, hi);
+        d[i] = is_bf16 ? cuvil_f32_to_bf16(v) : cuvil_f32_to_f16(v);
+    }
+}
 
 static void cuvil_half_cvt_task(void *ctx, int64_t task, int tid) {
     const cuvil_half_cvt_job *j = (const cuvil_half_cvt_job *)ctx;
@@ -154,13 +174,15 @@ static void cuvil_half_cvt_task(void *ctx, int64_t task, int tid) {
     } else {
         const float *s = (const float *)j->s + lo;
         uint16_t *d = (uint16_t *)j->d + lo;
-        if (j->is_bf16) cuvil_f32_to_bf16_n(s, d, hi - lo);
+        if (j->clamp) cuvil_f32_to_half_clamp_n(j->is_bf16, s, d, hi - lo, j->lo, j->hi);
+        else if (j->is_bf16) cuvil_f32_to_bf16_n(s, d, hi - lo);
         else cuvil_f32_to_f16_n(s, d, hi - lo);
     }
 }
 
-static void cuvil_half_convert(int is_bf16, int widen, const void *s, void *d, int64_t n) {
-    cuvil_half_cvt_job j = {is_bf16, widen, s, d, n, 1};
+static void cuvil_half_convert(int is_bf16, int widen, const void *s, void *d, int64_t n, int clamp, float lo,
+                               float hi) {
+    cuvil_half_cvt_job j = {is_bf16, widen, s, d, n, 1, clamp, lo, hi};
     const int threads = cuvil_num_threads_now();
     if (threads > 1 && n >= 2 * CUVIL_HALF_CHUNK && cuvil_parallel_worth(0.15 * (double)n)) /* ~0.15 ns a value */
         j.ntasks = threads;
@@ -170,11 +192,17 @@ static void cuvil_half_convert(int is_bf16, int widen, const void *s, void *d, i
 
 /* n f16 (is_bf16 = 0) or bf16 values widened into d / rounded from s. */
 static CUVIL_UNUSED void cuvil_half_to_f32(int is_bf16, const uint16_t *s, float *d, int64_t n) {
-    cuvil_half_convert(is_bf16, 1, s, d, n);
+    cuvil_half_convert(is_bf16, 1, s, d, n, 0, 0.0f, 0.0f);
 }
 
 static CUVIL_UNUSED void cuvil_f32_to_half(int is_bf16, const float *s, uint16_t *d, int64_t n) {
-    cuvil_half_convert(is_bf16, 0, s, d, n);
+    cuvil_half_convert(is_bf16, 0, s, d, n, 0, 0.0f, 0.0f);
+}
+
+/* cuvil_f32_to_half of the values clamped to [lo, hi] (a fused relu or clip; -INFINITY, INFINITY: none). */
+static CUVIL_UNUSED void cuvil_f32_to_half_clamped(int is_bf16, const float *s, uint16_t *d, int64_t n, float lo,
+                                                   float hi) {
+    cuvil_half_convert(is_bf16, 0, s, d, n, lo > -INFINITY || hi < INFINITY, lo, hi);
 }
 
 /* A strided rows x cols matrix of f16 / bf16 values as a row-major float32 matrix. */
@@ -284,11 +312,12 @@ static CUVIL_UNUSED int cuvil_half_conv_operands(int is_bf16, const uint16_t *w,
 /* A convolution of f16 / bf16 operands (x: xn values, w: wn, b: the bias or NULL, y: yn) by the
  * float32 algorithm `kind` (CUVIL_HALF_CONV: Winograd F(m x m, 3 x 3) when wino_m > 0, else the
  * float32 path's GEMM over tiles of output rows, cuvil_conv_tiled.h), through float32 scratch x32
- * (xn values) and y32 (yn values).
- * Returns 0, or -1 when out of memory. */
+ * (xn values) and y32 (yn values); the result is clamped to [lo, hi] as it is rounded (a fused relu
+ * or clip; -INFINITY, INFINITY: none).  Returns 0, or -1 when out of memory. */
 static CUVIL_UNUSED int cuvil_conv_half(const cuvil_conv_geom *g, int kind, int is_bf16, const uint16_t *x,
                                         int64_t xn, const uint16_t *w, int64_t wn, const uint16_t *b, int64_t bn,
-                                        uint16_t *y, int64_t yn, int wino_m, float *x32, float *y32) {
+                                        uint16_t *y, int64_t yn, int wino_m, float *x32, float *y32, float lo,
+                                        float hi) {
     float *wown, *bown;
     const float *w32, *b32;
     if (cuvil_half_conv_operands(is_bf16, w, wn, b, bn, &w32, &wown, &b32, &bown) != 0) return -1;
@@ -298,7 +327,7 @@ static CUVIL_UNUSED int cuvil_conv_half(const cuvil_conv_geom *g, int kind, int 
     else if (kind == CUVIL_HALF_CONV_TRANSPOSE) rc = cuvil_conv_transpose_f32(g, x32, w32, b32, y32);
     else if (wino_m > 0) rc = cuvil_conv_winograd_f32(g, wino_m, x32, w32, b32, y32, NULL, NULL, 0);
     else rc = cuvil_conv_tiled_f32(g, x32, w32, b32, y32, NULL);
-    if (rc == 0) cuvil_f32_to_half(is_bf16, y32, y, yn);
+    if (rc == 0) cuvil_f32_to_half_clamped(is_bf16, y32, y, yn, lo, hi);
     free(wown);
     free(bown);
     return rc;
@@ -632,10 +661,10 @@ static CUVIL_UNUSED int cuvil_bf16_gemm(int64_t M, int64_t N, int64_t K, const c
 
 /* A forward convolution of bf16 operands on vdpbf16ps: per image and group, the im2col matrix is
  * built straight into the B panels (no float32 or bf16 copy of it), multiplied by the weights as
- * pairs, and each output tile gets its bias and is rounded once to bf16.  Returns 0, or -1 when
+ * pairs, and each output tile gets its bias, is clamped to [lo, hi] and is rounded once to bf16.  Returns 0, or -1 when
  * out of memory. */
 static CUVIL_UNUSED int cuvil_conv_bf16(const cuvil_conv_geom *g, const uint16_t *x, const uint16_t *w,
-                                        const uint16_t *b, uint16_t *y) {
+                                        const uint16_t *b, uint16_t *y, float lo, float hi) {
     const int nd = g->nsp;
     const int64_t cg = g->cin / g->group, mg = g->cout / g->group;
     const int64_t taps = cuvil_conv_prod(g->k, nd), P = cuvil_conv_prod(g->out, nd);
@@ -650,7 +679,7 @@ static CUVIL_UNUSED int cuvil_conv_bf16(const cuvil_conv_geom *g, const uint16_t
     if (K == 0) {
         for (int64_t n = 0; n < g->batch; n++)
             for (int64_t m = 0; m < g->cout; m++) {
-                const uint16_t v = cuvil_f32_to_bf16(b32 ? b32[m] : 0.0f);
+                const uint16_t v = cuvil_f32_to_bf16(cuvil_clamp_nn_f(b32 ? b32[m] : 0.0f, lo, hi));
                 for (int64_t i = 0; i < P; i++) y[(n * g->cout + m) * P + i] = v;
             }
         free(bown);
@@ -668,7 +697,7 @@ static CUVIL_UNUSED int cuvil_conv_bf16(const cuvil_conv_geom *g, const uint16_t
             rc = cuvil_bf16_pack(&pj);
             if (rc != 0) break;
             cuvil_bf16_job j = {mg, P, KP, NP, ap + gi * mg * lda, lda, bp, NULL,
-                                y + (n * g->cout + gi * mg) * P, b32 ? b32 + gi * mg : NULL, P, 0, 0, 0, NULL, 0, 0.0f, 0.0f};
+                                y + (n * g->cout + gi * mg) * P, b32 ? b32 + gi * mg : NULL, P, 0, 0, 0, NULL, 1, lo, hi};
             cuvil_bf16_gemm_run(&j);
         }
     free(bp);
