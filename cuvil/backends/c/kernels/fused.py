@@ -19,7 +19,9 @@ second pass over the output.  Elsewhere (other element types; ``conv`` unless it
 the epilogue itself) it runs right after the base kernel, in place over the result, as a row
 loop (for a float16 result, over chunks widened to float32 and rounded back by the vectorised
 bulk conversions of ``cuvil_half.h``).  Both evaluate the same composed scalar expression on the
-same float32 result, so they give bitwise the same output.
+same float32 result, so they give bitwise the same output.  An f16/bf16 convolution whose epilogue
+is only a clamp (relu, or clip by constant bounds) applies it before rounding its result
+(``KernelCtx.clamp``): the same bits, since the bounds are values of the result's type.
 """
 
 from __future__ import annotations
@@ -177,12 +179,16 @@ def _clamp(k: KernelCtx, epilogue: Graph, extras: Sequence[CVal]) -> tuple[str, 
     found: list[CVal | None] = []
     for i in (1, 2):
         v = n.inputs[i] if len(n.inputs) > i else None
-        e, kind = operands.get(v, (None, "")) if v is not None else (None, "scalar")
-        if v is not None and (e is None or kind != "scalar" or e.dtype is not k.out(0).dtype
-                              or not constant_not_nan(e.value)):
+        if v is None:
+            found.append(None)
+            continue
+        e, kind = operands.get(v, (None, ""))
+        if e is None or kind != "scalar" or e.dtype is not k.out(0).dtype or not constant_not_nan(e.value):
             return None
         found.append(e)
-    lo, hi = (_scalar_leaf(k, e, set()) if e is not None else none for e, none in zip(found, ("-INFINITY", "INFINITY")))
+    # C is emitted only once every bound is known to fit
+    lo, hi = (_scalar_leaf(k, e, set()) if e is not None else none
+              for e, none in zip(found, ("-INFINITY", "INFINITY")))
     return lo, hi
 
 

@@ -91,10 +91,9 @@ def half_conv(k: KernelCtx, kind: str, geom: str, x: CVal, w: CVal, y: CVal, win
     A forward convolution that float32 would run by Winograd F(m x m, 3 x 3) (``winograd`` is m > 0,
     the float32 choice for its shape) runs it on widened operands, bf16 included: it takes 2.25 to 4
     times fewer multiply-adds than a direct product, while vdpbf16ps runs no more multiply-adds per
-    cycle than a float32 FMA (measured on Zen 4: 108 against 104 per ns on one core), so the direct
-    product is slower.  Other
-    forward bf16 convolutions run ``cuvil_conv_bf16`` (vdpbf16ps) when the C compiler targets
-    AVX512_BF16.  Otherwise, and for f16, depthwise and transposed ones, the float32 algorithm runs
+    cycle than a float32 FMA (measured on an AMD EPYC core: 108 against 104 per ns), so the direct
+    product is slower.  Other forward bf16 convolutions run ``cuvil_conv_bf16`` (vdpbf16ps) when
+    the C compiler targets AVX512_BF16.  Otherwise, and for f16, depthwise and transposed ones, the float32 algorithm runs
     on widened operands (``cuvil_conv_half``: the weights widened once per loaded model).  A fused
     clamp (``KernelCtx.clamp``: relu or clip) is applied as the result is rounded, and reported
     applied."""

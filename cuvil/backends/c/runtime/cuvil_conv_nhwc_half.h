@@ -9,20 +9,21 @@
  *
  * Except two cases that make no widened copy of the input or the result:
  *
- * A fused relu or clip (a clamp) is applied to the float32 result before it is rounded, which
- * gives the bits of clamping the rounded result (the bounds are values of its type).
- *
- * A depthwise convolution widens, per task, a band of the input rows that a group of
- * CUVIL_NHWC_DWH_G output rows reads into per-thread float32 scratch, runs the float32 row kernel
- * on that band (a small image of its own: rows outside the band lie outside it), adds the bias and
- * rounds each row as it is finished.  The arithmetic is the float32 kernel's, so results are
- * bitwise those of widening the whole input; the input is read once in its own type and the result
- * written once, in one parallel region.
+ * A depthwise convolution.  A 3x3 one at column stride 1 or 2 on AVX-512 reads its input in place,
+ * widening each vector in registers (cuvil_nhwc_dwh3_row); any other widens, per task, a band of
+ * the input rows that a group of CUVIL_NHWC_DWH_G output rows reads into per-thread float32 scratch
+ * and runs the float32 row kernel on that band (a small image of its own: rows outside the band lie
+ * outside it).  Either adds the bias and rounds each row as it is finished.  The arithmetic is the
+ * float32 kernel's, so results are bitwise those of widening the whole input; the input is read
+ * once in its own type and the result written once, in one parallel region.
  *
  * And a bf16 pointwise convolution (1x1, unit stride, unpadded, one group) on a target with
  * AVX512_BF16: the product of the [pixels x C] input, read in place, and the [C x M] weight on
  * vdpbf16ps (exact products accumulated in float32, the weight's panels cached once per model),
  * each output tile getting its bias and rounded once to bf16 as it leaves the registers.
+ *
+ * Every path applies a fused relu or clip (a clamp) to the float32 result before it is rounded,
+ * which gives the bits of clamping the rounded result (the bounds are values of its type).
  */
 #ifndef CUVIL_CONV_NHWC_HALF_H
 #define CUVIL_CONV_NHWC_HALF_H
