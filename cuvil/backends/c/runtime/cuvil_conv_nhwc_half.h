@@ -41,7 +41,7 @@ typedef struct cuvil_nhwc_dwh_job {
     const uint16_t *x;
     const float *w, *b;
     uint16_t *y;
-    float *scratch; /* per thread: the band (band_floats), then one output row (ow * m) */
+    float *scratch; /* band path, per thread: the band (band_floats), then one output row (ow * m) */
     int64_t band_floats, per_thread, tasks;
     float lo, hi; /* the clamp before the rounding (-INFINITY, INFINITY: none) */
 } cuvil_nhwc_dwh_job;
@@ -247,18 +247,8 @@ static inline __attribute__((always_inline)) void cuvil_nhwc_dwh3_row(const int 
     cuvil_nhwc_dwh_pixels(BF, g, x, w, b, yr, n, oh, o, g->ow, lo, hi);
 }
 
-typedef struct cuvil_nhwc_dwh3_job {
-    const cuvil_nhwc_geom *g;
-    int is_bf16;
-    const uint16_t *x;
-    const float *w, *b;
-    uint16_t *y;
-    int64_t tasks;
-    float lo, hi;
-} cuvil_nhwc_dwh3_job;
-
 static void cuvil_nhwc_dwh3_part(void *ctx, int64_t task, int tid) {
-    const cuvil_nhwc_dwh3_job *j = (const cuvil_nhwc_dwh3_job *)ctx;
+    const cuvil_nhwc_dwh_job *j = (const cuvil_nhwc_dwh_job *)ctx; /* no scratch: nothing is widened to memory */
     const cuvil_nhwc_geom *g = j->g;
     int64_t lo, hi, olo, ohi;
     (void)tid;
@@ -286,7 +276,7 @@ static int cuvil_conv_nhwc_depthwise_half(const cuvil_nhwc_geom *g, int is_bf16,
     if (rows == 0 || g->ow == 0 || g->m == 0) return 0;
 #if defined(CUVIL_NHWC_DWH3)
     if (g->m == g->c && g->kh == 3 && g->kw == 3 && g->dw == 1 && (g->sw == 1 || g->sw == 2)) {
-        cuvil_nhwc_dwh3_job j3 = {g, is_bf16, x, w, b, y, cuvil_nhwc_dw_tasks(g), lo, hi};
+        cuvil_nhwc_dwh_job j3 = {g, is_bf16, x, w, b, y, NULL, 0, 0, cuvil_nhwc_dw_tasks(g), lo, hi};
         cuvil_parallel_for(j3.tasks, cuvil_nhwc_dwh3_part, &j3);
         return 0;
     }
