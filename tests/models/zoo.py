@@ -88,8 +88,8 @@ class ResNet(nn.Module):
         return self.fc(torch.flatten(y, 1))
 
 
-def resnet18() -> nn.Module:
-    return _seeded(lambda: ResNet((2, 2, 2, 2), 1000), seed=18)
+def resnet18(num_classes: int = 1000) -> nn.Module:
+    return _seeded(lambda: ResNet((2, 2, 2, 2), num_classes), seed=18)
 
 
 # MobileNetV2 -------------------------------------------------------------------------------------
