@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from cuvil.verify.runner import target_unavailable
+
 REPO = Path(__file__).resolve().parents[1]
 NODE_TESTS = REPO.parent / "shared" / "onnx-node-tests" / "node"
+
+
+def runnable(*targets: str) -> list[Any]:
+    """``targets`` as pytest parameters, each skipped where this machine cannot run it (a C target
+    whose instructions this CPU lacks, wasm32 without its packages), with the reason."""
+    return [pytest.param(t, marks=pytest.mark.skipif(target_unavailable(t) is not None,
+                                                     reason=f"{t}: {target_unavailable(t)}")) for t in targets]
 
 
 @pytest.fixture(scope="session")

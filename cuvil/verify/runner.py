@@ -52,7 +52,8 @@ TIMED_GROUP = "runtime"
 
 
 @functools.cache
-def _cpu_flags() -> frozenset[str]:
+def cpu_flags() -> frozenset[str]:
+    """The feature flags of this machine's CPU, as /proc/cpuinfo names them (empty where it cannot be read)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             for line in f:
@@ -81,7 +82,7 @@ def target_unavailable(target: str) -> str | None:
         return "no C compiler (cc) found"
     need = _ISA_FLAGS.get(target, set())
     if need:
-        missing_isa = sorted(need - _cpu_flags())
+        missing_isa = sorted(need - cpu_flags())
         if missing_isa:
             return f"this CPU lacks {', '.join(missing_isa)}"
     return None

@@ -16,6 +16,7 @@ from cuvil.frontends.onnx import load_onnx
 from cuvil.ir.builder import Builder
 from cuvil.ir.dtypes import DType
 from cuvil.ir.types import TensorType
+from tests.conftest import runnable
 
 _ELEM = {np.uint8: TensorProto.UINT8, np.int8: TensorProto.INT8, np.int16: TensorProto.INT16, np.uint16: TensorProto.UINT16}
 
@@ -165,9 +166,9 @@ def _graph() -> tuple[object, dict[str, np.ndarray]]:
     return b.graph, inputs
 
 
-# Each target builds a different integer micro-kernel: VNNI (native here), AVX-512BW, AVX2 and
-# portable C (generic; wasm32 compiles the same C: tests/quant/test_qdq_models.py runs it).
-@pytest.mark.parametrize("target", ["native", "x86_avx512", "x86_avx2", "generic"])
+# Each target builds a different integer micro-kernel: VNNI (native, on a CPU with it), AVX-512BW,
+# AVX2 and portable C (generic; wasm32 compiles the same C: tests/quant/test_qdq_models.py runs it).
+@pytest.mark.parametrize("target", runnable("native", "x86_avx512", "x86_avx2", "generic"))
 def test_c_kernels_match_the_reference_bit_for_bit(target: str, tmp_path: object) -> None:
     graph, inputs = _graph()
     want = cuvil.compile(graph, "ref").run(inputs)

@@ -17,6 +17,7 @@ from cuvil.ir.builder import Builder
 from cuvil.ir.dtypes import DType
 from cuvil.ir.graph import Graph
 from cuvil.ir.types import TensorType
+from tests.conftest import runnable
 
 
 def _f32(b: Builder, v: Any) -> Any:
@@ -87,7 +88,7 @@ def _conv_graph() -> tuple[Graph, dict[str, np.ndarray]]:
     return b.graph, inputs
 
 
-@pytest.mark.parametrize("target", ["native", "x86_avx512", "x86_avx2", "generic",
+@pytest.mark.parametrize("target", [*runnable("native", "x86_avx512", "x86_avx2", "generic"),
                                     pytest.param("wasm32", marks=pytest.mark.slow)])
 def test_int8_conv_kernels_match_the_reference_bit_for_bit(target: str, tmp_path: Path) -> None:
     graph, inputs = _conv_graph()

@@ -146,7 +146,7 @@ class NativeModel:
         err = ctypes.create_string_buffer(1024)
         handle = lib.cuvil_load(str(weights).encode() if weights else None, err, len(err))
         if not handle:
-            raise CuvilError(f"cannot load model weights: {err.value.decode(errors='replace')}")
+            raise CuvilError(f"cannot load {library.name}: {err.value.decode(errors='replace')}")
         self._handle: ctypes.c_void_p | None = ctypes.c_void_p(handle)
         self._local = threading.local()
         self.num_threads = 1
