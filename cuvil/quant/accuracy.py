@@ -8,6 +8,12 @@ a pass adds (casts, rounded weights, named ``NAME.f16`` and so on) have no float
 are not layers.  Errors are summed over all samples: relative L2 and SNR over the concatenation,
 max abs error over every element.
 
+An int8 graph's integer values are layers too, when the caller says which float32 value each one
+quantizes and at what scale and zero point (``dequantize``): a folded integer kernel's output
+(``r1_quantized``, the int8 form of ``r1``) is compared, dequantized, with that float32 value, so
+the layers that run on integers are in the report on every target, not only where the reference
+interpreter keeps their float32 form.
+
 The same run finds overflows: a value the candidate holds in a reduced type whose float32
 counterpart exceeds that type's largest finite value somewhere (fp16: 65504), or that comes out
 infinite or NaN in the candidate where the float32 value is finite.
@@ -122,9 +128,20 @@ def trace(graph: Graph, inputs: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
     return values
 
 
-def layer_errors(reference: Graph, candidate: Graph, samples: Iterable[Sequence[np.ndarray]]) -> list[LayerError]:
-    """Per layer of ``candidate``, its error against ``reference`` (the float32 graph) on ``samples``."""
-    return _compare(reference, candidate, samples)[0]
+@dataclass(frozen=True)
+class Dequantize:
+    """How an integer value of the candidate stands for a float32 value: ``(q - zero_point) * scale``."""
+
+    of: str  # the float32 value's name
+    scale: float
+    zero_point: int
+
+
+def layer_errors(reference: Graph, candidate: Graph, samples: Iterable[Sequence[np.ndarray]],
+                 dequantize: Mapping[str, Dequantize] | None = None) -> list[LayerError]:
+    """Per layer of ``candidate``, its error against ``reference`` (the float32 graph) on ``samples``;
+    ``dequantize``: the candidate's integer values that stand for float32 ones, by name."""
+    return _compare(reference, candidate, samples, dequantize or {})[0]
 
 
 def precision_report(reference: Graph, candidate: Graph, samples: Sequence[Sequence[np.ndarray]], precision: str,
@@ -134,8 +151,9 @@ def precision_report(reference: Graph, candidate: Graph, samples: Sequence[Seque
     return PrecisionReport(precision, len(samples), layers, overflows, dict(overrides or {}))
 
 
-def _compare(reference: Graph, candidate: Graph,
-             samples: Iterable[Sequence[np.ndarray]]) -> tuple[list[LayerError], list[Overflow]]:
+def _compare(reference: Graph, candidate: Graph, samples: Iterable[Sequence[np.ndarray]],
+             dequantize: Mapping[str, Dequantize] | None = None) -> tuple[list[LayerError], list[Overflow]]:
+    dequantize = dequantize or {}
     producers = {o.name: n for n in candidate.nodes for o in n.outputs if n.op != "constant"}
     reduced = {o.name: (n, o.type.dtype) for n in candidate.walk() for o in n.outputs
                if o.type.dtype in REDUCED_FLOATS and n.op != "constant"}
@@ -159,7 +177,10 @@ def _compare(reference: Graph, candidate: Graph,
                 peak = math.inf  # only the reduced computation left the range (inside it, not at this value)
             peaks[name] = max(peaks.get(name, 0.0), peak)
         for name in producers:
-            g, w = got.get(name), want.get(name)
+            g, dq = got.get(name), dequantize.get(name)
+            w = want.get(name if dq is None else dq.of)
+            if dq is not None and g is not None and np.issubdtype(g.dtype, np.integer):
+                g = (g.astype(np.float64) - dq.zero_point) * dq.scale
             if g is None or w is None or g.shape != w.shape or not _float(g) or not _float(w):
                 continue
             g64, w64 = g.astype(np.float64), w.astype(np.float64)

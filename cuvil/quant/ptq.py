@@ -73,7 +73,7 @@ from cuvil.ops.common import const_of, infer_all
 from cuvil.ops.registry import get
 from cuvil.passes.base import Pass
 from cuvil.passes.fold_qdq import fold_float_products
-from cuvil.quant.accuracy import PrecisionReport
+from cuvil.quant.accuracy import Dequantize, PrecisionReport
 from cuvil.quant.calibrate import RunnerOptions, check_coverage, observe
 from cuvil.quant.data import CalibrationSet, calibration_set
 from cuvil.quant.observers import (
@@ -512,6 +512,19 @@ def _log_warnings(warnings: Sequence[str], one_sided: Sequence[str]) -> None:
                     ONE_SIDED_ADVICE)
 
 
+def _int8_forms(graph: Graph) -> dict[str, Dequantize]:
+    """Each activation's int8 value by name (the quantize's output: a folded kernel that computes it
+    keeps the name), with the float32 value it stands for and its per-tensor scale and zero point."""
+    out: dict[str, Dequantize] = {}
+    for n in graph.nodes:
+        if n.op != "quantize_linear" or n.inputs[0] is None or len(n.inputs) < 3:
+            continue
+        scale, zp = (const_of(v) if v is not None else None for v in n.inputs[1:3])
+        if scale is not None and zp is not None and scale.size == 1 and zp.size == 1:
+            out[n.outputs[0].name] = Dequantize(n.inputs[0].name, float(scale.reshape(())), int(zp.reshape(())))
+    return out
+
+
 def compile_int8(graph: Graph, copy: bool, target: str, enable_fusion: bool, dataset: Any, options: QuantOptions,
                  report_samples: int, times: dict[str, float], runner: RunnerOptions | None = None
                  ) -> tuple[Graph, QuantAccuracyReport]:
@@ -533,6 +546,7 @@ def compile_int8(graph: Graph, copy: bool, target: str, enable_fusion: bool, dat
     fp32 = copy_graph(graph)
     with stage(log, "calibration and quantization", times):
         graph, qreport = post_training_quantize(graph, calib, options, runner)
+    dequantize = _int8_forms(graph)
     if post:
         with stage(log, "passes after quantization", times):
             graph = PassManager(post).run(graph)
@@ -540,5 +554,5 @@ def compile_int8(graph: Graph, copy: bool, target: str, enable_fusion: bool, dat
         verify(graph)
     with stage(log, "int8 accuracy report", times):
         samples = [list(f) for f in calib.feeds[:max(report_samples, 1)]]
-        layers = layer_errors(fp32, graph, samples)
+        layers = layer_errors(fp32, graph, samples, dequantize)
     return graph, QuantAccuracyReport(options.dtype, len(samples), layers, quantization=qreport.to_json())

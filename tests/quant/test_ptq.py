@@ -190,6 +190,27 @@ def test_native_build_folds_into_integer_kernels_and_matches_ref(tmp_path: Path)
     a, b = n(x)[0], r(x)[0]
     # integer kernels vs float math on dequantized values: a requantization step at most here and there
     assert np.linalg.norm(a - b) / np.linalg.norm(b) < 0.02
+    # the layers the integer kernels compute are in the native report, dequantized against float32,
+    # with the figures of the reference's quantize nodes of the same names (up to a requantization step)
+    native = {e["name"]: e for e in n.info.precision["layers"]}
+    ref = {e["name"]: e for e in r.info.precision["layers"]}
+    folded = {o.name: nd.op for nd in n.graph.nodes if nd.op.startswith("qlinear_") for o in nd.outputs}
+    assert len(folded) == 3 and set(folded) <= set(native), (folded, sorted(native))
+    for name, op in folded.items():
+        assert native[name]["op"] == op and native[name]["dtype"] == "u8"
+        assert 25 < native[name]["snr_db"] < 60
+        assert native[name]["snr_db"] == pytest.approx(ref[name]["snr_db"], abs=0.05)  # a step here and there
+    # the figure itself, computed here: r1's int8 form in the reference graph, dequantized, against r1
+    from cuvil.quant.accuracy import trace
+
+    fp32 = cuvil.compile(TINY, "ref").graph
+    act = r.info.precision["quantization"]["activations"]["r1"]
+    err2 = ref2 = 0.0
+    for (x,) in data[:r.info.precision["samples"]]:
+        want = trace(fp32, [x])["r1"].astype(np.float64)
+        got = (trace(r.graph, [x])["r1_quantized"].astype(np.float64) - act["zero_point"]) * act["scale"]
+        err2, ref2 = err2 + float(np.sum((got - want) ** 2)), ref2 + float(np.sum(want ** 2))
+    assert native["r1_quantized"]["snr_db"] == pytest.approx(10 * np.log10(ref2 / err2), abs=1e-6)
 
 
 # accuracy -----------------------------------------------------------------------------------------
