@@ -134,8 +134,9 @@ def compile(  # noqa: A001  (the library's main verb)
     reduced type (``{"softmax": "fp16", "node:encoder.0.attn": "fp32"}``; a node's entry wins).
     The float32 graph and the converted one then run in the reference interpreter on
     ``precision_samples`` inputs (the first samples of ``calibration_dataset`` when given, else
-    seeded random ones): a value that overflows the reduced type is refused with a
-    ``PrecisionOverflowError`` naming the node, op and value, unless ``allow_overflow``; the
+    seeded random ones): a value that overflows the reduced type there, or (fp16) on any example of
+    ``calibration_dataset`` (its float32 ranges taken on a native calibration build), is refused with
+    a ``PrecisionOverflowError`` naming the node, op and value, unless ``allow_overflow``; the
     per-layer errors are kept in ``m.info.precision`` (saved with the model; ``cuvil inspect
     --precision`` prints the worst layers).
 
@@ -209,9 +210,20 @@ def compile(  # noqa: A001  (the library's main verb)
         from cuvil.quant.accuracy import check_reduced_precision, sample_inputs
 
         with stage(_log, "precision report", times):
-            samples = sample_inputs(fp32_graph, calibration_dataset, precision_samples)
+            from cuvil.quant.calibrate import RunnerOptions
+            from cuvil.quant.data import calibration_items, calibration_set
+
+            calib = None
+            if calibration_dataset is None:
+                samples = sample_inputs(fp32_graph, None, precision_samples)
+            else:  # every example is checked (the input contract, then fp16 overflow), not only the samples
+                items = calibration_items(calibration_dataset, fp32_graph)
+                checked = sample_inputs(fp32_graph, items, len(items))
+                calib = calibration_set(checked, fp32_graph)
+                samples = checked[:precision_samples]
             report = check_reduced_precision(fp32_graph, graph, samples, precision,
-                                             dict(precision_overrides or {}), allow_overflow)
+                                             dict(precision_overrides or {}), allow_overflow, calib,
+                                             RunnerOptions(cc=cc, cache_dir=cache_dir, num_threads=num_threads))
         for o in report.overflows:
             _log.warning("precision=%s: %s (allowed by allow_overflow=True)", precision, o.describe())
             notes.append(f"allow_overflow: {o.describe()}")

@@ -16,7 +16,10 @@ interpreter keeps their float32 form.
 
 The same run finds overflows: a value the candidate holds in a reduced type whose float32
 counterpart exceeds that type's largest finite value somewhere (fp16: 65504), or that comes out
-infinite or NaN in the candidate where the float32 value is finite.
+infinite or NaN in the candidate where the float32 value is finite.  Given calibration data, the
+float32 ranges of those values are also taken over every calibration example, on the native
+calibration build (:func:`reduced_peaks`), so that an overflow in any example is found, not only
+in the few samples the two graphs run on in the reference interpreter.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,6 +36,10 @@ from cuvil.errors import CuvilError, InputError
 from cuvil.ir.dtypes import DType, is_float_np, max_finite
 from cuvil.ir.graph import Graph, Node
 from cuvil.passes.convert_precision import PrecisionOverflowError
+
+if TYPE_CHECKING:
+    from cuvil.quant.calibrate import RunnerOptions
+    from cuvil.quant.data import CalibrationSet
 
 REDUCED_FLOATS = (DType.f16, DType.bf16)
 
@@ -145,20 +152,51 @@ def layer_errors(reference: Graph, candidate: Graph, samples: Iterable[Sequence[
 
 
 def precision_report(reference: Graph, candidate: Graph, samples: Sequence[Sequence[np.ndarray]], precision: str,
-                     overrides: Mapping[str, str] | None = None) -> PrecisionReport:
-    """Layer errors and overflows of ``candidate`` against ``reference`` in one run over ``samples``."""
-    layers, overflows = _compare(reference, candidate, samples)
+                     overrides: Mapping[str, str] | None = None,
+                     peaks: Mapping[str, float] | None = None) -> PrecisionReport:
+    """Layer errors and overflows of ``candidate`` against ``reference`` in one run over ``samples``;
+    ``peaks``: the largest finite |x| of reference values on more inputs (:func:`reduced_peaks`)."""
+    layers, overflows = _compare(reference, candidate, samples, peaks=peaks)
     return PrecisionReport(precision, len(samples), layers, overflows, dict(overrides or {}))
 
 
+def reduced_values(candidate: Graph) -> dict[str, DType]:
+    """The values ``candidate`` holds in a reduced float type, by name, those of fused nodes' bodies
+    included (they keep the names of the float32 graph's values they compute)."""
+    return {o.name: o.type.dtype for n in candidate.walk() if n.op != "constant" for o in n.outputs
+            if o.type.dtype in REDUCED_FLOATS}
+
+
+def reduced_peaks(reference: Graph, names: Sequence[str], calib: CalibrationSet,
+                  options: RunnerOptions | None = None) -> dict[str, float]:
+    """The largest finite |x| of each named top-level value of the float32 ``reference`` over every
+    feed of ``calib``, run on the calibration runner (a native build where a C compiler runs)."""
+    from cuvil.quant.calibrate import RunnerOptions, batched_feeds, calibration_runner
+
+    wanted = set(names)
+    watched = [o for n in reference.nodes if n.op != "constant" for o in n.outputs
+               if o.name in wanted and o.type.dtype.is_float]
+    if not watched:
+        return {}
+    options = options or RunnerOptions()
+    runner = calibration_runner(reference, watched, options)
+    peaks = dict.fromkeys((v.name for v in watched), 0.0)
+    for feed in batched_feeds(reference, calib.feeds, options.batch):
+        for v, a in zip(watched, runner.run(feed)):
+            a64 = np.abs(a.astype(np.float64))
+            peaks[v.name] = max(peaks[v.name], float(np.max(a64, initial=0.0, where=np.isfinite(a64))))
+    return peaks
+
+
 def _compare(reference: Graph, candidate: Graph, samples: Iterable[Sequence[np.ndarray]],
-             dequantize: Mapping[str, Dequantize] | None = None) -> tuple[list[LayerError], list[Overflow]]:
+             dequantize: Mapping[str, Dequantize] | None = None,
+             peaks: Mapping[str, float] | None = None) -> tuple[list[LayerError], list[Overflow]]:
     dequantize = dequantize or {}
     producers = {o.name: n for n in candidate.nodes for o in n.outputs if n.op != "constant"}
-    reduced = {o.name: (n, o.type.dtype) for n in candidate.walk() for o in n.outputs
-               if o.type.dtype in REDUCED_FLOATS and n.op != "constant"}
+    nodes = {o.name: n for n in candidate.walk() for o in n.outputs}
+    reduced = {name: (nodes[name], dt) for name, dt in reduced_values(candidate).items()}
     sums: dict[str, list[float]] = {}  # name -> [err2, ref2, max_abs]
-    peaks: dict[str, float] = {}
+    peaks = {k: v for k, v in (peaks or {}).items() if k in reduced}
     n_samples = 0
     for sample in samples:
         n_samples += 1
@@ -222,6 +260,7 @@ def sample_inputs(graph: Graph, dataset: Iterable[Any] | None, count: int, seed:
     from cuvil.runtime.compiled import Signature
     from cuvil.runtime.guards import bind_inputs
     from cuvil.runtime.samples import random_inputs
+    from cuvil.runtime.torch_io import is_torch_tensor, tensor_to_numpy
 
     specs = Signature.of(graph).inputs
     if dataset is None:
@@ -241,7 +280,8 @@ def sample_inputs(graph: Graph, dataset: Iterable[Any] | None, count: int, seed:
             arrays = [item]
         if len(arrays) != len(specs):
             raise CuvilError(f"calibration sample {len(out)} has {len(arrays)} inputs; the model takes {len(specs)}")
-        sample = [np.asarray(a.numpy() if hasattr(a, "numpy") else a) for a in arrays]
+        sample = [np.array(tensor_to_numpy(a, f"calibration sample {len(out)}, input {s.name!r}"))
+                  if is_torch_tensor(a) else np.asarray(a) for a, s in zip(arrays, specs)]
         try:  # the checks a compiled model makes of its inputs: no silent conversion of element types
             bind_inputs([s.name for s in specs], [s.type for s in specs], sample, graph.symbols)
         except InputError as exc:
@@ -253,15 +293,24 @@ def sample_inputs(graph: Graph, dataset: Iterable[Any] | None, count: int, seed:
 
 
 def check_reduced_precision(reference: Graph, candidate: Graph, samples: Sequence[Sequence[np.ndarray]],
-                            precision: str, overrides: Mapping[str, str], allow_overflow: bool) -> PrecisionReport:
+                            precision: str, overrides: Mapping[str, str], allow_overflow: bool,
+                            calib: CalibrationSet | None = None,
+                            runner: RunnerOptions | None = None) -> PrecisionReport:
     """The report of a reduced-precision compile; refuses (``PrecisionOverflowError``) when a value
-    overflows the reduced type on the samples, unless ``allow_overflow``."""
-    report = precision_report(reference, candidate, samples, precision, overrides)
+    overflows the reduced type on the samples, or on any example of ``calib`` where it is given (on
+    the calibration runner, with ``runner``'s compiler, cache and threads), unless ``allow_overflow``."""
+    peaks = None
+    if calib is not None and DType.f16 in reduced_values(candidate).values():  # bf16 has float32's range, all but 0.4 %
+        peaks = reduced_peaks(reference, [n for n, dt in reduced_values(candidate).items() if dt is DType.f16],
+                              calib, runner)
+    report = precision_report(reference, candidate, samples, precision, overrides, peaks)
     if report.overflows and not allow_overflow:
         first = report.overflows[0]
         more = f" (and {len(report.overflows) - 1} more values)" if len(report.overflows) > 1 else ""
+        where = (f"on the {calib.examples} calibration examples" if calib is not None
+                 else f"on {report.samples} sample inputs")
         raise PrecisionOverflowError(
-            f"precision={precision!r}: on {report.samples} sample inputs, {first.describe()}{more}. "
+            f"precision={precision!r}: {where}, {first.describe()}{more}. "
             f"Keep that node in float32 (precision_overrides={{'node:{first.node}': 'fp32'}} or "
             f"{{'{first.op}': 'fp32'}}), use precision='bf16' (float32's range), or pass allow_overflow=True "
             "to compile anyway (the overflows are then recorded in the model's precision report)")

@@ -65,18 +65,25 @@ def batch_dim(graph: Graph) -> Dim | None:
     return None
 
 
+def calibration_items(dataset: Any, graph: Graph) -> list[Any]:
+    """The samples of ``dataset`` (any form of the module docstring), read once into a list."""
+    return list(_samples(dataset, graph))
+
+
+def _samples(dataset: Any, graph: Graph) -> Iterable[Any]:
+    if isinstance(dataset, str | os.PathLike):
+        return npz_samples(Path(dataset), [v.name for v in graph.inputs])
+    if isinstance(dataset, Iterable) and not isinstance(dataset, bytes | Mapping) and not hasattr(dataset, "shape"):
+        return dataset
+    raise CalibrationDataError(
+        f"calibration_dataset must be a DataLoader, an iterable of input tuples or dicts, or a folder of .npz "
+        f"files; got {type(dataset).__name__}")
+
+
 def calibration_set(dataset: Any, graph: Graph) -> CalibrationSet:
     """The feeds of ``dataset`` (any form of the module docstring) for ``graph``'s inputs."""
     names = [v.name for v in graph.inputs]
-    if isinstance(dataset, str | os.PathLike):
-        samples: Iterable[Any] = npz_samples(Path(dataset), names)
-    elif isinstance(dataset, Iterable) and not isinstance(dataset, bytes | Mapping) \
-            and not hasattr(dataset, "shape"):
-        samples = dataset
-    else:
-        raise CalibrationDataError(
-            f"calibration_dataset must be a DataLoader, an iterable of input tuples or dicts, or a folder of .npz "
-            f"files; got {type(dataset).__name__}")
+    samples = _samples(dataset, graph)
     bdim = batch_dim(graph)
     feeds: list[tuple[np.ndarray, ...]] = []
     examples = 0
@@ -87,6 +94,9 @@ def calibration_set(dataset: Any, graph: Graph) -> CalibrationSet:
             examples += 1
             continue
         n = int(arrays[0].shape[0])
+        if n == 0:
+            raise CalibrationDataError(f"calibration sample {i} holds no examples: input {names[0]!r} has 0 rows "
+                                       "along the batch axis")
         for k, a in enumerate(arrays[1:], 1):
             if a.shape[0] != n:
                 raise CalibrationDataError(

@@ -139,6 +139,8 @@ def test_dataloader_batches_are_split_to_what_the_model_takes() -> None:
     assert c.examples == 20 and len(c.feeds) == 20 and c.feeds[0][0].shape == (1, 4)
     c = calibration_set([[x] for (x,) in loader], _graph("batch", 5))
     assert c.examples == 20 and [f[0].shape[0] for f in c.feeds] == [5, 3, 5, 3, 4]
+    c = calibration_set(loader, _graph("batch", 5))  # the loader itself: its batches are 1-tuples
+    assert c.examples == 20 and [f[0].shape[0] for f in c.feeds] == [5, 3, 5, 3, 4]
 
 
 def test_samples_as_dicts_arrays_and_npz_folder(tmp_path: Path) -> None:
@@ -159,6 +161,8 @@ def test_samples_as_dicts_arrays_and_npz_folder(tmp_path: Path) -> None:
     ([np.zeros((1, 4), np.float64)], "input 'x': element type float64, the model takes f32"),
     ([{"y": np.zeros((1, 4), np.float32)}], r"missing 'x'; unknown 'y'"),
     (np.zeros((3, 1, 4), np.float32), "calibration_dataset must be a DataLoader"),
+    ([np.zeros((1, 4), np.float32), np.zeros((0, 4), np.float32)],
+     r"calibration sample 1 holds no examples: input 'x' has 0 rows along the batch axis"),
 ])
 def test_bad_samples_are_refused_with_what_is_wrong(data: object, message: str) -> None:
     with pytest.raises(CalibrationDataError, match=message):

@@ -137,6 +137,20 @@ def test_overflow_is_refused_with_node_op_and_value() -> None:
     assert 160000 < peak < 160000 * 6
 
 
+@pytest.mark.parametrize("target", ["ref", "native"])
+def test_overflow_in_any_calibration_example_is_refused(target: str, tmp_path: Path) -> None:
+    """The calibration set's examples all count, not only the ``precision_samples`` run in both graphs:
+    one example of 10 whose |x| reaches 0.5 makes 'huge' 80000 (> 65504); the others stay at 16000."""
+    calm = [(np.full((8, 8), 0.1, np.float32),) for _ in range(9)]
+    data = [*calm[:6], (np.full((8, 8), -0.5, np.float32),), *calm[6:]]
+    with pytest.raises(PrecisionOverflowError) as exc:
+        cuvil.compile(_overflowing(), target, precision="fp16", calibration_dataset=data, cache_dir=str(tmp_path))
+    msg = str(exc.value)
+    assert "on the 10 calibration examples, node 'scale2' (mul): value 'huge' reaches |x| = 80000," in msg
+    m = cuvil.compile(_overflowing(), target, precision="fp16", calibration_dataset=calm, cache_dir=str(tmp_path))
+    assert m.info.precision is not None and m.info.precision["overflows"] == []
+
+
 def test_overflow_allowed_is_recorded() -> None:
     m = cuvil.compile(_overflowing(), "ref", precision="fp16", allow_overflow=True)
     assert m.info.precision is not None
@@ -392,6 +406,13 @@ def test_half_epilogues_fuse_and_round_as_the_unfused_ops(tmp_path: Path, caplog
         # one rounding of an intermediate (sigmoid, tanh: C's libm against NumPy's) moves the result by
         # a step of that intermediate's magnitude, which the output's largest one bounds here
         assert np.max(np.abs(f.astype(np.float64) - w64)) <= step * np.max(np.abs(w64)), i
+
+
+def test_torch_samples_that_require_grad_are_read() -> None:
+    torch = pytest.importorskip("torch")
+    x = torch.randn(4, 32, requires_grad=True)
+    m = cuvil.compile(_mlp(), "ref", precision="fp16", calibration_dataset=[(x,), (x * 2,)])
+    assert m.info.precision is not None and m.info.precision["samples"] == 2
 
 
 def test_samples_of_the_wrong_element_type_are_refused() -> None:
