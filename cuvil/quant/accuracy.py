@@ -171,7 +171,7 @@ def reduced_peaks(reference: Graph, names: Sequence[str], calib: CalibrationSet,
                   options: RunnerOptions | None = None) -> dict[str, float]:
     """The largest finite |x| of each named top-level value of the float32 ``reference`` over every
     feed of ``calib``, run on the calibration runner (a native build where a C compiler runs)."""
-    from cuvil.quant.calibrate import RunnerOptions, batched_feeds, calibration_runner
+    from cuvil.quant.calibrate import RunnerOptions, batched_feeds, calibration_runner, confirm_batch_axis
 
     wanted = set(names)
     watched = [o for n in reference.nodes if n.op != "constant" for o in n.outputs
@@ -180,8 +180,9 @@ def reduced_peaks(reference: Graph, names: Sequence[str], calib: CalibrationSet,
         return {}
     options = options or RunnerOptions()
     runner = calibration_runner(reference, watched, options)
+    calib = confirm_batch_axis(reference, calib, runner)
     peaks = dict.fromkeys((v.name for v in watched), 0.0)
-    for feed in batched_feeds(reference, calib.feeds, options.batch):
+    for feed in batched_feeds(reference, calib.feeds, options.batch, calib.batch_axis):
         for v, a in zip(watched, runner.run(feed)):
             a64 = np.abs(a.astype(np.float64))
             peaks[v.name] = max(peaks[v.name], float(np.max(a64, initial=0.0, where=np.isfinite(a64))))

@@ -47,7 +47,7 @@ from cuvil.errors import CuvilError, InputError
 from cuvil.ir.assumptions import graph_assumptions
 from cuvil.ir.graph import Graph, Node, Value
 from cuvil.ir.symbolic import DimExpr
-from cuvil.quant.data import CalibrationSet, batch_dim
+from cuvil.quant.data import CalibrationDataError, CalibrationSet, batch_dim
 from cuvil.quant.observers import METHODS, CalibrationError, TensorObserver, histogram_kind
 from cuvil.runtime.guards import bind_inputs
 
@@ -72,7 +72,7 @@ def symbol_extents(graph: Graph, calib: CalibrationSet) -> list[dict[str, int]]:
         try:
             out.append(bind_inputs(names, types, list(feed), graph.symbols, checks))
         except InputError as exc:
-            raise CoverageError(f"calibration feed {i} does not fit the model: {exc}") from None
+            raise CalibrationDataError(f"calibration feed {i} does not fit the model: {exc}") from None
     return out
 
 
@@ -89,7 +89,7 @@ def check_coverage(graph: Graph, calib: CalibrationSet) -> None:
     the one value seen and the declared range, and says to either calibrate across the
     range or fix the dim to the value calibrated (``dims={name: value}``)."""
     envs = symbol_extents(graph, calib)
-    bdim = batch_dim(graph)
+    bdim = batch_dim(graph) if calib.batch_axis else None
     batch = next(iter(bdim.symbols())) if isinstance(bdim, DimExpr) else None
     for name, info in sorted(graph.symbols.items()):
         if name == batch or (info.min is not None and info.min == info.max):
@@ -128,6 +128,7 @@ class CalibrationRunner:
     feeds: int = 0
     batch: int = 1  # the most examples merged into one call
     seconds: float = 0.0
+    watched: tuple[str, ...] = ()  # the names of the tensors ``run`` returns
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"runner": self.kind, "feeds": self.feeds, "batch": self.batch, "calls": self.calls,
@@ -176,7 +177,7 @@ def _native_runner(graph: Graph, watched: Sequence[Value], options: RunnerOption
     log.info("calibration runs on a native build of the float32 graph tapped at %d tensors (%s, %.2f s)",
              len(watched), "build cache hit" if model.info.cached else "built", seconds)
     return CalibrationRunner("native", lambda feed: [np.asarray(a) for a in model(*feed)], build_seconds=seconds,
-                             cached=model.info.cached)
+                             cached=model.info.cached, watched=tuple(v.name for v in watched))
 
 
 def _reference_runner(graph: Graph, watched: Sequence[Value], why: str) -> CalibrationRunner:
@@ -198,15 +199,84 @@ def _reference_runner(graph: Graph, watched: Sequence[Value], why: str) -> Calib
                                    "(a value only control flow reaches)")
         return [a for a in got if a is not None]
 
-    return CalibrationRunner("reference", run, why=why)
+    return CalibrationRunner("reference", run, why=why, watched=tuple(v.name for v in watched))
 
 
-def batched_feeds(graph: Graph, feeds: Sequence[Feed], batch: int) -> list[Feed]:
+def confirm_batch_axis(graph: Graph, calib: CalibrationSet, runner: CalibrationRunner) -> CalibrationSet:
+    """``calib``, or its samples without a batch axis (each one example, nothing split or merged) when
+    axis 0 of the inputs is a symbol along which examples do not run independently: a sequence-first
+    model (``[seq, batch, d]``, ``[seq, d]``) has a symbolic axis 0 too, and counting, splitting or
+    concatenating its samples along it would calibrate on sequences no input holds.
+
+    The probe: the first feed's rows (or the first two feeds' together) run as one call and as two,
+    on ``runner``; along a batch axis every watched tensor of the one call is the two calls' results
+    concatenated along axis 0 (or, where it has no batch rows, the same).  One mismatch and axis 0
+    is not a batch.  Where no probe fits (one example in all), ``calib`` is kept."""
+    if not calib.batch_axis or not isinstance(batch_dim(graph), DimExpr) or runner.kind == "none":
+        return calib
+    symbol_extents(graph, calib)  # every feed fits the model's contract, or the error says which does not
+    probe = _probe_feeds(graph, calib.feeds)
+    if probe is None:
+        return calib
+    whole, parts = probe
+    got = runner.run(whole)
+    split = [runner.run(p) for p in parts]
+    runner.calls += 3
+    for v, a, pieces in zip(runner.watched, got, zip(*split)):
+        if not _rows_concatenate(a, pieces):
+            log.info("calibration: axis 0 of the inputs is not a batch axis (tensor %r of %d rows differs from "
+                     "its rows run apart): each sample counts as one example, nothing is split or merged",
+                     v, int(whole[0].shape[0]))
+            return calib.without_batch_axis()
+    return calib
+
+
+def _probe_feeds(graph: Graph, feeds: Sequence[Feed]) -> tuple[Feed, tuple[Feed, Feed]] | None:
+    if not feeds:
+        return None
+    first = feeds[0]
+    n = int(first[0].shape[0])
+    if n >= 2:
+        return first, (tuple(a[:n // 2] for a in first), tuple(a[n // 2:] for a in first))
+    if len(feeds) < 2 or any(a.shape[1:] != b.shape[1:] for a, b in zip(first, feeds[1])):
+        return None
+    whole = tuple(np.concatenate([a, b]) for a, b in zip(first, feeds[1]))
+    try:
+        bind_inputs([v.name for v in graph.inputs], [v.type for v in graph.inputs], list(whole), graph.symbols,
+                    tuple(graph_assumptions(graph)))
+    except InputError:  # the model takes no two examples at once
+        return None
+    return whole, (first, feeds[1])
+
+
+def _rows_concatenate(whole: np.ndarray, pieces: Sequence[np.ndarray]) -> bool:
+    """Whether ``whole`` is ``pieces`` concatenated along axis 0, or, for a tensor without rows that
+    depend on the batch, the same as each of them."""
+    if whole.ndim and all(p.ndim == whole.ndim and p.shape[1:] == whole.shape[1:] for p in pieces) and \
+            sum(p.shape[0] for p in pieces) == whole.shape[0]:
+        return _close(np.concatenate(list(pieces)), whole)
+    return all(_close(p, whole) for p in pieces)
+
+
+def _close(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal up to float rounding (native builds give the same bits; the reference interpreter's BLAS
+    may round a batch differently)."""
+    if a.shape != b.shape:
+        return False
+    if not np.issubdtype(a.dtype, np.floating):
+        return bool(np.array_equal(a, b))
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    scale = float(np.max(np.abs(b64), initial=0.0, where=np.isfinite(b64)))
+    return bool(np.allclose(a64, b64, rtol=1e-4, atol=1e-6 * scale, equal_nan=True))
+
+
+def batched_feeds(graph: Graph, feeds: Sequence[Feed], batch: int, batch_axis: bool = True) -> list[Feed]:
     """``feeds`` with consecutive ones concatenated along the batch dim into calls of at most ``batch``
-    examples (and the batch symbol's declared maximum), where that dim is a symbol and the feeds'
-    other dims agree.  Feeds larger than that are left as they are."""
+    examples (and the batch symbol's declared maximum), where that dim is a symbol, the calibration
+    set has a batch axis (``batch_axis``, see :func:`confirm_batch_axis`) and the feeds' other dims
+    agree.  Feeds larger than that are left as they are."""
     bdim = batch_dim(graph)
-    if batch <= 1 or not isinstance(bdim, DimExpr):
+    if batch <= 1 or not batch_axis or not isinstance(bdim, DimExpr):
         return list(feeds)
     (sym,) = bdim.symbols()
     info = graph.symbols.get(sym)
@@ -276,9 +346,10 @@ def observe(graph: Graph, tensors: Sequence[Value], calib: CalibrationSet, metho
     feeds: list[Feed] = list(calib.feeds[:1])
     if feeds:
         tapped = call(feeds[0], observe_range)
-        examples = int(feeds[0][0].shape[0]) if isinstance(batch_dim(graph), DimExpr) else 1
-        runner.batch = min(options.batch, max(1, CALL_BYTES * max(examples, 1) // max(tapped, 1)))
-    rest = batched_feeds(graph, calib.feeds[1:], runner.batch)
+        batched = calib.batch_axis and isinstance(batch_dim(graph), DimExpr)
+        examples = int(feeds[0][0].shape[0]) if batched else 1
+        runner.batch = min(options.batch, max(1, CALL_BYTES * max(examples, 1) // max(tapped, 1))) if batched else 1
+    rest = batched_feeds(graph, calib.feeds[1:], runner.batch, calib.batch_axis)
     for feed in rest:
         call(feed, observe_range)
     feeds += rest

@@ -13,7 +13,11 @@ Accepted forms, each item of which is one call of the model (a *feed*):
 
 **Batches.**  The model's *batch axis* is axis 0 of its inputs when every input has
 rank >= 1 and the same axis-0 dim, which is either a symbol or the number 1 (a model
-exported at batch 1).  With a batch axis, a sample counts as many examples as its
+exported at batch 1), and, for a symbol, when examples along it run independently: a
+sequence-first model (``[seq, batch, d]``, ``[seq, d]``) also has a symbolic axis 0, so
+calibration checks it on the first samples before it counts or merges anything along it
+(``cuvil.quant.calibrate.confirm_batch_axis``; without a batch axis every sample is one
+example).  With a batch axis, a sample counts as many examples as its
 axis-0 extent, and a batch larger than the model takes is split along axis 0 into
 the largest pieces it accepts (a model of batch 1 is fed one example at a time; a
 symbolic batch of at most ``M`` in pieces of ``M``).  Splitting never changes what
@@ -49,6 +53,17 @@ class CalibrationSet:
     feeds: tuple[tuple[np.ndarray, ...], ...]
     examples: int
     batch_axis: bool  # whether examples were counted along a batch axis (else one per feed)
+    pieces: tuple[int, ...] = ()  # the feeds each sample was split into, in order (empty: one each)
+
+    def without_batch_axis(self) -> CalibrationSet:
+        """The same samples, each one example of one feed: for a model whose axis 0 turned out not to
+        be a batch (``cuvil.quant.calibrate.confirm_batch_axis``)."""
+        if any(k > 1 for k in self.pieces):
+            i = next(i for i, k in enumerate(self.pieces) if k > 1)
+            raise CalibrationDataError(
+                f"calibration sample {i} was split along axis 0 to fit the model, but axis 0 is not a batch "
+                "axis (examples along it do not run independently): give samples the model takes whole")
+        return CalibrationSet(self.feeds, len(self.feeds), False)
 
 
 def batch_dim(graph: Graph) -> Dim | None:
@@ -86,6 +101,7 @@ def calibration_set(dataset: Any, graph: Graph) -> CalibrationSet:
     samples = _samples(dataset, graph)
     bdim = batch_dim(graph)
     feeds: list[tuple[np.ndarray, ...]] = []
+    pieces: list[int] = []
     examples = 0
     for i, sample in enumerate(samples):
         arrays = _sample_arrays(sample, graph, i)
@@ -105,7 +121,8 @@ def calibration_set(dataset: Any, graph: Graph) -> CalibrationSet:
         examples += n
         piece = _piece(graph, bdim, n)
         feeds.extend(tuple(a[s:s + piece] for a in arrays) for s in range(0, n, piece))
-    return CalibrationSet(tuple(feeds), examples, bdim is not None)
+        pieces.append(-(-n // piece))
+    return CalibrationSet(tuple(feeds), examples, bdim is not None, tuple(pieces))
 
 
 def _piece(graph: Graph, bdim: Dim, n: int) -> int:

@@ -74,7 +74,14 @@ from cuvil.ops.registry import get
 from cuvil.passes.base import Pass
 from cuvil.passes.fold_qdq import fold_float_products
 from cuvil.quant.accuracy import Dequantize, PrecisionReport
-from cuvil.quant.calibrate import RunnerOptions, check_coverage, observe
+from cuvil.quant.calibrate import (
+    CalibrationRunner,
+    RunnerOptions,
+    calibration_runner,
+    check_coverage,
+    confirm_batch_axis,
+    observe,
+)
 from cuvil.quant.data import CalibrationSet, calibration_set
 from cuvil.quant.observers import (
     METHODS,
@@ -313,6 +320,14 @@ def post_training_quantize(graph: Graph, dataset: Any, options: QuantOptions,
     returned."""
     t0 = time.perf_counter()
     calib = dataset if isinstance(dataset, CalibrationSet) else load_calibration(dataset, graph, options)
+    nodes, skipped = plan(graph, options.per_channel)
+    integer = _integer_ops(graph, nodes)
+    acts = _activations(graph, nodes, integer)
+    computed = [v for v in acts if v not in set(graph.inputs)]
+    runner_options = runner or RunnerOptions()
+    run = (calibration_runner(graph, computed, runner_options) if computed else
+           CalibrationRunner("none", lambda feed: [], why="only graph inputs are observed"))
+    calib = confirm_batch_axis(graph, calib, run)  # a symbolic axis 0 may be a sequence, not a batch
     need = MIN_SAMPLES if options.min_samples is None else options.min_samples
     if calib.examples < need:
         how = ("give more samples" if options.min_samples is not None else
@@ -322,10 +337,8 @@ def post_training_quantize(graph: Graph, dataset: Any, options: QuantOptions,
                                 f"{how}")
     check_coverage(graph, calib)
     report = QuantReport(options, calib.examples, len(calib.feeds))
-    nodes, report.skipped = plan(graph, options.per_channel)
-    integer = _integer_ops(graph, nodes)
-    acts = _activations(graph, nodes, integer)
-    observers, ran = observe(graph, acts, calib, options.method, options.symmetric, runner)
+    report.skipped = skipped
+    observers, ran = observe(graph, acts, calib, options.method, options.symmetric, runner_options, run)
     report.runner = ran.to_json()
     params: dict[Value, QParams] = {}
     one_sided: list[str] = []  # "name [min, max]" of the tensors that got the one-sided warning

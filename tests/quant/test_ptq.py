@@ -81,6 +81,41 @@ def test_batched_samples_count_their_examples() -> None:
     assert m.info.precision is not None and m.info.precision["quantization"]["examples"] == 64
 
 
+def _sequence_first() -> Graph:
+    """x[seq, 4] -> x - mean over the sequence -> matmul -> relu -> matmul: axis 0 is symbolic but no batch."""
+    b = Builder()
+    x = b.input("x", TensorType(DType.f32, (DimExpr.symbol("seq"), 4)))
+    m = b.add1("reduce_mean", [x, b.constant(np.array([0], np.int64))], {"keepdims": 1}, names=["mean"])
+    c = b.add1("sub", [x, m], names=["centered"])
+    rng = np.random.default_rng(0)
+    h = b.add1("matmul", [c, b.constant(rng.standard_normal((4, 8)).astype(np.float32))], names=["h"])
+    r = b.add1("relu", [h], names=["r"])
+    b.output(b.add1("matmul", [r, b.constant(rng.standard_normal((8, 2)).astype(np.float32))], names=["y"]))
+    b.graph.symbols["seq"] = SymbolInfo("seq", 1, 64)
+    return b.graph
+
+
+@pytest.mark.parametrize("target", ["ref", "native"])
+def test_a_sequence_first_axis_is_not_taken_for_a_batch(target: str, tmp_path: Path) -> None:
+    """Sequences are neither counted as examples row by row nor concatenated into longer ones: each
+    calibrates alone, so the range of 'centered' is the largest any one sequence reaches."""
+    rng = np.random.default_rng(1)
+    data = [((i * 10.0 + rng.standard_normal((3 + i % 5, 4))).astype(np.float32),) for i in range(64)]
+    m = cuvil.compile(_sequence_first(), target, quant_dtype="int8", calibration_dataset=data,
+                      cache_dir=str(tmp_path))
+    assert m.info.precision is not None
+    q = m.info.precision["quantization"]
+    assert q["examples"] == 64 and q["feeds"] == 64 and q["runner"]["batch"] == 1
+    true = max(float(np.abs(x - x.mean(0, keepdims=True)).max()) for (x,) in data)
+    assert q["activations"]["centered"]["range"][1] == pytest.approx(true, rel=1e-5)
+    with pytest.raises(QuantizationError, match="int8 calibration got 13 samples, fewer than the 64 required"):
+        cuvil.compile(_sequence_first(), target, quant_dtype="int8", calibration_dataset=data[:13],
+                      cache_dir=str(tmp_path))
+    with pytest.raises(CoverageError, match="every sample has seq=5"):  # the sequence length is a declared range
+        cuvil.compile(_sequence_first(), target, quant_dtype="int8", cache_dir=str(tmp_path),
+                      calibration_dataset=[x for x in data if x[0].shape[0] == 5] * 6)
+
+
 def test_calibration_that_never_varies_a_declared_dim_is_refused() -> None:
     data = _vectors(64, (1, 16, 8))
     with pytest.raises(CoverageError, match=r"never exercises the range of symbolic dim 'seq': every sample has "
