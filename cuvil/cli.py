@@ -103,6 +103,10 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     from cuvil.frontends.onnx.importer import find_importer
     from cuvil.ir.printer import format_type, print_graph
 
+    if args.model is None and args.precision not in (None, "", "fp16", "bf16", "int8"):
+        args.model, args.precision = args.precision, ""  # `inspect --precision ART`: the value is the model
+    if args.model is None:
+        raise CuvilError("inspect needs a MODEL: an ONNX file (or, with --precision, a saved artifact's folder)")
     if args.precision is not None:
         return _inspect_precision(args)
     proto, _ = read_model(args.model)
@@ -147,15 +151,23 @@ def _inspect_precision(args: argparse.Namespace) -> int:
 
     path = Path(args.model)
     if path.is_dir():
+        if not (path / "meta.json").is_file():
+            raise CuvilError(f"{path} is not a saved model: it holds no meta.json")
         meta = json.loads((path / "meta.json").read_text())
         data = meta.get("compile", {}).get("precision")
         if data is None:
             raise CuvilError(f"{path} was compiled in float32: it has no precision report")
         report = PrecisionReport.from_json(data)
+        if args.precision and args.precision != report.precision:
+            raise CuvilError(f"{path} was compiled at precision {report.precision}, not {args.precision}: its report "
+                             f"is printed by --precision alone or --precision {report.precision}")
     else:
         import cuvil
 
-        m = cuvil.compile(str(path), target="ref", precision=args.precision)
+        if args.precision == "int8":
+            raise CuvilError("an int8 report needs calibration data: compile with `cuvil compile --quantize int8 "
+                             "--calibration DIR -o ART`, then run `cuvil inspect --precision ART`")
+        m = cuvil.compile(str(path), target="ref", precision=args.precision or "fp16")
         assert m.info.precision is not None
         report = PrecisionReport.from_json(m.info.precision)
     print(format_report(report, args.top))
@@ -396,12 +408,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     i = sub.add_parser("inspect", help="print a model's graph summary and op coverage")
-    i.add_argument("model", help="an ONNX model file")
+    i.add_argument("model", nargs="?", help="an ONNX model file (with --precision: or a saved artifact's folder)")
     i.add_argument("--ir", action="store_true", help="print the Cuvil IR text")
     i.add_argument("--full", action="store_true", help="with --ir, print every constant (parsable text)")
-    i.add_argument("--precision", nargs="?", const="fp16", metavar="fp16|bf16",
-                   help="the worst layers of a reduced-precision artifact's accuracy report, or of compiling "
-                        "MODEL at that precision (default fp16)")
+    i.add_argument("--precision", nargs="?", const="", metavar="fp16|bf16|int8",
+                   help="the worst layers of a reduced-precision or int8 artifact's accuracy report (the value, "
+                        "when given, must be the artifact's), or of compiling MODEL at fp16 or bf16 (default "
+                        "fp16)")
     i.add_argument("--top", type=int, default=10, help="with --precision, how many layers to print")
     i.set_defaults(fn=_cmd_inspect)
 

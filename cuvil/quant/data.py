@@ -122,6 +122,8 @@ def calibration_set(dataset: Any, graph: Graph) -> CalibrationSet:
         piece = _piece(graph, bdim, n)
         feeds.extend(tuple(a[s:s + piece] for a in arrays) for s in range(0, n, piece))
         pieces.append(-(-n // piece))
+    if not feeds:
+        raise CalibrationDataError("the calibration dataset holds no samples")
     return CalibrationSet(tuple(feeds), examples, bdim is not None, tuple(pieces))
 
 

@@ -120,6 +120,9 @@ class QuantOptions:
         if self.method not in METHODS:
             raise QuantizationError(f"calibration={self.method!r} is not a calibration method; choose one of "
                                     f"{', '.join(METHODS)}")
+        for name, flag in (("symmetric", self.symmetric), ("per_channel", self.per_channel)):
+            if not isinstance(flag, bool | np.bool_):
+                raise QuantizationError(f"{name}={flag!r} must be True or False")
         if not 50.0 < self.percentile <= 100.0:
             raise QuantizationError(f"percentile={self.percentile} must be in (50, 100]")
         if self.min_samples is not None and (isinstance(self.min_samples, bool) or not isinstance(
@@ -332,7 +335,8 @@ def post_training_quantize(graph: Graph, dataset: Any, options: QuantOptions,
     if calib.examples < need:
         how = ("give more samples" if options.min_samples is not None else
                f"give at least {MIN_SAMPLES} samples (ranges from fewer rarely hold on unseen inputs), or accept "
-               f"the risk explicitly with min_calibration_samples={max(calib.examples, 1)}")
+               f"the risk explicitly with min_calibration_samples={calib.examples} (on the command line: "
+               f"--min-calibration-samples {calib.examples})")
         raise QuantizationError(f"int8 calibration got {calib.examples} samples, fewer than the {need} required: "
                                 f"{how}")
     check_coverage(graph, calib)

@@ -66,9 +66,17 @@ def test_int8_without_calibration_data_is_refused() -> None:
         cuvil.compile(_mlp(), "ref", quant_dtype="int8")
 
 
+def test_an_empty_calibration_dataset_is_refused() -> None:
+    from cuvil.quant.data import CalibrationDataError
+
+    with pytest.raises(CalibrationDataError, match="the calibration dataset holds no samples"):
+        cuvil.compile(_mlp(), "ref", quant_dtype="int8", calibration_dataset=iter([]), min_calibration_samples=1)
+
+
 def test_fewer_than_64_samples_are_refused_unless_overridden() -> None:
     with pytest.raises(QuantizationError, match=r"got 10 samples, fewer than the 64 required: give at least 64 samples"
-                                                r".*min_calibration_samples=10"):
+                                                r".*min_calibration_samples=10 \(on the command line: "
+                                                r"--min-calibration-samples 10\)"):
         cuvil.compile(_mlp(), "ref", quant_dtype="int8", calibration_dataset=_vectors(10))
     m = cuvil.compile(_mlp(), "ref", quant_dtype="int8", calibration_dataset=_vectors(10), min_calibration_samples=10)
     assert m.info.precision is not None and m.info.precision["quantization"]["examples"] == 10
@@ -132,6 +140,8 @@ def test_calibration_that_never_varies_a_declared_dim_is_refused() -> None:
     ({"quant_dtype": "int8", "calibration": "mse"}, "calibration='mse' is not a calibration method"),
     ({"quant_dtype": "int8", "passes": "dce"}, "cannot be combined with passes="),
     ({"quant_dtype": "int8", "precision": "fp16"}, "cannot be combined"),
+    ({"quant_dtype": "int8", "symmetric": "no"}, "symmetric='no' must be True or False"),
+    ({"quant_dtype": "int8", "per_channel": "False"}, "per_channel='False' must be True or False"),
 ])
 def test_bad_options_are_refused(kw: dict[str, Any], message: str) -> None:
     with pytest.raises(QuantizationError, match=message):
@@ -414,6 +424,13 @@ def test_cli_compile_quantize_with_npz_folder(tmp_path: Path, capsys: pytest.Cap
     meta = json.loads((out / "meta.json").read_text())
     assert meta["compile"]["precision"]["quantization"]["calibration"] == "entropy"
     assert meta["compile"]["precision"]["quantization"]["examples"] == 64
+    # the artifact's report, its integer layers included: `inspect --precision ART` and `--precision int8 ART`
+    for argv in (["inspect", "--precision", str(out)], ["inspect", str(out), "--precision", "int8", "--top", "20"]):
+        assert main(argv) == 0
+        printed = capsys.readouterr().out
+        assert printed.startswith("precision: int8, 2 samples") and "qlinear_conv" in printed, printed
+    assert main(["inspect", "--precision", "fp16", str(out)]) == 2
+    assert "was compiled at precision int8, not fp16" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["compile", TINY, "--quantize", "int4", "--calibration", str(calib)])
     assert main(["compile", TINY, "-t", "ref", "--calibration", str(calib)]) == 2
