@@ -130,3 +130,32 @@ def test_generic_matches_onnxruntime(models: dict[str, Path], key: str, tmp_path
 def test_wasm32_matches_onnxruntime(models: dict[str, Path], tmp_path: Path) -> None:
     _check(models["cnn-pc-s8"], "wasm32", str(tmp_path))
     _check(models["mlp-pt-u8"], "wasm32", str(tmp_path))
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_dynamically_quantized_models_match_onnxruntime(per_channel: bool, tmp_path: Path) -> None:
+    """onnxruntime's ``quantize_dynamic`` (DynamicQuantizeLinear and MatMulInteger): activations are
+    quantized at run time from their own ranges, so there is no output scale to count steps in; the
+    result is compared, to float32 rounding, with ONNX's reference evaluator, and with onnxruntime on
+    VNNI CPUs (without VNNI its u8s8 MatMulInteger saturates, optimized or not: 0.07 off here)."""
+    import onnx
+    from onnx.reference import ReferenceEvaluator
+
+    torch.manual_seed(0)
+    fp32, path = tmp_path / "mlp.onnx", tmp_path / "mlp-dyn.onnx"
+    torch.onnx.export(_MLP().eval(), torch.zeros(SHAPES["mlp"]), str(fp32), input_names=["x"], output_names=["y"],
+                      dynamo=False, opset_version=17)
+    quantization.quantize_dynamic(str(fp32), str(path), per_channel=per_channel,
+                                  weight_type=quantization.QuantType.QInt8)
+    model = onnx.load(str(path))
+    ops = {n.op_type for n in model.graph.node}
+    assert {"DynamicQuantizeLinear", "MatMulInteger"} <= ops, ops
+    x = np.random.default_rng(5).standard_normal(SHAPES["mlp"]).astype(np.float32) * 1.5
+    wants = {"onnx.reference": ReferenceEvaluator(model).run(None, {"x": x})[0]}
+    if _VNNI:
+        wants["onnxruntime"] = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    for target in ("ref", "native"):
+        got = cuvil.compile(str(path), target=target, cache_dir=str(tmp_path))(x)[0]
+        for who, want in wants.items():
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()),
+                                       err_msg=f"{target} against {who}")
