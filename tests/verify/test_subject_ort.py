@@ -47,9 +47,13 @@ def test_precision_and_layerwise_judge_the_session_against_the_float64_reference
     lw = by["layerwise"]
     assert lw.status is Status.PASS and lw.details["oracle"] == "reference interpreter (float64)"
     assert lw.figures["layers"] >= 3 and lw.details["tap_changed_outputs"] == []
-    # the layers are ORT's fusion boundaries: its fused conv+relu computes r1 directly
+    # the layers are the model's values that ORT's optimised graph still computes: which depends on the
+    # CPU (a fused conv+relu computes r1 directly; the NCHWc blocks it uses on some CPUs hide it)
+    import onnx
+
+    model_values = {o for n in onnx.load(str(TINY_CNN)).graph.node for o in n.output}
     values = [e["value"] for e in lw.details["series"]]
-    assert "r1" in values and values[-1] == "probs"
+    assert set(values) <= model_values and values[-1] == "probs"
 
 
 def test_latency_is_decomposed_by_onnxruntime_s_profiler(ort_report: cuvil.verify.Report, tmp_path: Path) -> None:
