@@ -43,6 +43,31 @@ static inline void cuvil_qconv_req_avx512(const cuvil_qg_output *o, float m, int
                                 _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1));
     }
 }
+#elif defined(__AVX2__)
+/* The same on AVX2, 16 at a time: writes up to 15 bytes past n (the callers' slack) when `full`,
+ * else the last partial step goes through a buffer; reads up to 15 sums past n only when `full`. */
+static inline void cuvil_qconv_req_avx2(const cuvil_qg_output *o, float m, int32_t b, const int32_t *acc, int64_t n,
+                                        uint8_t *y, int full) {
+    const __m256 vm = _mm256_set1_ps(m), vlo = _mm256_set1_ps((float)(o->lo - o->zp));
+    const __m256 vhi = _mm256_set1_ps((float)(o->hi - o->zp));
+    const __m256i vb = _mm256_set1_epi32(b), vzp = _mm256_set1_epi32(o->zp);
+    const int nan = cuvil_qnonfinite(&m, 1, 1);
+    int64_t i = 0;
+    for (; i + 16 <= n || (full && i < n); i += 16) {
+        const __m256i v0 = _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(acc + i)), vb);
+        const __m256i v1 = _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(acc + i + 8)), vb);
+        _mm_storeu_si128((__m128i *)(y + i), cuvil_qreq16_avx2(v0, v1, vm, vm, vlo, vhi, vzp, nan, o->yq_signed));
+    }
+    if (i < n) {
+        int32_t a[16] = {0};
+        uint8_t q[16];
+        memcpy(a, acc + i, sizeof(int32_t) * (size_t)(n - i));
+        const __m256i v0 = _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)a), vb);
+        const __m256i v1 = _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(a + 8)), vb);
+        _mm_storeu_si128((__m128i *)q, cuvil_qreq16_avx2(v0, v1, vm, vm, vlo, vhi, vzp, nan, o->yq_signed));
+        memcpy(y + i, q, (size_t)(n - i));
+    }
+}
 #endif
 
 /* The requantization of one output run (cuvil_qg_epilogue's arithmetic on one row): acc holds
@@ -56,6 +81,9 @@ static inline void cuvil_qconv_store(const cuvil_qg_output *o, int64_t ch, const
     const float m = o->mult[ch * o->mult_rs];
 #if defined(__AVX512BW__)
     cuvil_qconv_req_avx512(o, m, b, acc, n, (uint8_t *)o->yq + at);
+    return;
+#elif defined(__AVX2__)
+    cuvil_qconv_req_avx2(o, m, b, acc, n, (uint8_t *)o->yq + at, 0);
     return;
 #endif
     const float lo = (float)(o->lo - o->zp), hi = (float)(o->hi - o->zp);
@@ -188,6 +216,41 @@ static void cuvil_qdw_taps_avx512(const cuvil_qdw_job *j, const int16_t *plane, 
             }
             _mm512_storeu_si512((void *)(acc + i), _mm512_permutex2var_epi32(lo, i0, hi));
             _mm512_storeu_si512((void *)(acc + i + 16), _mm512_permutex2var_epi32(lo, i1, hi));
+        }
+        off += 2 * np;
+        wpair += np;
+    }
+}
+#endif
+
+#if defined(__AVX2__) && !defined(__AVX512BW__)
+/* cuvil_qdw_taps_avx512's arithmetic on 16 sums at a time (two 8-lane int32 vectors): vpunpck{l,h}wd
+ * interleave two taps' int16 values within 128-bit lanes, so the two vectors hold positions
+ * {0-3, 8-11} and {4-7, 12-15}; vperm2i128 puts them back in order.  Reads run up to 15 elements
+ * past the last sum's taps (into the plane's zeroed slack); up to 15 sums past n are written. */
+static void cuvil_qdw_taps_avx2(const cuvil_qdw_job *j, const int16_t *plane, int64_t oc, int64_t n, int32_t *acc) {
+    const int64_t taps = j->g->k[0] * j->g->k[1];
+    const int32_t *wpair = j->wpair + oc * j->npairs;
+    const int64_t *off = j->poff;
+    for (int64_t t0 = 0; t0 < taps; t0 += CUVIL_QDW_MAXT) {
+        const int64_t nt = taps - t0 < CUVIL_QDW_MAXT ? taps - t0 : CUVIL_QDW_MAXT, np = (nt + 1) / 2;
+        for (int64_t i = 0; i < n; i += 16) {
+            __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
+            if (t0 > 0) { /* a later pass adds to the sums, taken back into the interleaved order */
+                const __m256i a0 = _mm256_loadu_si256((const __m256i *)(acc + i));
+                const __m256i a1 = _mm256_loadu_si256((const __m256i *)(acc + i + 8));
+                lo = _mm256_permute2x128_si256(a0, a1, 0x20);
+                hi = _mm256_permute2x128_si256(a0, a1, 0x31);
+            }
+            for (int64_t p = 0; p < np; p++) {
+                const __m256i xa = _mm256_loadu_si256((const __m256i *)(plane + off[2 * p] + i));
+                const __m256i xb = _mm256_loadu_si256((const __m256i *)(plane + off[2 * p + 1] + i));
+                const __m256i w = _mm256_set1_epi32(wpair[p]);
+                lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(xa, xb), w));
+                hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(xa, xb), w));
+            }
+            _mm256_storeu_si256((__m256i *)(acc + i), _mm256_permute2x128_si256(lo, hi, 0x20));
+            _mm256_storeu_si256((__m256i *)(acc + i + 8), _mm256_permute2x128_si256(lo, hi, 0x31));
         }
         off += 2 * np;
         wpair += np;
@@ -361,6 +424,8 @@ static void cuvil_qdw_task(void *ctx, int64_t task, int tid) {
     const int64_t n = (OH - 1) * PWp + OW;
 #if defined(__AVX512BW__)
     cuvil_qdw_taps_avx512(j, plane, oc, n, acc);
+#elif defined(__AVX2__)
+    cuvil_qdw_taps_avx2(j, plane, oc, n, acc);
 #else
     const int32_t wz = j->wzp[oc * j->wzstep];
     const int64_t KH = g->k[0], KW = g->k[1];
@@ -387,6 +452,15 @@ static void cuvil_qdw_task(void *ctx, int64_t task, int tid) {
                 _mm512_mask_storeu_epi8(y + oy * OW, km, _mm512_maskz_loadu_epi8(km, run + oy * PWp));
         } else
             for (int64_t oy = 0; oy < OH; oy++) memcpy(y + oy * OW, run + oy * PWp, (size_t)OW);
+        return;
+    }
+#elif defined(__AVX2__)
+    if (!j->out->y32) { /* the whole run at once, then its rows */
+        const cuvil_qg_output *o = j->out;
+        uint8_t *run = (uint8_t *)(acc + OH * PWp + CUVIL_QDW_SLACK);
+        cuvil_qconv_req_avx2(o, o->mult[oc * o->mult_rs], o->bias ? o->bias[oc * o->bias_rs] : 0, acc, n, run, 1);
+        uint8_t *y = (uint8_t *)o->yq + y0;
+        for (int64_t oy = 0; oy < OH; oy++) memcpy(y + oy * OW, run + oy * PWp, (size_t)OW);
         return;
     }
 #endif
@@ -424,7 +498,7 @@ static int cuvil_qconv_depthwise(const cuvil_conv_geom *g, const void *x, int x_
     }
     j.toff = toff, j.poff = poff, j.npairs = npairs, j.wpair = NULL;
     int32_t *wown = NULL;
-#if defined(__AVX512BW__)
+#if defined(__AVX2__)
     /* the weight pairs: cached with the model when the weights are constants and their zero points
        all 0 (symmetric weights; zero points come in a per-call buffer, so other values are not a
        key the cache can trust), else made for this call */

@@ -271,14 +271,40 @@ static inline __m128i cuvil_qreq16(__m512i v, __m512 m, __m512 lo, __m512 hi, __
     return _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(f), zp));
 }
 
+static inline __mmask16 cuvil_qmask16(int64_t n) { return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u); }
+#elif defined(__AVX2__)
+/* The same arithmetic on 16 lanes held in two 8-lane vectors (AVX2), narrowed to 16 bytes in order:
+ * vpackssdw (the lanes are within [lo, hi] plus zp, so nothing saturates) interleaves the two
+ * vectors' 128-bit halves, vpermq undoes that, and vpacksswb / vpackuswb make the bytes. */
+static inline __m128i cuvil_qreq16_avx2(__m256i v0, __m256i v1, __m256 m0, __m256 m1, __m256 lo, __m256 hi,
+                                        __m256i zp, int nan, int out_signed) {
+    __m256 f0 = _mm256_mul_ps(_mm256_cvtepi32_ps(v0), m0), f1 = _mm256_mul_ps(_mm256_cvtepi32_ps(v1), m1);
+    if (nan) {
+        f0 = _mm256_and_ps(f0, _mm256_cmp_ps(f0, f0, _CMP_ORD_Q));
+        f1 = _mm256_and_ps(f1, _mm256_cmp_ps(f1, f1, _CMP_ORD_Q));
+    }
+    f0 = _mm256_max_ps(_mm256_min_ps(f0, hi), lo);
+    f1 = _mm256_max_ps(_mm256_min_ps(f1, hi), lo);
+    const __m256i q0 = _mm256_add_epi32(_mm256_cvtps_epi32(f0), zp), q1 = _mm256_add_epi32(_mm256_cvtps_epi32(f1), zp);
+    const __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xD8);
+    const __m128i wl = _mm256_castsi256_si128(w), wh = _mm256_extracti128_si256(w, 1);
+    return out_signed ? _mm_packs_epi16(wl, wh) : _mm_packus_epi16(wl, wh);
+}
+
+/* Lanes l < n of an 8-lane mask (all lanes for n >= 8, none for n <= 0). */
+static inline __m256i cuvil_qmask8(int64_t n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n < 0 ? 0 : (n > 8 ? 8 : n))),
+                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+#endif
+
+#if defined(__AVX512BW__) || defined(__AVX2__)
 /* Whether any of the n floats at p (stride s) is infinite or NaN. */
 static inline int cuvil_qnonfinite(const float *p, int64_t n, int64_t s) {
     for (int64_t i = 0; i < n; i++)
         if (!(p[i * s] - p[i * s] == 0.0f)) return 1;
     return 0;
 }
-
-static inline __mmask16 cuvil_qmask16(int64_t n) { return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u); }
 #endif
 
 /* ---- micro-kernels: tile[r * NR + c] = sum over the K groups of R unit (g, r) . C unit (g, c) */
@@ -471,9 +497,72 @@ static void cuvil_qg_epilogue_v(const cuvil_qg_job *g, const int32_t *tile, int6
 }
 #endif
 
+#if !defined(__AVX512BW__) && defined(__AVX2__) && CUVIL_QG_NR == 16
+/* cuvil_qg_epilogue_v on AVX2: two 8-lane halves per row, masked loads and stores past nr (bytes
+ * past nr through a buffer: AVX2 has no byte mask). */
+static void cuvil_qg_epilogue_v(const cuvil_qg_job *g, const int32_t *tile, int64_t i0, int mr, int64_t j0, int nr) {
+    const cuvil_qg_output *o = g->out;
+    const __m256i km[2] = {cuvil_qmask8(nr), cuvil_qmask8(nr - 8)};
+    __m256i zc[2], cs[2];
+    for (int h = 0; h < 2; h++) {
+        const int64_t j = j0 + 8 * h;
+        zc[h] = g->C->zstep ? _mm256_maskload_epi32(g->C->zp + j, km[h]) : _mm256_set1_epi32(g->C->zp[0]);
+        zc[h] = _mm256_add_epi32(zc[h], _mm256_set1_epi32(g->off));
+        cs[h] = _mm256_maskload_epi32(g->csum + j, km[h]);
+    }
+    const __m256 lo = _mm256_set1_ps((float)(o->lo - o->zp)), hi = _mm256_set1_ps((float)(o->hi - o->zp));
+    const __m256i zp = _mm256_set1_epi32(o->zp);
+    const int zc_one = g->C->zstep == 0, bias_row = o->bias && !o->bias_cs;
+    for (int r = 0; r < mr; r++) {
+        const int64_t i = i0 + r;
+        const int32_t zr = g->R->zp[i * g->R->zstep];
+        const __m256i vzr = _mm256_set1_epi32(zr), vrs = _mm256_set1_epi32(g->rsum[i]);
+        const __m256i vkz = _mm256_set1_epi32((int32_t)((uint32_t)g->K * (uint32_t)zr));
+        uint32_t c = bias_row ? (uint32_t)o->bias[i * o->bias_rs] : 0u;
+        if (zc_one) c -= ((uint32_t)g->C->zp[0] + (uint32_t)g->off) * (uint32_t)g->rsum[i];
+        const __m256i vc = _mm256_set1_epi32((int32_t)c);
+        __m256i v[2];
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const int64_t j = j0 + 8 * h;
+            v[h] = _mm256_add_epi32(_mm256_load_si256((const __m256i *)(tile + r * CUVIL_QG_NR + 8 * h)), vc);
+            if (!zc_one) v[h] = _mm256_sub_epi32(v[h], _mm256_mullo_epi32(zc[h], vrs));
+            if (zr) {
+                v[h] = _mm256_sub_epi32(v[h], _mm256_mullo_epi32(vzr, cs[h]));
+                v[h] = _mm256_add_epi32(v[h], _mm256_mullo_epi32(vkz, zc[h]));
+            }
+            if (o->bias && o->bias_cs)
+                v[h] = _mm256_add_epi32(v[h], _mm256_maskload_epi32(o->bias + i * o->bias_rs + j, km[h]));
+        }
+        if (o->y32) {
+            _mm256_maskstore_epi32(o->y32 + i * o->ldy + j0, km[0], v[0]);
+            _mm256_maskstore_epi32(o->y32 + i * o->ldy + j0 + 8, km[1], v[1]);
+            continue;
+        }
+        const float *mp = o->mult + i * o->mult_rs;
+        const __m256 m0 = o->mult_cs ? _mm256_maskload_ps(mp + j0, km[0]) : _mm256_set1_ps(mp[0]);
+        const __m256 m1 = o->mult_cs ? _mm256_maskload_ps(mp + j0 + 8, km[1]) : m0;
+        if (o->yf) {
+            _mm256_maskstore_ps(o->yf + i * o->ldy + j0, km[0], _mm256_mul_ps(_mm256_cvtepi32_ps(v[0]), m0));
+            _mm256_maskstore_ps(o->yf + i * o->ldy + j0 + 8, km[1], _mm256_mul_ps(_mm256_cvtepi32_ps(v[1]), m1));
+            continue;
+        }
+        const __m128i q = cuvil_qreq16_avx2(v[0], v[1], m0, m1, lo, hi, zp, g->mult_nan, o->yq_signed);
+        uint8_t *y = (uint8_t *)o->yq + i * o->ldy + j0;
+        if (nr == 16) {
+            _mm_storeu_si128((__m128i *)y, q);
+        } else {
+            uint8_t buf[16];
+            _mm_storeu_si128((__m128i *)buf, q);
+            memcpy(y, buf, (size_t)nr);
+        }
+    }
+}
+#endif
+
 static void cuvil_qg_epilogue(const cuvil_qg_job *g, const int32_t *tile, int64_t i0, int mr, int64_t j0, int nr) {
     const cuvil_qg_output *o = g->out;
-#if defined(__AVX512BW__) && CUVIL_QG_NR == 32
+#if (defined(__AVX512BW__) && CUVIL_QG_NR == 32) || (defined(__AVX2__) && CUVIL_QG_NR == 16)
     if ((uint64_t)g->C->zstep <= 1 && (uint64_t)o->bias_cs <= 1 && (uint64_t)o->mult_cs <= 1) {
         cuvil_qg_epilogue_v(g, tile, i0, mr, j0, nr);
         return;
@@ -583,7 +672,7 @@ static CUVIL_UNUSED int cuvil_qgemm(int64_t M, int64_t N, int64_t K, const cuvil
     g.R = R, g.C = C, g.off = off, g.r_unsigned = !R->is_signed, g.out = out;
     g.nrb = (M + CUVIL_QG_RB - 1) / CUVIL_QG_RB, g.ncp = (N + CUVIL_QG_NR - 1) / CUVIL_QG_NR;
     g.mult_nan = 1;
-#if defined(__AVX512BW__)
+#if defined(__AVX512BW__) || defined(__AVX2__)
     if (out->yq) /* the multipliers are per row, per column or one */
         g.mult_nan = out->mult_rs ? cuvil_qnonfinite(out->mult, M, out->mult_rs)
                                   : cuvil_qnonfinite(out->mult, out->mult_cs ? N : 1, out->mult_cs);
