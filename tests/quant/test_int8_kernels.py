@@ -1,7 +1,8 @@
 """The int8 convolution kernels (``cuvil_qconv.h``, ``cuvil_qgemm.h``) bit for bit against Cuvil's
 reference, on the shapes their vectorized paths split differently: depthwise planes wider than a
 vector and with more taps than one pass holds, pointwise convolutions with partial tiles, zero
-points on both sides and multipliers that are not finite; and the same bytes whatever the thread
+points on both sides and multipliers that are not finite, weights within [-64, 64] (the AVX2 byte path)
+against extreme data; and the same bytes whatever the thread
 count.  Also: int8 PTQ runs a residual network's adds and max-pool on 8-bit data."""
 
 from __future__ import annotations
@@ -78,11 +79,29 @@ def _conv_graph() -> tuple[Graph, dict[str, np.ndarray]]:
         c(rng.integers(-2000, 2000, 45).astype(np.int32))]))
     outs.append(b.add1("qlinear_matmul_float", [a, _f32(b, 0.5), c(np.int8(0)), c(rng.integers(0, 256, (70, 7)).astype(
         np.uint8)), _f32(b, 0.25), c(np.uint8(128))]))
+    # weights within [-64, 64] (the AVX2 byte path's signed side): a 3x3 conv (im2col) on int8 data with
+    # per-channel weight zero points, a pointwise one on uint8 data with K = 19, and matmuls whose
+    # narrow side is the column operand, on int8 data (shifted to unsigned) and on uint8 data
+    w7 = c(rng.integers(-64, 65, (10, 6, 3, 3)).astype(np.int8))
+    outs.append(b.add1("qlinear_conv", [xi, _f32(b, 0.03), c(np.int8(-5)), w7, _f32(b, rng.uniform(0.001, 0.01, 10)),
+                                        c(rng.integers(-3, 3, 10).astype(np.int8)), _f32(b, 0.1), c(np.int8(6)),
+                                        c(rng.integers(-3000, 3000, 10).astype(np.int32))], {"pads": [1, 0, 1, 2]}))
+    w7p = c(np.where(rng.random((13, 19, 1, 1)) < 0.2, 64, rng.integers(-64, 65, (13, 19, 1, 1))).astype(np.int8))
+    outs.append(b.add1("qlinear_conv", [xu, _f32(b, 0.02), c(np.uint8(131)), w7p, _f32(b, 0.004), c(np.int8(0)),
+                                        _f32(b, 0.05), c(np.uint8(120))]))
+    b7 = c(np.where(rng.random((70, 45)) < 0.2, -64, rng.integers(-64, 65, (70, 45))).astype(np.int8))
+    outs.append(b.add1("qlinear_matmul", [a, _f32(b, 0.02), c(np.int8(3)), b7, _f32(b, rng.uniform(0.001, 0.01, 45)),
+                                          c(np.zeros(45, np.int8)), _f32(b, 0.1), c(np.int8(-7)),
+                                          c(rng.integers(-2000, 2000, 45).astype(np.int32))]))
+    au = b.input("au", TensorType(DType.u8, (9, 70)))
+    outs.append(b.add1("matmul_integer", [au, b7, c(np.uint8(200)), c(rng.integers(-2, 2, 45).astype(np.int8))]))
     b.output(*outs)
     inputs = {"xi": rng.integers(-128, 128, (2, 6, 21, 37)).astype(np.int8),
               "xu": rng.integers(0, 256, (1, 19, 9, 13)).astype(np.uint8),
               "a": rng.integers(-128, 128, (35, 70)).astype(np.int8),
-              "xw": rng.integers(-128, 128, (1, 2, 5, 530)).astype(np.int8)}
+              "xw": rng.integers(-128, 128, (1, 2, 5, 530)).astype(np.int8),
+              "au": np.where(rng.random((9, 70)) < 0.3, 255, rng.integers(0, 256, (9, 70))).astype(np.uint8)}
+    inputs["a"][:5] = -128  # extreme bytes against extreme narrow weights: the largest pair sums
     inputs["xu"].reshape(-1)[:40] = 131  # the zero point itself: products of 0 (NaN under an infinite multiplier)
     inputs["xi"][:, :, :4, :] = 0
     return b.graph, inputs

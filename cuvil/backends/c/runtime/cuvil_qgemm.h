@@ -60,6 +60,16 @@
 #define CUVIL_QG_ISA "portable"
 #endif
 
+/* AVX2 without VNNI also has a byte path (KU = 4 bytes): vpmaddubsw multiplies unsigned by signed
+ * bytes and adds pairs into int16 lanes, saturating; when the signed side's bytes all lie in
+ * [-64, 64] no pair sum can reach int16's limits (2 * 255 * 64 = 32640), so the path is exact.  A
+ * GEMM takes it when one operand is such a constant (cuvil_qg_narrow: 7-bit weights). */
+#if CUVIL_QG_KU == 2 && defined(__AVX2__) && !defined(__AVX512BW__)
+#define CUVIL_QG_BYTES 1
+#else
+#define CUVIL_QG_BYTES 0
+#endif
+
 /* Below this many multiply-adds a product runs on one thread. */
 #define CUVIL_QG_PAR_MIN ((int64_t)1 << 18)
 /* Rows of R per task (a multiple of every MR above). */
@@ -89,7 +99,7 @@ typedef struct cuvil_qg_output {
     int32_t zp, lo, hi;
 } cuvil_qg_output;
 
-static inline int64_t cuvil_qg_groups(int64_t K) { return (K + CUVIL_QG_KU - 1) / CUVIL_QG_KU; }
+static inline int64_t cuvil_qg_groups(int64_t K, int ku) { return (K + ku - 1) / ku; }
 
 #if CUVIL_QG_KU == 4
 typedef uint8_t cuvil_qg_elem; /* one element of a packed unit (its bits) */
@@ -102,10 +112,10 @@ typedef uint16_t cuvil_qg_elem;
  * zero-filled past K and past `count` lines.  sums[l] = the sum of the line's elements plus off.
  * The loop nest walks the source along its unit stride (K for a row-major R, the lines for a
  * row-major C), and is instantiated per source type so the inner loop has no branch. */
-#define CUVIL_QG_DEFINE_PACK(T, sfx)                                                                                  \
+#define CUVIL_QG_DEFINE_PACK(T, sfx, KU, E)                                                                                  \
     static void cuvil_qg_pack_panel_##sfx(const T *src, int64_t sl, int64_t sk, int64_t count, int64_t K, int width, \
-                                          int32_t off, cuvil_qg_elem *dst, int32_t *sums) {                        \
-        const int64_t G = (K + CUVIL_QG_KU - 1) / CUVIL_QG_KU;                                                     \
+                                          int32_t off, E *dst, int32_t *sums) {                        \
+        const int64_t G = (K + KU - 1) / KU;                                                     \
         memset(dst, 0, sizeof(uint32_t) * (size_t)(G * width));                                                  \
         uint32_t acc[CUVIL_QG_NR] = {0};                                                                           \
         if (sk == 1 || sl != 1) {                                                                                  \
@@ -115,25 +125,29 @@ typedef uint16_t cuvil_qg_elem;
                 for (int64_t k = 0; k < K; k++) {                                                                  \
                     const int32_t v = (int32_t)line[k * sk] + off;                                                 \
                     sum += (uint32_t)v;                                                                            \
-                    dst[((k / CUVIL_QG_KU) * width + l) * CUVIL_QG_KU + k % CUVIL_QG_KU] = (cuvil_qg_elem)v;       \
+                    dst[((k / KU) * width + l) * KU + k % KU] = (E)v;       \
                 }                                                                                                  \
                 acc[l] = sum;                                                                                      \
             }                                                                                                      \
         } else {                                                                                                   \
             for (int64_t k = 0; k < K; k++) {                                                                      \
                 const T *row = src + k * sk;                                                                       \
-                cuvil_qg_elem *d = dst + (k / CUVIL_QG_KU) * width * CUVIL_QG_KU + k % CUVIL_QG_KU;                \
+                E *d = dst + (k / KU) * width * KU + k % KU;                \
                 for (int64_t l = 0; l < count; l++) {                                                              \
                     const int32_t v = (int32_t)row[l] + off;                                                       \
                     acc[l] += (uint32_t)v;                                                                         \
-                    d[l * CUVIL_QG_KU] = (cuvil_qg_elem)v;                                                         \
+                    d[l * KU] = (E)v;                                                         \
                 }                                                                                                  \
             }                                                                                                      \
         }                                                                                                          \
         for (int64_t l = 0; l < count; l++) sums[l] = (int32_t)acc[l];                                             \
     }
-CUVIL_QG_DEFINE_PACK(int8_t, s8)
-CUVIL_QG_DEFINE_PACK(uint8_t, u8)
+CUVIL_QG_DEFINE_PACK(int8_t, s8, CUVIL_QG_KU, cuvil_qg_elem)
+CUVIL_QG_DEFINE_PACK(uint8_t, u8, CUVIL_QG_KU, cuvil_qg_elem)
+#if CUVIL_QG_BYTES
+CUVIL_QG_DEFINE_PACK(int8_t, s8b, 4, uint8_t)
+CUVIL_QG_DEFINE_PACK(uint8_t, u8b, 4, uint8_t)
+#endif
 
 #if CUVIL_QG_KU == 4 && CUVIL_QG_NR == 32
 /* The VNNI panel of 32 lines that lie side by side (unit stride across lines, sk between the K
@@ -181,8 +195,19 @@ static void cuvil_qg_pack_c_vnni(const uint8_t *src, int64_t sk, int64_t count, 
 #endif
 
 static void cuvil_qg_pack_panel(const cuvil_qg_operand *op, int is_c, int64_t a0, int64_t count, int64_t K,
-                                int width, int32_t off, uint32_t *dst, int32_t *sums) {
+                                int width, int32_t off, int ku, uint32_t *dst, int32_t *sums) {
     const int64_t sl = is_c ? op->s1 : op->s0, sk = is_c ? op->s0 : op->s1;
+#if CUVIL_QG_BYTES
+    if (ku == 4) {
+        if (op->is_signed)
+            cuvil_qg_pack_panel_s8b((const int8_t *)op->p + a0 * sl, sl, sk, count, K, width, off, (uint8_t *)dst, sums);
+        else
+            cuvil_qg_pack_panel_u8b((const uint8_t *)op->p + a0 * sl, sl, sk, count, K, width, off, (uint8_t *)dst,
+                                    sums);
+        return;
+    }
+#endif
+    (void)ku;
 #if CUVIL_QG_KU == 4 && CUVIL_QG_NR == 32
     if (sl == 1 && sk != 1 && width == 32) {
         const int c_signed = off ? off < 0 : op->is_signed;
@@ -203,6 +228,7 @@ typedef struct cuvil_qg_pack_args {
     int is_c;
     int64_t lines, K;
     int32_t off;
+    int ku; /* elements per 4-byte unit: CUVIL_QG_KU, or 4 on the byte path */
 } cuvil_qg_pack_args;
 
 static inline int64_t cuvil_qg_width(int is_c) { return is_c ? CUVIL_QG_NR : CUVIL_QG_MR; }
@@ -211,17 +237,17 @@ static inline int64_t cuvil_qg_panels(const cuvil_qg_pack_args *a) {
     return (a->lines + w - 1) / w;
 }
 static inline size_t cuvil_qg_packed_units(const cuvil_qg_pack_args *a) {
-    return (size_t)(cuvil_qg_panels(a) * cuvil_qg_width(a->is_c) * cuvil_qg_groups(a->K) + a->lines);
+    return (size_t)(cuvil_qg_panels(a) * cuvil_qg_width(a->is_c) * cuvil_qg_groups(a->K, a->ku) + a->lines);
 }
 
 static void cuvil_qg_pack_task(void *ctx, int64_t panel, int tid) {
     (void)tid;
     const cuvil_qg_pack_args *a = (const cuvil_qg_pack_args *)((void **)ctx)[0];
     uint32_t *dst = (uint32_t *)((void **)ctx)[1];
-    const int64_t w = cuvil_qg_width(a->is_c), G = cuvil_qg_groups(a->K);
+    const int64_t w = cuvil_qg_width(a->is_c), G = cuvil_qg_groups(a->K, a->ku);
     int32_t *sums = (int32_t *)(dst + cuvil_qg_panels(a) * w * G);
     const int64_t a0 = panel * w, count = a->lines - a0 < w ? a->lines - a0 : w;
-    cuvil_qg_pack_panel(&a->op, a->is_c, a0, count, a->K, (int)w, a->off, dst + panel * w * G, sums + a0);
+    cuvil_qg_pack_panel(&a->op, a->is_c, a0, count, a->K, (int)w, a->off, a->ku, dst + panel * w * G, sums + a0);
 }
 
 static void cuvil_qg_pack_all(void *dst, const void *arg) {
@@ -240,7 +266,7 @@ static const uint32_t *cuvil_qg_packed(const cuvil_qg_pack_args *a, int64_t work
         const size_t extent = (size_t)((a->lines - 1) * sl + (a->K - 1) * sk) + 1;
         if (cuvil_is_constant(a->op.p, extent)) {
             const int64_t key[CUVIL_CACHE_KEY] = {0x5147454d00 + a->is_c, a->lines, a->K, a->op.s0, a->op.s1,
-                                                  a->op.is_signed, a->off, CUVIL_QG_KU * 65536 + cuvil_qg_width(a->is_c)};
+                                                  a->op.is_signed, a->off, a->ku * 65536 + cuvil_qg_width(a->is_c)};
             const void *c = cuvil_cache_get(a->op.p, key, bytes, cuvil_qg_pack_all, a);
             if (c) return (const uint32_t *)c;
         }
@@ -388,6 +414,62 @@ static inline void cuvil_qg_micro_n(int rows, int r_unsigned, int64_t G, const u
 }
 #endif
 
+#if CUVIL_QG_BYTES
+/* The byte path: each 4-byte unit holds 4 elements along K; vpmaddubsw (unsigned first, signed
+ * second) makes the two pair sums of each unit in int16 lanes, exactly when the signed bytes lie in
+ * [-64, 64], and vpmaddwd against ones adds them into the int32 lane.  `r_unsigned`: R is the
+ * unsigned side (else C is). */
+static inline __attribute__((always_inline)) void cuvil_qg_micro_b_n(int rows, int r_unsigned, int64_t G,
+                                                                     const uint32_t *rp, const uint32_t *cp,
+                                                                     int32_t *tile) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i acc[CUVIL_QG_MR][2];
+#pragma GCC unroll 8
+    for (int r = 0; r < rows; r++) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+    for (int64_t g = 0; g < G; g++) {
+        const __m256i c0 = _mm256_loadu_si256((const __m256i *)(cp + g * CUVIL_QG_NR));
+        const __m256i c1 = _mm256_loadu_si256((const __m256i *)(cp + g * CUVIL_QG_NR + 8));
+#pragma GCC unroll 8
+        for (int r = 0; r < rows; r++) {
+            const __m256i b = _mm256_set1_epi32((int)rp[g * CUVIL_QG_MR + r]);
+            const __m256i p0 = r_unsigned ? _mm256_maddubs_epi16(b, c0) : _mm256_maddubs_epi16(c0, b);
+            const __m256i p1 = r_unsigned ? _mm256_maddubs_epi16(b, c1) : _mm256_maddubs_epi16(c1, b);
+            acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(p0, ones));
+            acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(p1, ones));
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < rows; r++) {
+        _mm256_storeu_si256((__m256i *)(tile + r * CUVIL_QG_NR), acc[r][0]);
+        _mm256_storeu_si256((__m256i *)(tile + r * CUVIL_QG_NR + 8), acc[r][1]);
+    }
+}
+
+static void cuvil_qg_micro_b(int rows, int r_unsigned, int64_t G, const uint32_t *rp, const uint32_t *cp,
+                             int32_t *tile) {
+#define CUVIL_QG_CASE(n)                                                    \
+    case n:                                                                 \
+        if (r_unsigned)                                                     \
+            cuvil_qg_micro_b_n(n, 1, G, rp, cp, tile);                      \
+        else                                                                \
+            cuvil_qg_micro_b_n(n, 0, G, rp, cp, tile);                      \
+        break;
+    switch (rows) {
+        CUVIL_QG_CASE(1)
+        CUVIL_QG_CASE(2)
+        CUVIL_QG_CASE(3)
+        CUVIL_QG_CASE(4)
+        CUVIL_QG_CASE(5)
+    default:
+        if (r_unsigned)
+            cuvil_qg_micro_b_n(CUVIL_QG_MR, 1, G, rp, cp, tile);
+        else
+            cuvil_qg_micro_b_n(CUVIL_QG_MR, 0, G, rp, cp, tile);
+    }
+#undef CUVIL_QG_CASE
+}
+#endif
+
 static void cuvil_qg_micro(int rows, int r_unsigned, int64_t G, const uint32_t *rp, const uint32_t *cp,
                            int32_t *tile) {
 #define CUVIL_QG_CASE(n)                                                    \
@@ -418,6 +500,45 @@ static void cuvil_qg_micro(int rows, int r_unsigned, int64_t G, const uint32_t *
 #undef CUVIL_QG_CASE
 }
 
+#if CUVIL_QG_BYTES
+/* Whether operand `op` (lines x K) is a signed constant whose bytes all lie in [-64, 64]: the
+ * signed side the byte path can take.  Scanned once per model (the constant cache), or per call
+ * when the model has no cache. */
+typedef struct cuvil_qg_narrow_args {
+    const cuvil_qg_operand *op;
+    int64_t lines, K, sl, sk;
+} cuvil_qg_narrow_args;
+
+static void cuvil_qg_narrow_scan(void *dst, const void *arg) {
+    const cuvil_qg_narrow_args *a = (const cuvil_qg_narrow_args *)arg;
+    const int8_t *p = (const int8_t *)a->op->p;
+    int32_t ok = 1;
+    for (int64_t l = 0; l < a->lines && ok; l++)
+        for (int64_t k = 0; k < a->K; k++) {
+            const int8_t v = p[l * a->sl + k * a->sk];
+            if (v < -64 || v > 64) {
+                ok = 0;
+                break;
+            }
+        }
+    *(int32_t *)dst = ok;
+}
+
+static int cuvil_qg_narrow(const cuvil_qg_operand *op, int64_t lines, int64_t K, int is_c) {
+    const int64_t sl = is_c ? op->s1 : op->s0, sk = is_c ? op->s0 : op->s1;
+    if (!op->is_signed || sl < 0 || sk < 0 || lines <= 0 || K <= 0) return 0;
+    const size_t extent = (size_t)((lines - 1) * sl + (K - 1) * sk) + 1;
+    if (!cuvil_is_constant(op->p, extent)) return 0;
+    const cuvil_qg_narrow_args a = {op, lines, K, sl, sk};
+    const int64_t key[CUVIL_CACHE_KEY] = {0x514e4152, lines, K, op->s0, op->s1, 0, 0, 0};
+    const int32_t *c = (const int32_t *)cuvil_cache_get(op->p, key, sizeof(int32_t), cuvil_qg_narrow_scan, &a);
+    if (c) return *c;
+    int32_t ok;
+    cuvil_qg_narrow_scan(&ok, &a);
+    return ok;
+}
+#endif
+
 /* ---- the product ------------------------------------------------------------------------ */
 
 typedef struct cuvil_qg_job {
@@ -425,8 +546,8 @@ typedef struct cuvil_qg_job {
     const uint32_t *Rp, *Cp;      /* packed operands */
     const int32_t *rsum, *csum;   /* their sums */
     const cuvil_qg_operand *R, *C;
-    int32_t off;
-    int r_unsigned;
+    int32_t off, roff;            /* the shifts of C and R (see cuvil_qgemm) */
+    int r_unsigned, bytes;        /* bytes: the byte path (CUVIL_QG_BYTES) */
     const cuvil_qg_output *out;
     int64_t nrb, ncp;             /* row blocks, column panels */
     int mult_nan;                 /* some multiplier is not finite (the product may be NaN) */
@@ -454,7 +575,7 @@ static void cuvil_qg_epilogue_v(const cuvil_qg_job *g, const int32_t *tile, int6
     const int zc_one = g->C->zstep == 0, bias_row = o->bias && !o->bias_cs;
     for (int r = 0; r < mr; r++) {
         const int64_t i = i0 + r;
-        const int32_t zr = g->R->zp[i * g->R->zstep];
+        const int32_t zr = (int32_t)((uint32_t)g->R->zp[i * g->R->zstep] + (uint32_t)g->roff);
         const __m512i vzr = _mm512_set1_epi32(zr), vrs = _mm512_set1_epi32(g->rsum[i]);
         const __m512i vkz = _mm512_set1_epi32((int32_t)((uint32_t)g->K * (uint32_t)zr));
         /* what does not vary along the row, in one constant: - zc * rowsum + bias */
@@ -515,7 +636,7 @@ static void cuvil_qg_epilogue_v(const cuvil_qg_job *g, const int32_t *tile, int6
     const int zc_one = g->C->zstep == 0, bias_row = o->bias && !o->bias_cs;
     for (int r = 0; r < mr; r++) {
         const int64_t i = i0 + r;
-        const int32_t zr = g->R->zp[i * g->R->zstep];
+        const int32_t zr = (int32_t)((uint32_t)g->R->zp[i * g->R->zstep] + (uint32_t)g->roff);
         const __m256i vzr = _mm256_set1_epi32(zr), vrs = _mm256_set1_epi32(g->rsum[i]);
         const __m256i vkz = _mm256_set1_epi32((int32_t)((uint32_t)g->K * (uint32_t)zr));
         uint32_t c = bias_row ? (uint32_t)o->bias[i * o->bias_rs] : 0u;
@@ -575,7 +696,7 @@ static void cuvil_qg_epilogue(const cuvil_qg_job *g, const int32_t *tile, int64_
     }
     for (int r = 0; r < mr; r++) {
         const int64_t i = i0 + r;
-        const uint32_t zr = (uint32_t)g->R->zp[i * g->R->zstep], rs = (uint32_t)g->rsum[i], kz = (uint32_t)g->K * zr;
+        const uint32_t zr = (uint32_t)g->R->zp[i * g->R->zstep] + (uint32_t)g->roff, rs = (uint32_t)g->rsum[i], kz = (uint32_t)g->K * zr;
         int32_t v[CUVIL_QG_NR];
         const int32_t *t = tile + r * CUVIL_QG_NR;
         for (int c = 0; c < nr; c++) v[c] = (int32_t)((uint32_t)t[c] - zc[c] * rs - zr * cs[c] + kz * zc[c]);
@@ -622,7 +743,13 @@ static void cuvil_qg_task(void *ctx, int64_t task, int tid) {
     const int64_t iend = (rb + 1) * CUVIL_QG_RB < g->M ? (rb + 1) * CUVIL_QG_RB : g->M;
     for (int64_t i0 = rb * CUVIL_QG_RB; i0 < iend; i0 += CUVIL_QG_MR) {
         const int mr = (int)(iend - i0 < CUVIL_QG_MR ? iend - i0 : CUVIL_QG_MR);
-        cuvil_qg_micro(mr, g->r_unsigned, g->G, g->Rp + i0 / CUVIL_QG_MR * CUVIL_QG_MR * g->G, cp, tile);
+        const uint32_t *rp = g->Rp + i0 / CUVIL_QG_MR * CUVIL_QG_MR * g->G;
+#if CUVIL_QG_BYTES
+        if (g->bytes)
+            cuvil_qg_micro_b(mr, g->r_unsigned, g->G, rp, cp, tile);
+        else
+#endif
+            cuvil_qg_micro(mr, g->r_unsigned, g->G, rp, cp, tile);
         cuvil_qg_epilogue(g, tile, i0, mr, j0, nr);
     }
 }
@@ -654,8 +781,18 @@ static CUVIL_UNUSED int cuvil_qgemm(int64_t M, int64_t N, int64_t K, const cuvil
     }
     const int64_t work = M * N * K;
     /* VNNI needs one unsigned side: C is shifted when it has R's signedness. */
-    const int32_t off = CUVIL_QG_KU == 4 && R->is_signed == C->is_signed ? (C->is_signed ? 128 : -128) : 0;
-    const cuvil_qg_pack_args ra = {*R, 0, M, K, 0}, ca = {*C, 1, N, K, off};
+    int32_t off = CUVIL_QG_KU == 4 && R->is_signed == C->is_signed ? (C->is_signed ? 128 : -128) : 0, roff = 0;
+    int ku = CUVIL_QG_KU, r_unsigned = !R->is_signed;
+#if CUVIL_QG_BYTES
+    /* the byte path when one side is narrow: that side is the signed one, the other is shifted to
+       unsigned when it is signed */
+    if (cuvil_qg_narrow(R, M, K, 0)) {
+        ku = 4, r_unsigned = 0, off = C->is_signed ? 128 : 0;
+    } else if (cuvil_qg_narrow(C, N, K, 1)) {
+        ku = 4, r_unsigned = 1, roff = R->is_signed ? 128 : 0;
+    }
+#endif
+    const cuvil_qg_pack_args ra = {*R, 0, M, K, roff, ku}, ca = {*C, 1, N, K, off, ku};
     uint32_t *rown = NULL, *cown = NULL;
     const uint32_t *Rp = cuvil_qg_packed(&ra, work, &rown);
     const uint32_t *Cp = Rp ? cuvil_qg_packed(&ca, work, &cown) : NULL;
@@ -664,12 +801,12 @@ static CUVIL_UNUSED int cuvil_qgemm(int64_t M, int64_t N, int64_t K, const cuvil
         free(cown);
         return -1;
     }
-    const int64_t G = cuvil_qg_groups(K);
+    const int64_t G = cuvil_qg_groups(K, ku);
     cuvil_qg_job g;
     g.M = M, g.N = N, g.K = K, g.G = G, g.Rp = Rp, g.Cp = Cp;
     g.rsum = (const int32_t *)(Rp + cuvil_qg_panels(&ra) * CUVIL_QG_MR * G);
     g.csum = (const int32_t *)(Cp + cuvil_qg_panels(&ca) * CUVIL_QG_NR * G);
-    g.R = R, g.C = C, g.off = off, g.r_unsigned = !R->is_signed, g.out = out;
+    g.R = R, g.C = C, g.off = off, g.roff = roff, g.r_unsigned = r_unsigned, g.bytes = ku != CUVIL_QG_KU, g.out = out;
     g.nrb = (M + CUVIL_QG_RB - 1) / CUVIL_QG_RB, g.ncp = (N + CUVIL_QG_NR - 1) / CUVIL_QG_NR;
     g.mult_nan = 1;
 #if defined(__AVX512BW__) || defined(__AVX2__)
