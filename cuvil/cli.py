@@ -265,13 +265,14 @@ def _quant_options(args: argparse.Namespace) -> dict[str, Any]:
     if args.quantize is None:
         given = [f for f, v in (("--calibration", args.calibration), ("--asymmetric", args.asymmetric),
                                 ("--per-tensor", args.per_tensor),
+                                ("--[no-]reduce-range", args.reduce_range is not None),
                                 ("--min-calibration-samples", args.min_calibration_samples)) if v]
         if given:
             raise CuvilError(f"{', '.join(given)} apply with --quantize int8")
         return {}
     return {"quant_dtype": args.quantize, "calibration_dataset": args.calibration, "symmetric": not args.asymmetric,
             "per_channel": not args.per_tensor, "calibration": args.calibration_method,
-            "min_calibration_samples": args.min_calibration_samples}
+            "min_calibration_samples": args.min_calibration_samples, "reduce_range": args.reduce_range}
 
 
 def _cmd_compile(args: argparse.Namespace) -> int:
@@ -436,6 +437,9 @@ def build_parser() -> argparse.ArgumentParser:
     cc.add_argument("--asymmetric", action="store_true", help="uint8 activations with a zero point (default: "
                                                               "symmetric int8)")
     cc.add_argument("--per-tensor", action="store_true", help="one weight scale per tensor (default: per channel)")
+    cc.add_argument("--reduce-range", action=argparse.BooleanOptionalAction, default=None,
+                    help="7-bit weights in [-64, 64] (default: where the target's int8 kernels gain from them, "
+                         "AVX2 without AVX-512)")
     cc.add_argument("--min-calibration-samples", type=int, metavar="N",
                     help="accept fewer than 64 calibration samples (at least N)")
     cc.set_defaults(fn=_cmd_compile)

@@ -43,6 +43,9 @@ ONE_SIDED = 0.05  # a symmetric range whose smaller side is below this fraction 
 ONE_SIDED_WARNING = "symmetric int8 quantization of a one-sided range"
 ONE_SIDED_ADVICE = "quantize asymmetrically (symmetric=False) to use them all"
 WEIGHT_QMAX = 127  # weights use [-127, 127]: symmetric, so -128 (which has no positive twin) is never used
+# With reduce_range, [-64, 64]: 7-bit weights, which the AVX2 int8 kernels multiply with vpmaddubsw exactly
+# (cuvil_qgemm.h's byte path), as onnxruntime's quantizer's reduce_range does for the same reason
+REDUCED_WEIGHT_QMAX = 64
 
 
 class CalibrationError(CuvilError):
@@ -252,8 +255,9 @@ def _ideal_zero_point(lo: float, hi: float) -> str:
     return str(int(np.rint(-lo / ((hi - lo) / 255.0))))
 
 
-def quantize_weight(name: str, w: np.ndarray, axis: int | None) -> tuple[np.ndarray, np.ndarray]:
-    """``w`` as symmetric int8 in ``[-127, 127]`` and its float32 scales: one per slice along ``axis``
+def quantize_weight(name: str, w: np.ndarray, axis: int | None,
+                    qmax: int = WEIGHT_QMAX) -> tuple[np.ndarray, np.ndarray]:
+    """``w`` as symmetric int8 in ``[-qmax, qmax]`` and its float32 scales: one per slice along ``axis``
     (per output channel), or one for the whole tensor (``axis`` None).  An all-zero channel gets scale 1."""
     if not np.all(np.isfinite(w)):
         raise CalibrationError(f"weight {name!r} holds NaN or infinite values: it cannot be quantized")
@@ -263,10 +267,10 @@ def quantize_weight(name: str, w: np.ndarray, axis: int | None) -> tuple[np.ndar
     else:
         others = tuple(i for i in range(w.ndim) if i != axis)
         amax = np.max(np.abs(w64), axis=others) if w64.size else np.zeros(w.shape[axis])
-    scale = np.where(amax > 0.0, amax / WEIGHT_QMAX, 1.0).astype(np.float32)
+    scale = np.where(amax > 0.0, amax / qmax, 1.0).astype(np.float32)
     shape = [1] * w.ndim
     if axis is not None:
         shape[axis] = -1
     # divide by the float32 scale the IR stores, in float32 as dequantize_linear multiplies back
     q = np.rint(w.astype(np.float32) / scale.reshape(shape))
-    return np.clip(q, -WEIGHT_QMAX, WEIGHT_QMAX).astype(np.int8), scale
+    return np.clip(q, -qmax, qmax).astype(np.int8), scale

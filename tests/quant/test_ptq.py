@@ -18,6 +18,7 @@ from cuvil.ir.symbolic import DimExpr
 from cuvil.ir.types import SymbolInfo, TensorType
 from cuvil.quant.calibrate import CoverageError
 from cuvil.quant.ptq import QuantizationError
+from cuvil.verify.runner import target_unavailable
 
 TINY = str(Path(__file__).resolve().parents[2] / "cuvil" / "examples" / "tiny_cnn.onnx")
 
@@ -142,10 +143,58 @@ def test_calibration_that_never_varies_a_declared_dim_is_refused() -> None:
     ({"quant_dtype": "int8", "precision": "fp16"}, "cannot be combined"),
     ({"quant_dtype": "int8", "symmetric": "no"}, "symmetric='no' must be True or False"),
     ({"quant_dtype": "int8", "per_channel": "False"}, "per_channel='False' must be True or False"),
+    ({"quant_dtype": "int8", "reduce_range": "yes"}, "reduce_range='yes' must be True or False"),
 ])
 def test_bad_options_are_refused(kw: dict[str, Any], message: str) -> None:
     with pytest.raises(QuantizationError, match=message):
         cuvil.compile(_mlp(), "ref", calibration_dataset=_vectors(64), **kw)
+
+
+def test_int8_products_name_each_targets_multiply_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cuvil.backends.c.toolchain import int8_products
+
+    assert [int8_products(t) for t in ("ref", "generic", "wasm32", "x86_avx2", "x86_avx512")] == [
+        "portable", "portable", "portable", "bytes", "int16"]
+    for flags, want in (({"avx2", "avx512bw", "avx512_vnni"}, "vnni"), ({"avx2", "avx512bw"}, "int16"),
+                        ({"avx2", "fma"}, "bytes"), ({"sse4_2"}, "portable")):
+        monkeypatch.setattr("cuvil.verify.runner.cpu_flags", lambda f=flags: frozenset(f))
+        assert int8_products("native") == want, flags
+
+
+def _weight_bytes(m: Any) -> list[np.ndarray]:
+    """The int8 weight constants of a quantized build's graph."""
+    return [n.attrs["value"] for n in m.graph.nodes if n.op == "constant" and n.outputs[0].name.endswith("_int8")]
+
+
+@pytest.mark.parametrize(("target", "reduce_range", "qmax"), [
+    *[pytest.param(*p, marks=pytest.mark.skipif(target_unavailable("x86_avx2") is not None, reason="needs AVX2"))
+      for p in (("x86_avx2", None, 64), ("x86_avx2", False, 127))],
+    ("generic", None, 127), ("ref", True, 64)])
+def test_reduce_range_follows_the_targets_int8_kernels(target: str, reduce_range: bool | None, qmax: int,
+                                                      tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """7-bit weights by default where the int8 kernels multiply them faster (AVX2's byte path), 8-bit
+    elsewhere; either on request; the choice logged and recorded."""
+    kw: dict[str, Any] = {} if reduce_range is None else {"reduce_range": reduce_range}
+    with caplog.at_level(logging.INFO, logger="cuvil"):
+        m = cuvil.compile(_mlp(), target, cache_dir=str(tmp_path), quant_dtype="int8", calibration_dataset=_vectors(64),
+                          **kw)
+    assert m.info.precision is not None
+    q = m.info.precision["quantization"]
+    assert q["weight_range"] == [-qmax, qmax] and q["reduce_range"] == (qmax == 64)
+    weights = _weight_bytes(m) if target == "ref" else []
+    assert all(int(np.abs(w).max()) == qmax for w in weights)  # per channel: each channel's largest is qmax
+    assert f"weights in [-{qmax}, {qmax}]" in caplog.text
+    assert ("(reduce_range): on x86_avx2 the int8 kernels multiply 7-bit weights" in caplog.text) == (
+        target == "x86_avx2" and reduce_range is None)
+
+
+def test_reduced_range_weights_are_7_bit_per_channel() -> None:
+    m = cuvil.compile(_mlp(), "ref", quant_dtype="int8", calibration_dataset=_vectors(64), reduce_range=True)
+    full = cuvil.compile(_mlp(), "ref", quant_dtype="int8", calibration_dataset=_vectors(64), reduce_range=False)
+    for w7, w8 in zip(_weight_bytes(m), _weight_bytes(full), strict=True):
+        assert w7.dtype == np.int8 and np.all(np.abs(w7).max(axis=0) == 64)
+        assert np.all(np.abs(w8).max(axis=0) == 127)
+        assert np.abs(w7.astype(int) - np.rint(w8 * (64 / 127))).max() <= 1  # the same weights, coarser
 
 
 # warnings -----------------------------------------------------------------------------------------
@@ -225,7 +274,8 @@ def test_quantized_graph_is_explicit_and_keeps_fp32_between() -> None:
 
 def test_native_build_folds_into_integer_kernels_and_matches_ref(tmp_path: Path) -> None:
     data = _images(16, batch=4)
-    kw: dict[str, Any] = {"quant_dtype": "int8", "calibration_dataset": data, "symmetric": False}
+    # 7-bit weights on both (on an AVX2 CPU native's default, and what its byte kernels take)
+    kw: dict[str, Any] = {"quant_dtype": "int8", "calibration_dataset": data, "symmetric": False, "reduce_range": True}
     n = cuvil.compile(TINY, "native", cache_dir=str(tmp_path), **kw)
     r = cuvil.compile(TINY, "ref", **kw)
     assert n.graph is not None and any(nd.op.startswith("qlinear_") for nd in n.graph.nodes)
@@ -245,15 +295,21 @@ def test_native_build_folds_into_integer_kernels_and_matches_ref(tmp_path: Path)
         assert native[name]["op"] == op and native[name]["dtype"] == "u8"
         assert 25 < native[name]["snr_db"] < 60
         assert native[name]["snr_db"] == pytest.approx(ref[name]["snr_db"], abs=0.05)  # a step here and there
-    # the figure itself, computed here: r1's int8 form in the reference graph, dequantized, against r1
+    # the figure itself, computed here: r1's int8 form (the native graph's integer kernel, run by the
+    # reference interpreter), dequantized, against r1 of the float32 graph the report compares with (the
+    # passes up to fold-batchnorm: folding changes float32 values in their last bits)
+    from cuvil.passes import PassManager
     from cuvil.quant.accuracy import trace
+    from cuvil.quant.ptq import split_pipeline
 
-    fp32 = cuvil.compile(TINY, "ref").graph
+    raw = cuvil.compile(TINY, "ref").graph
+    assert raw is not None
+    fp32 = PassManager(split_pipeline("native", True)[0]).run(raw)
     act = r.info.precision["quantization"]["activations"]["r1"]
     err2 = ref2 = 0.0
     for (x,) in data[:r.info.precision["samples"]]:
         want = trace(fp32, [x])["r1"].astype(np.float64)
-        got = (trace(r.graph, [x])["r1_quantized"].astype(np.float64) - act["zero_point"]) * act["scale"]
+        got = (trace(n.graph, [x])["r1_quantized"].astype(np.float64) - act["zero_point"]) * act["scale"]
         err2, ref2 = err2 + float(np.sum((got - want) ** 2)), ref2 + float(np.sum(want ** 2))
     assert native["r1_quantized"]["snr_db"] == pytest.approx(10 * np.log10(ref2 / err2), abs=1e-6)
 
@@ -304,7 +360,8 @@ def test_cnn_top1_agreement_with_fp32(tmp_path: Path) -> None:
     assert np.mean(a == b) >= 0.99
 
 
-def test_transformer_encoder_output_snr() -> None:
+@pytest.mark.parametrize("reduce_range", [False, True])
+def test_transformer_encoder_output_snr(reduce_range: bool) -> None:
     torch = pytest.importorskip("torch")
     from tests.models.zoo import transformer_encoder
 
@@ -313,7 +370,8 @@ def test_transformer_encoder_output_snr() -> None:
     spec = [torch.zeros(1, 16, dtype=torch.int64)]
     model = transformer_encoder()
     fp = cuvil.compile(model, "ref", input_spec=spec)
-    q8 = cuvil.compile(model, "ref", input_spec=spec, quant_dtype="int8", calibration_dataset=tokens[:128])
+    q8 = cuvil.compile(model, "ref", input_spec=spec, quant_dtype="int8", calibration_dataset=tokens[:128],
+                       reduce_range=reduce_range)
     ref = np.concatenate([fp(t)[0] for (t,) in tokens[128:]]).astype(np.float64)
     got = np.concatenate([q8(t)[0] for (t,) in tokens[128:]]).astype(np.float64)
     snr = 10 * np.log10(np.sum(ref ** 2) / np.sum((ref - got) ** 2))
@@ -419,9 +477,10 @@ def test_cli_compile_quantize_with_npz_folder(tmp_path: Path, capsys: pytest.Cap
         np.savez(calib / f"{i:03d}.npz", image=x)
     out = tmp_path / "art"
     assert main(["compile", TINY, "-t", "generic", "--quantize", "int8", "--calibration", str(calib),
-                 "--calibration-method", "entropy", "--asymmetric", "-o", str(out)]) == 0
+                 "--calibration-method", "entropy", "--asymmetric", "--reduce-range", "-o", str(out)]) == 0
     assert "compiled" in capsys.readouterr().out
     meta = json.loads((out / "meta.json").read_text())
+    assert meta["compile"]["precision"]["quantization"]["weight_range"] == [-64, 64]
     assert meta["compile"]["precision"]["quantization"]["calibration"] == "entropy"
     assert meta["compile"]["precision"]["quantization"]["examples"] == 64
     # the artifact's report, its integer layers included: `inspect --precision ART` and `--precision int8 ART`
@@ -435,6 +494,8 @@ def test_cli_compile_quantize_with_npz_folder(tmp_path: Path, capsys: pytest.Cap
         main(["compile", TINY, "--quantize", "int4", "--calibration", str(calib)])
     assert main(["compile", TINY, "-t", "ref", "--calibration", str(calib)]) == 2
     assert "--calibration apply with --quantize int8" in capsys.readouterr().err
+    assert main(["compile", TINY, "-t", "ref", "--no-reduce-range"]) == 2
+    assert "--[no-]reduce-range apply with --quantize int8" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("symmetric", [True, False])

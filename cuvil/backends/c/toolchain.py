@@ -19,6 +19,24 @@ TARGET_FLAGS: dict[str, tuple[str, ...]] = {
     "x86_avx512": ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx2", "-mfma", "-mf16c"),
     "native": ("-march=native",),
 }
+
+
+def int8_products(target: str) -> str:
+    """How the int8 GEMM and convolution kernels (``cuvil_qgemm.h``) multiply on ``target`` (``native``:
+    this machine's CPU): "vnni" (AVX-512 VNNI, exact for any bytes), "int16" (AVX-512BW: int16
+    pairs), "bytes" (AVX2 without AVX-512: vpmaddubsw when one operand is a constant whose bytes lie
+    in [-64, 64], which is exact and about twice the int16 path's speed; int16 pairs otherwise),
+    "portable" (plain C: generic, wasm32, ref)."""
+    if target == "native":
+        from cuvil.verify.runner import cpu_flags
+
+        flags = cpu_flags()
+        if "avx512bw" in flags:
+            return "vnni" if "avx512_vnni" in flags else "int16"
+        return "bytes" if "avx2" in flags else "portable"
+    return {"x86_avx2": "bytes", "x86_avx512": "int16"}.get(target, "portable")
+
+
 SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer")
 # -fno-trapping-math: Cuvil reads no floating-point exception flags, and without it GCC will not
 # if-convert a loop whose selects guard arithmetic unless the target has masked vectors: on AVX2,
