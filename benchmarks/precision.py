@@ -21,7 +21,9 @@ How it measures, and why:
    - ``cuvil-fp16`` / ``cuvil-bf16``: the same with ``precision="fp16"`` / ``"bf16"`` (the
      calibration images feed its precision report);
    - ``cuvil-int8``: ``quant_dtype="int8"``, ``calibration_dataset=`` the 128 calibration images
-     (Cuvil's defaults: symmetric, per-channel weights, minmax ranges);
+     (Cuvil's defaults: symmetric, per-channel weights, minmax ranges; 7-bit weights where the
+     target's int8 kernels gain from them, ``reduce_range``);
+   - ``cuvil-int8-w8``: the same with ``reduce_range=False`` (8-bit weights on every target);
    - ``ort-fp32``: onnxruntime's CPU provider, ``ORT_ENABLE_ALL``, ``intra_op_num_threads=T``
      (its build time: creating the session);
    - ``ort-int8``: ``onnxruntime.quantization.quant_pre_process`` and then ``quantize_static``
@@ -70,9 +72,10 @@ sys.path.insert(0, str(HERE))
 from zoo import export_onnx, interleave, load_average, machine_header, ort_session, percentile, rel_l2  # noqa: E402
 
 MODELS = ("resnet18", "mobilenet_v2")
-VARIANTS = ("cuvil-fp32", "cuvil-fp16", "cuvil-bf16", "cuvil-int8", "ort-fp32", "ort-int8")
+VARIANTS = ("cuvil-fp32", "cuvil-fp16", "cuvil-bf16", "cuvil-int8", "cuvil-int8-w8", "ort-fp32", "ort-int8")
 REFERENCE = "cuvil-fp32"
 RATIOS = (("int8/fp32", "cuvil-int8", "cuvil-fp32"), ("int8 cuvil/ort", "cuvil-int8", "ort-int8"),
+          ("int8-w8/fp32", "cuvil-int8-w8", "cuvil-fp32"),
           ("fp16/fp32", "cuvil-fp16", "cuvil-fp32"), ("bf16/fp32", "cuvil-bf16", "cuvil-fp32"))
 CALIBRATION_SEED, TEST_SEED = 7, 8
 
@@ -137,8 +140,10 @@ def build_cuvil(variant: str, onnx_path: Path, cache: Path, threads: int,
     kwargs: dict[str, Any] = {}
     if variant in ("cuvil-fp16", "cuvil-bf16"):
         kwargs = {"precision": variant.split("-")[1], "calibration_dataset": samples}
-    elif variant == "cuvil-int8":
+    elif variant in ("cuvil-int8", "cuvil-int8-w8"):
         kwargs = {"quant_dtype": "int8", "calibration_dataset": samples}
+        if variant == "cuvil-int8-w8":
+            kwargs["reduce_range"] = False
     t0 = time.perf_counter()
     with stage_times() as stages:
         m = cuvil.compile(str(onnx_path), target="native", cache_dir=str(cache), num_threads=threads, **kwargs)

@@ -445,28 +445,21 @@ static inline __attribute__((always_inline)) void cuvil_qg_micro_b_n(int rows, i
     }
 }
 
+/* Up to 3 rows per pass over K: 6 accumulators, the two C vectors, the broadcast, the ones and a
+ * product fit the 16 registers (6 rows' 12 accumulators would not, and spilled). */
 static void cuvil_qg_micro_b(int rows, int r_unsigned, int64_t G, const uint32_t *rp, const uint32_t *cp,
                              int32_t *tile) {
-#define CUVIL_QG_CASE(n)                                                    \
-    case n:                                                                 \
-        if (r_unsigned)                                                     \
-            cuvil_qg_micro_b_n(n, 1, G, rp, cp, tile);                      \
-        else                                                                \
-            cuvil_qg_micro_b_n(n, 0, G, rp, cp, tile);                      \
-        break;
-    switch (rows) {
-        CUVIL_QG_CASE(1)
-        CUVIL_QG_CASE(2)
-        CUVIL_QG_CASE(3)
-        CUVIL_QG_CASE(4)
-        CUVIL_QG_CASE(5)
-    default:
-        if (r_unsigned)
-            cuvil_qg_micro_b_n(CUVIL_QG_MR, 1, G, rp, cp, tile);
+    for (int r0 = 0; r0 < rows; r0 += 3) {
+        const int n = rows - r0 < 3 ? rows - r0 : 3;
+        const uint32_t *p = rp + r0;
+        int32_t *t = tile + r0 * CUVIL_QG_NR;
+        if (n == 3)
+            r_unsigned ? cuvil_qg_micro_b_n(3, 1, G, p, cp, t) : cuvil_qg_micro_b_n(3, 0, G, p, cp, t);
+        else if (n == 2)
+            r_unsigned ? cuvil_qg_micro_b_n(2, 1, G, p, cp, t) : cuvil_qg_micro_b_n(2, 0, G, p, cp, t);
         else
-            cuvil_qg_micro_b_n(CUVIL_QG_MR, 0, G, rp, cp, tile);
+            r_unsigned ? cuvil_qg_micro_b_n(1, 1, G, p, cp, t) : cuvil_qg_micro_b_n(1, 0, G, p, cp, t);
     }
-#undef CUVIL_QG_CASE
 }
 #endif
 
@@ -551,6 +544,7 @@ typedef struct cuvil_qg_job {
     const cuvil_qg_output *out;
     int64_t nrb, ncp;             /* row blocks, column panels */
     int mult_nan;                 /* some multiplier is not finite (the product may be NaN) */
+    const int32_t *rc, *cd;       /* or NULL: the separable corrections (cuvil_qg_separable) */
 } cuvil_qg_job;
 
 /* The zero-point corrections, bias and store of one tile (rows i0.., columns j0..): per row, the
@@ -681,8 +675,75 @@ static void cuvil_qg_epilogue_v(const cuvil_qg_job *g, const int32_t *tile, int6
 }
 #endif
 
+#if !defined(__AVX512BW__) && defined(__AVX2__) && CUVIL_QG_NR == 16
+/* The requantization when the corrections are separable (g->rc, g->cd): acc + rc[i] + cd[j], with
+ * the multiplier per row or per column; the common case (symmetric weights) with no per-row work
+ * but one add and the requantization. */
+static void cuvil_qg_epilogue_sep(const cuvil_qg_job *g, const int32_t *tile, int64_t i0, int mr, int64_t j0, int nr) {
+    const cuvil_qg_output *o = g->out;
+    const __m256i km[2] = {cuvil_qmask8(nr), cuvil_qmask8(nr - 8)};
+    const __m256i d0 = _mm256_maskload_epi32(g->cd + j0, km[0]), d1 = _mm256_maskload_epi32(g->cd + j0 + 8, km[1]);
+    const __m256 lo = _mm256_set1_ps((float)(o->lo - o->zp)), hi = _mm256_set1_ps((float)(o->hi - o->zp));
+    const __m256i zp = _mm256_set1_epi32(o->zp);
+    __m256 mc0 = _mm256_setzero_ps(), mc1 = mc0;
+    if (o->mult_cs) {
+        mc0 = _mm256_maskload_ps(o->mult + j0, km[0]);
+        mc1 = _mm256_maskload_ps(o->mult + j0 + 8, km[1]);
+    }
+    uint8_t *y = (uint8_t *)o->yq + i0 * o->ldy + j0;
+    for (int r = 0; r < mr; r++, y += o->ldy) {
+        const __m256i c = _mm256_set1_epi32(g->rc[i0 + r]);
+        const __m256i v0 = _mm256_add_epi32(_mm256_add_epi32(_mm256_load_si256((const __m256i *)(tile + r * 16)), c), d0);
+        const __m256i v1 = _mm256_add_epi32(_mm256_add_epi32(_mm256_load_si256((const __m256i *)(tile + r * 16 + 8)), c), d1);
+        const __m256 m0 = o->mult_cs ? mc0 : _mm256_set1_ps(o->mult[(i0 + r) * o->mult_rs]);
+        const __m128i q = cuvil_qreq16_avx2(v0, v1, o->mult_cs ? mc0 : m0, o->mult_cs ? mc1 : m0, lo, hi, zp,
+                                            g->mult_nan, o->yq_signed);
+        if (nr == 16) {
+            _mm_storeu_si128((__m128i *)y, q);
+        } else {
+            uint8_t buf[16];
+            _mm_storeu_si128((__m128i *)buf, q);
+            memcpy(y, buf, (size_t)nr);
+        }
+    }
+}
+
+/* Whether the zero-point corrections of a requantized product split into a per-row and a per-column
+ * term (one zero point for all rows and one for all columns: symmetric weights), with the bias and
+ * the multipliers per row, per column or one; then *rc (M terms) and *cd (N terms), allocated
+ * together, hold them:
+ *   rc[i] = -ZC * rowsum[i] + K * ZR * ZC (+ bias[i]),   cd[j] = -ZR * colsum[j] (+ bias[j]),
+ * with ZR = zr + roff and ZC = zc + off, modulo 2^32 as the general epilogue computes. */
+static int32_t *cuvil_qg_separable(const cuvil_qg_job *g) {
+    const cuvil_qg_output *o = g->out;
+    if (!o->yq || (o->mult_rs && o->mult_cs) || (uint64_t)o->mult_rs > 1 || (uint64_t)o->mult_cs > 1) return NULL;
+    if (o->bias && ((o->bias_rs && o->bias_cs) || (uint64_t)o->bias_rs > 1 || (uint64_t)o->bias_cs > 1)) return NULL;
+    for (int64_t i = 1; g->R->zstep && i < g->M; i++)
+        if (g->R->zp[i * g->R->zstep] != g->R->zp[0]) return NULL;
+    for (int64_t j = 1; g->C->zstep && j < g->N; j++)
+        if (g->C->zp[j * g->C->zstep] != g->C->zp[0]) return NULL;
+    int32_t *t = (int32_t *)malloc(sizeof(int32_t) * (size_t)(g->M + g->N + 8));
+    if (!t) return NULL; /* the general epilogue */
+    const uint32_t zr = (uint32_t)g->R->zp[0] + (uint32_t)g->roff, zc = (uint32_t)g->C->zp[0] + (uint32_t)g->off;
+    const uint32_t kzz = (uint32_t)g->K * zr * zc;
+    for (int64_t i = 0; i < g->M; i++)
+        t[i] = (int32_t)(kzz - zc * (uint32_t)g->rsum[i] + (o->bias && o->bias_rs ? (uint32_t)o->bias[i] : 0u));
+    for (int64_t j = 0; j < g->N; j++)
+        t[g->M + j] = (int32_t)(0u - zr * (uint32_t)g->csum[j] + (o->bias && o->bias_cs ? (uint32_t)o->bias[j] : 0u));
+    if (o->bias && !o->bias_rs && !o->bias_cs) /* one bias for all */
+        for (int64_t i = 0; i < g->M; i++) t[i] = (int32_t)((uint32_t)t[i] + (uint32_t)o->bias[0]);
+    return t;
+}
+#endif
+
 static void cuvil_qg_epilogue(const cuvil_qg_job *g, const int32_t *tile, int64_t i0, int mr, int64_t j0, int nr) {
     const cuvil_qg_output *o = g->out;
+#if !defined(__AVX512BW__) && defined(__AVX2__) && CUVIL_QG_NR == 16
+    if (g->rc) {
+        cuvil_qg_epilogue_sep(g, tile, i0, mr, j0, nr);
+        return;
+    }
+#endif
 #if (defined(__AVX512BW__) && CUVIL_QG_NR == 32) || (defined(__AVX2__) && CUVIL_QG_NR == 16)
     if ((uint64_t)g->C->zstep <= 1 && (uint64_t)o->bias_cs <= 1 && (uint64_t)o->mult_cs <= 1) {
         cuvil_qg_epilogue_v(g, tile, i0, mr, j0, nr);
@@ -814,10 +875,17 @@ static CUVIL_UNUSED int cuvil_qgemm(int64_t M, int64_t N, int64_t K, const cuvil
         g.mult_nan = out->mult_rs ? cuvil_qnonfinite(out->mult, M, out->mult_rs)
                                   : cuvil_qnonfinite(out->mult, out->mult_cs ? N : 1, out->mult_cs);
 #endif
+    g.rc = g.cd = NULL;
+    int32_t *sep = NULL;
+#if !defined(__AVX512BW__) && defined(__AVX2__) && CUVIL_QG_NR == 16
+    sep = cuvil_qg_separable(&g);
+    if (sep) g.rc = sep, g.cd = sep + M;
+#endif
     if (work >= CUVIL_QG_PAR_MIN)
         cuvil_parallel_for(g.nrb * g.ncp, cuvil_qg_task, &g);
     else
         for (int64_t t = 0; t < g.nrb * g.ncp; t++) cuvil_qg_task(&g, t, 0);
+    free(sep);
     free(rown);
     free(cown);
     return 0;
