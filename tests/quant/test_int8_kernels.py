@@ -48,6 +48,15 @@ def _conv_graph() -> tuple[Graph, dict[str, np.ndarray]]:
     outs.append(b.add1("qlinear_conv", [xw, _f32(b, 0.03), c(np.int8(2)), w2d, _f32(b, 0.004), c(np.int8(0)),
                                         _f32(b, 0.05), c(np.int8(-1))], {"group": 2, "strides": [2, 2],
                                                                          "pads": [1, 1, 1, 1]}))
+    # depthwise on short rows (the plane is filled 16 or 8 columns at a time, or one by one below 8):
+    # int8 rows of 20 and uint8 rows of 13, strides 1 and 2
+    xs = b.input("xs", TensorType(DType.i8, (1, 4, 9, 20)))
+    w4 = c(rng.integers(-128, 128, (4, 1, 3, 3)).astype(np.int8))
+    w19 = c(rng.integers(-128, 128, (19, 1, 3, 3)).astype(np.int8))
+    for xv, wv, zx, g_ in ((xs, w4, c(np.int8(3)), 4), (xu, w19, c(np.uint8(131)), 19)):
+        for attrs in ({"strides": [2, 2], "pads": [1, 1, 1, 1]}, {"pads": [1, 2, 1, 0]}, {"strides": [1, 2], "pads": [0, 2, 0, 1]}):
+            outs.append(b.add1("qlinear_conv", [xv, _f32(b, 0.03), zx, wv, _f32(b, 0.004), c(np.int8(0)), _f32(b, 0.05),
+                                                c(np.int8(1))], {"group": g_, **attrs}))
     # depthwise 9x9 (81 taps: more than one pass of the vectorized kernel), dilated, channel multiplier 2,
     # uint8 weights, int32 output
     w9 = c(rng.integers(0, 256, (12, 1, 9, 9)).astype(np.uint8))
@@ -100,6 +109,7 @@ def _conv_graph() -> tuple[Graph, dict[str, np.ndarray]]:
               "xu": rng.integers(0, 256, (1, 19, 9, 13)).astype(np.uint8),
               "a": rng.integers(-128, 128, (35, 70)).astype(np.int8),
               "xw": rng.integers(-128, 128, (1, 2, 5, 530)).astype(np.int8),
+              "xs": rng.integers(-128, 128, (1, 4, 9, 20)).astype(np.int8),
               "au": np.where(rng.random((9, 70)) < 0.3, 255, rng.integers(0, 256, (9, 70))).astype(np.uint8)}
     inputs["a"][:5] = -128  # extreme bytes against extreme narrow weights: the largest pair sums
     inputs["xu"].reshape(-1)[:40] = 131  # the zero point itself: products of 0 (NaN under an infinite multiplier)

@@ -258,6 +258,74 @@ static void cuvil_qdw_taps_avx2(const cuvil_qdw_job *j, const int16_t *plane, in
 }
 #endif
 
+#if defined(__AVX2__) && !defined(__AVX512BW__)
+/* d[q] = x[q] - xzp for q < n, 16 at a time (the last step overlapping the one before: same values);
+ * reads no byte past x[n - 1]. */
+static inline void cuvil_qdw_row_avx2(int16_t *d, const uint8_t *x, int x_signed, int64_t n, int32_t xzp) {
+    if (n < 16) {
+        for (int64_t q = 0; q < n; q++) d[q] = (int16_t)((x_signed ? (int32_t)(int8_t)x[q] : (int32_t)x[q]) - xzp);
+        return;
+    }
+    const __m256i z = _mm256_set1_epi16((int16_t)xzp);
+    for (int64_t q = 0;; q += 16) {
+        if (q > n - 16) q = n - 16;
+        const __m128i b = _mm_loadu_si128((const __m128i *)(x + q));
+        const __m256i v = x_signed ? _mm256_cvtepi8_epi16(b) : _mm256_cvtepu8_epi16(b);
+        _mm256_storeu_si256((__m256i *)(d + q), _mm256_sub_epi16(v, z));
+        if (q == n - 16) break;
+    }
+}
+
+/* Column stride 2: both column phases of one padded row from the same loads (cuvil_qdw_row2_avx512's
+ * arithmetic): 2w input bytes give w of each phase (w = 16, or 8 for shorter rows), for q in
+ * [vs, vend), where both phases' columns 2q + c lie in [clo, chi); the last step overlaps the one
+ * before (same values).  The columns left at either end (at most one or two) one by one. */
+static inline void cuvil_qdw_split2_avx2(int16_t *d0, int16_t *d1, const uint8_t *src, int x_signed, int64_t qs,
+                                         int wide, __m256i z) {
+    if (wide) {
+        const __m256i b = _mm256_loadu_si256((const __m256i *)(src + 2 * qs));
+        const __m256i ev = x_signed ? _mm256_srai_epi16(_mm256_slli_epi16(b, 8), 8) : _mm256_and_si256(b, _mm256_set1_epi16(0xff));
+        const __m256i od = x_signed ? _mm256_srai_epi16(b, 8) : _mm256_srli_epi16(b, 8);
+        _mm256_storeu_si256((__m256i *)(d0 + qs), _mm256_sub_epi16(ev, z));
+        _mm256_storeu_si256((__m256i *)(d1 + qs), _mm256_sub_epi16(od, z));
+    } else {
+        const __m128i b = _mm_loadu_si128((const __m128i *)(src + 2 * qs)), zz = _mm256_castsi256_si128(z);
+        const __m128i ev = x_signed ? _mm_srai_epi16(_mm_slli_epi16(b, 8), 8) : _mm_and_si128(b, _mm_set1_epi16(0xff));
+        const __m128i od = x_signed ? _mm_srai_epi16(b, 8) : _mm_srli_epi16(b, 8);
+        _mm_storeu_si128((__m128i *)(d0 + qs), _mm_sub_epi16(ev, zz));
+        _mm_storeu_si128((__m128i *)(d1 + qs), _mm_sub_epi16(od, zz));
+    }
+}
+
+static inline void cuvil_qdw_row2_avx2(int16_t *d0, int16_t *d1, const uint8_t *src, int x_signed, int64_t clo,
+                                       int64_t chi, const int64_t q0[2], const int64_t q1[2], int32_t xzp) {
+    const __m256i z = _mm256_set1_epi16((int16_t)xzp);
+    const int64_t vs = (clo + 1) / 2, vend = chi / 2;
+    int64_t ve = vs;
+    const int64_t w = vend - vs >= 16 ? 16 : (vend - vs >= 8 ? 8 : 0);
+    if (w) {
+        for (int64_t qs = vs;; qs += w) {
+            if (qs > vend - w) qs = vend - w;
+            cuvil_qdw_split2_avx2(d0, d1, src, x_signed, qs, w == 16, z);
+            if (qs == vend - w) break;
+        }
+        ve = vend;
+    }
+    for (int c = 0; c < 2; c++) {
+        int16_t *d = c ? d1 : d0;
+        const int64_t a = q0[c], b = q1[c], m0 = vs < a ? a : (vs > b ? b : vs), m1 = ve > b ? b : (ve < m0 ? m0 : ve);
+        /* [a, m0) and [m1, b): the columns before and after the vector steps */
+        if (x_signed) {
+            for (int64_t q = a; q < m0; q++) d[q] = (int16_t)((int32_t)(int8_t)src[2 * q + c] - xzp);
+            for (int64_t q = m1; q < b; q++) d[q] = (int16_t)((int32_t)(int8_t)src[2 * q + c] - xzp);
+        } else {
+            for (int64_t q = a; q < m0; q++) d[q] = (int16_t)((int32_t)src[2 * q + c] - xzp);
+            for (int64_t q = m1; q < b; q++) d[q] = (int16_t)((int32_t)src[2 * q + c] - xzp);
+        }
+    }
+}
+#endif
+
 #if defined(__AVX512BW__)
 /* d[q] = x[q * sw] - xzp for q < n, sw 1 or 2, 32 at a time; masked loads read no byte past the
  * last one used.  With sw == 2 the even bytes are the low halves of the 16-bit words. */
@@ -386,6 +454,23 @@ static void cuvil_qdw_task(void *ctx, int64_t task, int tid) {
         for (int64_t iy = 0; iy < H && pq < PHp && chi > clo; iy++, pr = pr + 1 < sh ? pr + 1 : 0, pq += pr == 0)
             cuvil_qdw_row2_avx512(plane + pr * 2 * phase + pq * PWp, plane + (pr * 2 + 1) * phase + pq * PWp,
                                   (const uint8_t *)j->x + base + iy * W - pl, j->x_signed, clo, chi, q0, q1, m, j->xzp);
+    } else
+#elif defined(__AVX2__)
+    if (sh == 1 && sw == 1) { /* one phase: each input row is one run of the plane */
+        const int64_t rows = H < PHp - pt ? H : PHp - pt;
+        for (int64_t iy = 0; iy < rows && chi > clo; iy++)
+            cuvil_qdw_row_avx2(plane + (iy + pt) * PWp + clo, (const uint8_t *)j->x + base + iy * W + clo - pl,
+                               j->x_signed, chi - clo, j->xzp);
+    } else if (sw == 2) { /* both column phases of a row at once */
+        int64_t q0[2], q1[2];
+        for (int64_t c0 = 0; c0 < 2; c0++) {
+            q0[c0] = clo > c0 ? (clo - c0 + 1) / 2 : 0;
+            q1[c0] = chi > c0 ? (chi - c0 + 1) / 2 : 0;
+        }
+        int64_t pr = pt % sh, pq = pt / sh;
+        for (int64_t iy = 0; iy < H && pq < PHp && chi > clo; iy++, pr = pr + 1 < sh ? pr + 1 : 0, pq += pr == 0)
+            cuvil_qdw_row2_avx2(plane + pr * 2 * phase + pq * PWp, plane + (pr * 2 + 1) * phase + pq * PWp,
+                                (const uint8_t *)j->x + base + iy * W - pl, j->x_signed, clo, chi, q0, q1, j->xzp);
     } else
 #endif
     for (int64_t c0 = 0; c0 < sw; c0++) { /* column phase c0: px = q * sw + c0 */
