@@ -194,11 +194,43 @@ static void cuvil_qg_pack_c_vnni(const uint8_t *src, int64_t sk, int64_t count, 
 }
 #endif
 
+#if CUVIL_QG_BYTES
+/* The byte path's panel of 16 columns that lie side by side (a row-major C: the columns of a
+ * convolution), read unsigned (C' = C + off with off = 0 for uint8, +128 for int8: flipping the top
+ * bit), 4 rows of 16 bytes at a time: two rounds of byte and word unpacks make the 4-byte units in
+ * column order.  The column sums come from vpmaddubsw and vpmaddwd against ones.  Rows past K are
+ * zero, as the scalar packing leaves them. */
+static void cuvil_qg_pack_c_b16(const uint8_t *src, int64_t sk, int64_t K, int32_t off, uint8_t *dst, int32_t *sums) {
+    const __m128i flip = _mm_set1_epi8(off ? (char)0x80 : 0), ones8 = _mm_set1_epi8(1), ones16 = _mm_set1_epi16(1);
+    __m128i s[4] = {_mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128()};
+    for (int64_t k0 = 0; k0 < K; k0 += 4) {
+        __m128i r[4];
+        for (int kk = 0; kk < 4; kk++)
+            r[kk] = k0 + kk < K ? _mm_xor_si128(_mm_loadu_si128((const __m128i *)(src + (k0 + kk) * sk)), flip)
+                                : _mm_setzero_si128();
+        const __m128i t01l = _mm_unpacklo_epi8(r[0], r[1]), t01h = _mm_unpackhi_epi8(r[0], r[1]);
+        const __m128i t23l = _mm_unpacklo_epi8(r[2], r[3]), t23h = _mm_unpackhi_epi8(r[2], r[3]);
+        const __m128i u[4] = {_mm_unpacklo_epi16(t01l, t23l), _mm_unpackhi_epi16(t01l, t23l),
+                              _mm_unpacklo_epi16(t01h, t23h), _mm_unpackhi_epi16(t01h, t23h)};
+        uint8_t *o = dst + k0 / 4 * 64;
+        for (int q = 0; q < 4; q++) {
+            _mm_storeu_si128((__m128i *)(o + 16 * q), u[q]);
+            s[q] = _mm_add_epi32(s[q], _mm_madd_epi16(_mm_maddubs_epi16(u[q], ones8), ones16));
+        }
+    }
+    for (int q = 0; q < 4; q++) _mm_storeu_si128((__m128i *)(sums + 4 * q), s[q]);
+}
+#endif
+
 static void cuvil_qg_pack_panel(const cuvil_qg_operand *op, int is_c, int64_t a0, int64_t count, int64_t K,
                                 int width, int32_t off, int ku, uint32_t *dst, int32_t *sums) {
     const int64_t sl = is_c ? op->s1 : op->s0, sk = is_c ? op->s0 : op->s1;
 #if CUVIL_QG_BYTES
     if (ku == 4) {
+        if (is_c && sl == 1 && sk != 1 && width == 16 && count == 16 && (!op->is_signed || off == 128)) {
+            cuvil_qg_pack_c_b16((const uint8_t *)op->p + a0, sk, K, off, (uint8_t *)dst, sums);
+            return;
+        }
         if (op->is_signed)
             cuvil_qg_pack_panel_s8b((const int8_t *)op->p + a0 * sl, sl, sk, count, K, width, off, (uint8_t *)dst, sums);
         else
