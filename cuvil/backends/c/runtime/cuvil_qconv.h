@@ -664,6 +664,19 @@ static void cuvil_qim2col_nd(const cuvil_conv_geom *g, const uint8_t *x, int64_t
     }
 }
 
+/* d[0, n) = s[0, n): 32 and 16 bytes at a time, then one by one. */
+static inline void cuvil_qcopy(uint8_t *restrict d, const uint8_t *restrict s, int64_t n) {
+    int64_t i = 0;
+#if defined(__AVX2__)
+    for (; i + 32 <= n; i += 32) _mm256_storeu_si256((__m256i *)(d + i), _mm256_loadu_si256((const __m256i *)(s + i)));
+    if (i + 16 <= n) {
+        _mm_storeu_si128((__m128i *)(d + i), _mm_loadu_si128((const __m128i *)(s + i)));
+        i += 16;
+    }
+#endif
+    for (; i < n; i++) d[i] = s[i];
+}
+
 /* The 2-D case: each output row of a tap is a run of input bytes between two runs of padding. */
 static void cuvil_qim2col_2d(const cuvil_conv_geom *g, const uint8_t *x, int64_t c, uint8_t pad, uint8_t *cols) {
     const int64_t H = g->in[0], W = g->in[1], OH = g->out[0], OW = g->out[1], KH = g->k[0], KW = g->k[1];
@@ -683,12 +696,16 @@ static void cuvil_qim2col_2d(const cuvil_conv_geom *g, const uint8_t *x, int64_t
                     continue;
                 }
                 const uint8_t *restrict s = xc + iy * W;
-                memset(d, pad, (size_t)lo);
+                /* inline copies: rows are short (7 to 112 bytes in common networks), where a library
+                   call per run costs more than the copy */
+                for (int64_t ox = 0; ox < lo; ox++) d[ox] = pad;
                 if (sw == 1)
-                    memcpy(d + lo, s + bx + lo, (size_t)(hi - lo));
+                    cuvil_qcopy(d + lo, s + bx + lo, hi - lo);
+                else if (sw == 2)
+                    for (int64_t ox = lo; ox < hi; ox++) d[ox] = s[bx + 2 * ox];
                 else
                     for (int64_t ox = lo; ox < hi; ox++) d[ox] = s[bx + ox * sw];
-                memset(d + hi, pad, (size_t)(OW - hi));
+                for (int64_t ox = hi; ox < OW; ox++) d[ox] = pad;
             }
         }
 }
