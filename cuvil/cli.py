@@ -150,6 +150,7 @@ def _inspect_precision(args: argparse.Namespace) -> int:
     from cuvil.quant.accuracy import PrecisionReport, format_report
 
     path = Path(args.model)
+    quantization = None  # an int8 artifact's options
     if path.is_dir():
         if not (path / "meta.json").is_file():
             raise CuvilError(f"{path} is not a saved model: it holds no meta.json")
@@ -158,6 +159,7 @@ def _inspect_precision(args: argparse.Namespace) -> int:
         if data is None:
             raise CuvilError(f"{path} was compiled in float32: it has no precision report")
         report = PrecisionReport.from_json(data)
+        quantization = data.get("quantization")
         if args.precision and args.precision != report.precision:
             raise CuvilError(f"{path} was compiled at precision {report.precision}, not {args.precision}: its report "
                              f"is printed by --precision alone or --precision {report.precision}")
@@ -170,7 +172,7 @@ def _inspect_precision(args: argparse.Namespace) -> int:
         m = cuvil.compile(str(path), target="ref", precision=args.precision or "fp16")
         assert m.info.precision is not None
         report = PrecisionReport.from_json(m.info.precision)
-    print(format_report(report, args.top))
+    print(format_report(report, args.top, quantization))
     return 0
 
 

@@ -318,12 +318,20 @@ def check_reduced_precision(reference: Graph, candidate: Graph, samples: Sequenc
     return report
 
 
-def format_report(report: PrecisionReport, top: int = 10) -> str:
-    """The worst ``top`` layers (largest relative L2 first) and every overflow, as a text table."""
+def format_report(report: PrecisionReport, top: int = 10, quantization: Mapping[str, Any] | None = None) -> str:
+    """The worst ``top`` layers (largest relative L2 first) and every overflow, as a text table;
+    ``quantization``: an int8 report's options (its ``quantization`` entry), summarised first."""
     lines = [f"precision: {report.precision}, {report.samples} samples, {len(report.layers)} layers compared "
              "with the float32 graph"]
     if report.overrides:
         lines.append("overrides: " + ", ".join(f"{k}={v}" for k, v in report.overrides.items()))
+    q = quantization if quantization is not None else getattr(report, "quantization", None)
+    if q:
+        wr = q.get("weight_range") or [-127, 127]
+        lines.append(f"quantization: weights in [{wr[0]}, {wr[1]}]{' (reduce_range)' if q.get('reduce_range') else ''}"
+                     f"{' per channel' if q.get('per_channel') else ' per tensor'}, activations "
+                     f"{'symmetric int8' if q.get('symmetric') else 'asymmetric uint8'}, {q.get('calibration')} "
+                     f"calibration on {q.get('examples')} examples")
     lines.append(f"{'value':32s} {'node':32s} {'op':18s} {'dtype':5s} {'rel_l2':>10s} {'snr_db':>8s} {'max_abs':>10s}")
     for e in report.worst(top):
         lines.append(f"{e.name[:32]:32s} {e.node[:32]:32s} {e.op[:18]:18s} {e.dtype:5s} {e.rel_l2:10.3e} "

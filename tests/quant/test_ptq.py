@@ -488,6 +488,8 @@ def test_cli_compile_quantize_with_npz_folder(tmp_path: Path, capsys: pytest.Cap
         assert main(argv) == 0
         printed = capsys.readouterr().out
         assert printed.startswith("precision: int8, 2 samples") and "qlinear_conv" in printed, printed
+        assert ("quantization: weights in [-64, 64] (reduce_range) per channel, activations asymmetric uint8, "
+                "entropy calibration on 64 examples") in printed, printed
     assert main(["inspect", "--precision", "fp16", str(out)]) == 2
     assert "was compiled at precision int8, not fp16" in capsys.readouterr().err
     with pytest.raises(SystemExit):
