@@ -301,9 +301,9 @@ def check_reduced_precision(reference: Graph, candidate: Graph, samples: Sequenc
     overflows the reduced type on the samples, or on any example of ``calib`` where it is given (on
     the calibration runner, with ``runner``'s compiler, cache and threads), unless ``allow_overflow``."""
     peaks = None
-    if calib is not None and DType.f16 in reduced_values(candidate).values():  # bf16 has float32's range, all but 0.4 %
-        peaks = reduced_peaks(reference, [n for n, dt in reduced_values(candidate).items() if dt is DType.f16],
-                              calib, runner)
+    half = [n for n, dt in reduced_values(candidate).items() if dt is DType.f16] if calib is not None else []
+    if calib is not None and half:  # bf16 has float32's range, all but 0.4 %
+        peaks = reduced_peaks(reference, half, calib, runner)
     report = precision_report(reference, candidate, samples, precision, overrides, peaks)
     if report.overflows and not allow_overflow:
         first = report.overflows[0]

@@ -333,6 +333,9 @@ def post_training_quantize(graph: Graph, dataset: Any, options: QuantOptions,
     returned."""
     t0 = time.perf_counter()
     calib = dataset if isinstance(dataset, CalibrationSet) else load_calibration(dataset, graph, options)
+    need = MIN_SAMPLES if options.min_samples is None else options.min_samples
+    if not calib.batch_axis or calib.examples == len(calib.feeds):
+        _check_enough(calib, need, options)  # a count the batch-axis probe cannot change: refused before any build
     nodes, skipped = plan(graph, options.per_channel)
     integer = _integer_ops(graph, nodes)
     acts = _activations(graph, nodes, integer)
@@ -341,14 +344,7 @@ def post_training_quantize(graph: Graph, dataset: Any, options: QuantOptions,
     run = (calibration_runner(graph, computed, runner_options) if computed else
            CalibrationRunner("none", lambda feed: [], why="only graph inputs are observed"))
     calib = confirm_batch_axis(graph, calib, run)  # a symbolic axis 0 may be a sequence, not a batch
-    need = MIN_SAMPLES if options.min_samples is None else options.min_samples
-    if calib.examples < need:
-        how = ("give more samples" if options.min_samples is not None else
-               f"give at least {MIN_SAMPLES} samples (ranges from fewer rarely hold on unseen inputs), or accept "
-               f"the risk explicitly with min_calibration_samples={calib.examples} (on the command line: "
-               f"--min-calibration-samples {calib.examples})")
-        raise QuantizationError(f"int8 calibration got {calib.examples} samples, fewer than the {need} required: "
-                                f"{how}")
+    _check_enough(calib, need, options)
     check_coverage(graph, calib)
     report = QuantReport(options, calib.examples, len(calib.feeds))
     report.skipped = skipped
@@ -375,6 +371,17 @@ def post_training_quantize(graph: Graph, dataset: Any, options: QuantOptions,
              len(report.weights), options.weight_qmax, options.weight_qmax, calib.examples, options.method,
              "symmetric" if options.symmetric else "asymmetric", ran.calls, ran.kind, report.seconds)
     return graph, report
+
+
+def _check_enough(calib: CalibrationSet, need: int, options: QuantOptions) -> None:
+    """Refuse fewer calibration examples than ``need``, saying what to do."""
+    if calib.examples < need:
+        how = ("give more samples" if options.min_samples is not None else
+               f"give at least {MIN_SAMPLES} samples (ranges from fewer rarely hold on unseen inputs), or accept "
+               f"the risk explicitly with min_calibration_samples={calib.examples} (on the command line: "
+               f"--min-calibration-samples {calib.examples})")
+        raise QuantizationError(f"int8 calibration got {calib.examples} samples, fewer than the {need} required: "
+                                f"{how}")
 
 
 def load_calibration(dataset: Any, graph: Graph, options: QuantOptions) -> CalibrationSet:

@@ -85,6 +85,15 @@ def test_fewer_than_64_samples_are_refused_unless_overridden() -> None:
         cuvil.compile(_mlp(), "ref", quant_dtype="int8", calibration_dataset=_vectors(10), min_calibration_samples=20)
 
 
+def test_too_few_samples_are_refused_before_the_calibration_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_build(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the calibration build was made")
+
+    monkeypatch.setattr("cuvil.quant.ptq.calibration_runner", no_build)
+    with pytest.raises(QuantizationError, match="got 10 samples, fewer than the 64 required"):
+        cuvil.compile(_mlp(), "ref", quant_dtype="int8", calibration_dataset=_vectors(10))
+
+
 def test_batched_samples_count_their_examples() -> None:
     m = cuvil.compile(_mlp(), "ref", quant_dtype="int8", calibration_dataset=_vectors(8, (8, 8)))
     assert m.info.precision is not None and m.info.precision["quantization"]["examples"] == 64
