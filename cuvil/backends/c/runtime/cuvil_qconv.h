@@ -9,9 +9,10 @@
  *     stride.  A thread's plane is zeroed once per call (every task writes the same elements).
  *     With AVX-512 the sums are made 32 at a time in registers, two taps per vpmaddwd
  *     (cuvil_qdw_taps_avx512; the weight pairs are made once per model when the weight zero
- *     points are 0, else once per call), and requantized in vectors; elsewhere each tap is one
- *     long multiply-add into int32 sums, which compilers vectorize.  A GEMM per channel (M = 1)
- *     would spend its time packing;
+ *     points are 0, else once per call), and requantized in vectors; with AVX2 the same 16 at a
+ *     time (cuvil_qdw_taps_avx2, cuvil_qconv_req_avx2, the plane filled by cuvil_qdw_row_avx2
+ *     and cuvil_qdw_row2_avx2); elsewhere each tap is one long multiply-add into int32 sums,
+ *     which compilers vectorize.  A GEMM per channel (M = 1) would spend its time packing;
  *   otherwise: im2col per image and group (positions outside the input get xzp; the 2-D case
  *     copies whole row runs and is split across threads by input channel) and cuvil_qgemm with
  *     the weight as R [mg, cg * taps] and the columns as C [cg * taps, P].  A 1x1, unit-stride,

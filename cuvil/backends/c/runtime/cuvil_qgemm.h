@@ -19,13 +19,18 @@
  *     (off = +128 turns int8 into uint8, -128 uint8 into int8), so one side is unsigned;
  *   AVX-512BW, AVX2 (KU = 2 int16): vpmaddwd multiplies int16 pairs and adds them into int32
  *     lanes, exactly (no saturation, unlike vpmaddubsw's int16 sums);
+ *   AVX2, one operand a constant whose bytes lie in [-64, 64] (7-bit weights; KU = 4 bytes, the
+ *     byte path, CUVIL_QG_BYTES): vpmaddubsw, exact for such bytes, then vpmaddwd against ones.
+ *     The narrow side is the signed one; the other is shifted to unsigned (off, or roff for R);
  *   portable C (generic, wasm32; KU = 2 int16): the same arithmetic in plain loops.
  * A panel holds MR rows of R (or NR columns of C) for the whole K; a register-blocked micro-kernel
  * multiplies one R panel by one C panel.  Constant operands (the weights) are packed once, with
  * their sums, into the model's constant cache; the others per call.  Work is split into blocks of
  * rows x one column panel across the call's threads; integer results do not depend on the split.
- * With AVX-512 the zero-point corrections and the requantization of a tile run on 16-lane
- * vectors (cuvil_qg_epilogue_v, cuvil_qreq16) with the scalar code's exact results.
+ * With AVX-512 (AVX2) the zero-point corrections and the requantization of a tile run on 16-lane
+ * (two 8-lane) vectors (cuvil_qg_epilogue_v, cuvil_qreq16, cuvil_qreq16_avx2) with the scalar
+ * code's exact results; on AVX2, when the zero points are uniform (symmetric weights) the
+ * corrections are one precomputed term per row and one per column (cuvil_qg_separable).
  */
 #ifndef CUVIL_QGEMM_H
 #define CUVIL_QGEMM_H
