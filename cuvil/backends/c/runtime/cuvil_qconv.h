@@ -108,6 +108,19 @@ static inline void cuvil_qconv_store(const cuvil_qg_output *o, int64_t ch, const
     }
 }
 
+/* d[0, n) = s[0, n): 32 and 16 bytes at a time, then one by one. */
+static inline void cuvil_qcopy(uint8_t *restrict d, const uint8_t *restrict s, int64_t n) {
+    int64_t i = 0;
+#if defined(__AVX2__)
+    for (; i + 32 <= n; i += 32) _mm256_storeu_si256((__m256i *)(d + i), _mm256_loadu_si256((const __m256i *)(s + i)));
+    if (i + 16 <= n) {
+        _mm_storeu_si128((__m128i *)(d + i), _mm_loadu_si128((const __m128i *)(s + i)));
+        i += 16;
+    }
+#endif
+    for (; i < n; i++) d[i] = s[i];
+}
+
 /* ---- depthwise ------------------------------------------------------------------------------- */
 
 /* Elements past the plane and past the sums that the vectorized taps may read or write. */
@@ -546,7 +559,7 @@ static void cuvil_qdw_task(void *ctx, int64_t task, int tid) {
         uint8_t *run = (uint8_t *)(acc + OH * PWp + CUVIL_QDW_SLACK);
         cuvil_qconv_req_avx2(o, o->mult[oc * o->mult_rs], o->bias ? o->bias[oc * o->bias_rs] : 0, acc, n, run, 1);
         uint8_t *y = (uint8_t *)o->yq + y0;
-        for (int64_t oy = 0; oy < OH; oy++) memcpy(y + oy * OW, run + oy * PWp, (size_t)OW);
+        for (int64_t oy = 0; oy < OH; oy++) cuvil_qcopy(y + oy * OW, run + oy * PWp, OW);
         return;
     }
 #endif
@@ -663,19 +676,6 @@ static void cuvil_qim2col_nd(const cuvil_conv_geom *g, const uint8_t *x, int64_t
             }
         }
     }
-}
-
-/* d[0, n) = s[0, n): 32 and 16 bytes at a time, then one by one. */
-static inline void cuvil_qcopy(uint8_t *restrict d, const uint8_t *restrict s, int64_t n) {
-    int64_t i = 0;
-#if defined(__AVX2__)
-    for (; i + 32 <= n; i += 32) _mm256_storeu_si256((__m256i *)(d + i), _mm256_loadu_si256((const __m256i *)(s + i)));
-    if (i + 16 <= n) {
-        _mm_storeu_si128((__m128i *)(d + i), _mm_loadu_si128((const __m128i *)(s + i)));
-        i += 16;
-    }
-#endif
-    for (; i < n; i++) d[i] = s[i];
 }
 
 /* The 2-D case: each output row of a tap is a run of input bytes between two runs of padding. */
