@@ -139,7 +139,6 @@ def test_the_same_model_hits_across_processes(tmp_path: Path) -> None:
     assert len({key for key, _ in out}) == 1
 
 
-@pytest.mark.serial
 @pytest.mark.slow
 def test_resnet18_compile_time(tmp_path_factory: pytest.TempPathFactory) -> None:
     """ResNet-18 for native: under 10 s from a cold cache, under 0.5 s from the cache (both measured here)."""

@@ -336,7 +336,6 @@ int main(void) {
 """
 
 
-@pytest.mark.serial
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
                     reason="needs Linux and two CPUs")
 def test_workers_keep_off_the_callers_cpu_after_idling(tmp_path: Path) -> None:

@@ -560,7 +560,7 @@ static int cuvil_qg_narrow(const cuvil_qg_operand *op, int64_t lines, int64_t K,
     const size_t extent = (size_t)((lines - 1) * sl + (K - 1) * sk) + 1;
     if (!cuvil_is_constant(op->p, extent)) return 0;
     const cuvil_qg_narrow_args a = {op, lines, K, sl, sk};
-    const int64_t key[CUVIL_CACHE_KEY] = {0x514e4152, lines, K, op->s0, op->s1, 0, 0, 0};
+    const int64_t key[CUVIL_CACHE_KEY] = {0x514e4152, lines, K, op->s0, op->s1, is_c, 0, 0};
     const int32_t *c = (const int32_t *)cuvil_cache_get(op->p, key, sizeof(int32_t), cuvil_qg_narrow_scan, &a);
     if (c) return *c;
     int32_t ok;
