@@ -117,35 +117,35 @@ typedef uint16_t cuvil_qg_elem;
  * zero-filled past K and past `count` lines.  sums[l] = the sum of the line's elements plus off.
  * The loop nest walks the source along its unit stride (K for a row-major R, the lines for a
  * row-major C), and is instantiated per source type so the inner loop has no branch. */
-#define CUVIL_QG_DEFINE_PACK(T, sfx, KU, E)                                                                                  \
-    static void cuvil_qg_pack_panel_##sfx(const T *src, int64_t sl, int64_t sk, int64_t count, int64_t K, int width, \
-                                          int32_t off, E *dst, int32_t *sums) {                        \
-        const int64_t G = (K + KU - 1) / KU;                                                     \
-        memset(dst, 0, sizeof(uint32_t) * (size_t)(G * width));                                                  \
-        uint32_t acc[CUVIL_QG_NR] = {0};                                                                           \
-        if (sk == 1 || sl != 1) {                                                                                  \
-            for (int64_t l = 0; l < count; l++) {                                                                  \
-                const T *line = src + l * sl;                                                                      \
-                uint32_t sum = 0;                                                                                  \
-                for (int64_t k = 0; k < K; k++) {                                                                  \
-                    const int32_t v = (int32_t)line[k * sk] + off;                                                 \
-                    sum += (uint32_t)v;                                                                            \
-                    dst[((k / KU) * width + l) * KU + k % KU] = (E)v;       \
-                }                                                                                                  \
-                acc[l] = sum;                                                                                      \
-            }                                                                                                      \
-        } else {                                                                                                   \
-            for (int64_t k = 0; k < K; k++) {                                                                      \
-                const T *row = src + k * sk;                                                                       \
-                E *d = dst + (k / KU) * width * KU + k % KU;                \
-                for (int64_t l = 0; l < count; l++) {                                                              \
-                    const int32_t v = (int32_t)row[l] + off;                                                       \
-                    acc[l] += (uint32_t)v;                                                                         \
-                    d[l * KU] = (E)v;                                                         \
-                }                                                                                                  \
-            }                                                                                                      \
-        }                                                                                                          \
-        for (int64_t l = 0; l < count; l++) sums[l] = (int32_t)acc[l];                                             \
+#define CUVIL_QG_DEFINE_PACK(T, sfx, KU, E)                                                                            \
+    static void cuvil_qg_pack_panel_##sfx(const T *src, int64_t sl, int64_t sk, int64_t count, int64_t K, int width,   \
+                                          int32_t off, E *dst, int32_t *sums) {                                        \
+        const int64_t G = (K + KU - 1) / KU;                                                                           \
+        memset(dst, 0, sizeof(uint32_t) * (size_t)(G * width));                                                        \
+        uint32_t acc[CUVIL_QG_NR] = {0};                                                                               \
+        if (sk == 1 || sl != 1) {                                                                                      \
+            for (int64_t l = 0; l < count; l++) {                                                                      \
+                const T *line = src + l * sl;                                                                          \
+                uint32_t sum = 0;                                                                                      \
+                for (int64_t k = 0; k < K; k++) {                                                                      \
+                    const int32_t v = (int32_t)line[k * sk] + off;                                                     \
+                    sum += (uint32_t)v;                                                                                \
+                    dst[((k / KU) * width + l) * KU + k % KU] = (E)v;                                                  \
+                }                                                                                                      \
+                acc[l] = sum;                                                                                          \
+            }                                                                                                          \
+        } else {                                                                                                       \
+            for (int64_t k = 0; k < K; k++) {                                                                          \
+                const T *row = src + k * sk;                                                                           \
+                E *d = dst + (k / KU) * width * KU + k % KU;                                                           \
+                for (int64_t l = 0; l < count; l++) {                                                                  \
+                    const int32_t v = (int32_t)row[l] + off;                                                           \
+                    acc[l] += (uint32_t)v;                                                                             \
+                    d[l * KU] = (E)v;                                                                                  \
+                }                                                                                                      \
+            }                                                                                                          \
+        }                                                                                                              \
+        for (int64_t l = 0; l < count; l++) sums[l] = (int32_t)acc[l];                                                 \
     }
 CUVIL_QG_DEFINE_PACK(int8_t, s8, CUVIL_QG_KU, cuvil_qg_elem)
 CUVIL_QG_DEFINE_PACK(uint8_t, u8, CUVIL_QG_KU, cuvil_qg_elem)
