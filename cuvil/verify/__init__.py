@@ -14,6 +14,7 @@ dotted names (a function bound to the name would hide them).
 
 from __future__ import annotations
 
+import shutil
 import sys
 import tempfile
 import types
@@ -60,6 +61,8 @@ def verify(
     ``save_baseline``: store this run's figures. ``progress``: True for progress on stderr.
     ``trace``: write the latency check's Chrome trace (Perfetto) to this file. ``memory_limit``:
     the batch-scaling check's memory limit (bytes, or a size such as ``"512M"`` or ``"2GiB"``).
+    ``work_dir``: where checks write their builds and files, kept after the run (default:
+    ``report_dir/work``, or else a temporary folder that is removed when the run ends).
 
     Usage and input errors raise :class:`VerifyError`; a check that fails or crashes does not
     raise, it is a failed result (``report.exit_status`` is 1)."""
@@ -79,16 +82,21 @@ def verify(
     names = [c.strip() for c in checks.split(",")] if isinstance(checks, str) else checks
     source = load_model(model, input_spec=input_spec, dynamic_shapes=dynamic_shapes)
     stored = load_baseline(baseline) if baseline is not None else None  # a bad file fails before the long run
+    own_work = work_dir is None and report_dir is None  # a scratch folder of its own, removed after the run
     if work_dir is not None:
         work = Path(work_dir)
     elif report_dir is not None:
         work = Path(report_dir) / "work"
     else:
         work = Path(tempfile.mkdtemp(prefix="cuvil-verify-"))
-    suite = plan(source, config=cfg, checks=names, targets=targets, strict=strict, subject=subject,
-                 work_dir=work, cache_dir=str(cache_dir) if cache_dir is not None else None)
-    shown: Progress | None = progress if isinstance(progress, Progress) else (Progress() if progress else None)
-    report = suite.run(shown)
+    try:
+        suite = plan(source, config=cfg, checks=names, targets=targets, strict=strict, subject=subject,
+                     work_dir=work, cache_dir=str(cache_dir) if cache_dir is not None else None)
+        shown: Progress | None = progress if isinstance(progress, Progress) else (Progress() if progress else None)
+        report = suite.run(shown)
+    finally:
+        if own_work:
+            shutil.rmtree(work, ignore_errors=True)
     if stored is not None:
         compared = compare(report, stored, cfg.baseline)
         report.results.extend(compared)

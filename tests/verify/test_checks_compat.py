@@ -56,11 +56,20 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(tmp_path_factory.mktemp("cuvil-cache"))
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _work_root(tmp_path_factory: pytest.TempPathFactory) -> None:
+    global WORK_ROOT
+    WORK_ROOT = tmp_path_factory.mktemp("cuvil-verify-work")
+
+
+WORK_ROOT: Path | None = None
+
+
 def context(model: Any, targets: list[str], cache: str, kind: str = "onnx",
             checks: dict[str, dict[str, Any]] | None = None) -> VerifyContext:
     """A verification context; ``checks`` is the configuration's ``[checks.NAME]`` tables."""
     return VerifyContext(ModelSource(kind, model), targets=targets, cache_dir=cache,
-                         work_dir=Path(tempfile.mkdtemp(prefix="cuvil-verify-")), config={"checks": checks or {}})
+                         work_dir=Path(tempfile.mkdtemp(prefix="cuvil-verify-", dir=WORK_ROOT)), config={"checks": checks or {}})
 
 
 def run(name: str, ctx: VerifyContext) -> dict[str | None, CheckResult]:
