@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -37,13 +38,15 @@ def update_golden(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--update-golden"))
 
 
-@pytest.fixture(scope="session")
-def wasm_cache(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """A private build cache for wasm32 compiles whose ``zig/`` folder persists in pytest's cache.
+def pytest_configure(config: pytest.Config) -> None:
+    # Every wasm32 build of the run, whatever its Cuvil cache, shares one zig cache kept in pytest's
+    # cache: zig builds wasi-libc there once (tens of seconds cold) and locks its entries, so
+    # sessions may share it. Compiled models stay in each test's own Cuvil cache.
+    if config.cache is not None and "ZIG_GLOBAL_CACHE_DIR" not in os.environ:
+        os.environ["ZIG_GLOBAL_CACHE_DIR"] = str(config.cache.mkdir("cuvil-zig"))
 
-    That folder is zig's own content-addressed cache, where it builds wasi-libc (tens of seconds
-    cold); zig locks its entries, so sessions may share it.  Compiled models stay private to the
-    session."""
-    root = tmp_path_factory.mktemp("wasm-cache")
-    (root / "zig").symlink_to(request.config.cache.mkdir("cuvil-zig"), target_is_directory=True)
-    return str(root)
+
+@pytest.fixture(scope="session")
+def wasm_cache(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A private build cache for wasm32 compiles (zig's cache is shared: see pytest_configure)."""
+    return str(tmp_path_factory.mktemp("wasm-cache"))

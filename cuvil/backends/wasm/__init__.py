@@ -26,7 +26,7 @@ from cuvil import __version__
 from cuvil.backends.c import _runtime_digest, cache, runtime_headers
 from cuvil.backends.c.codegen import CodegenOptions, GeneratedModule, generate
 from cuvil.backends.wasm.runtime import WasmModel
-from cuvil.backends.wasm.toolchain import Zig, build_wasm, compile_flags
+from cuvil.backends.wasm.toolchain import Zig, build_wasm, compile_flags, zig_global_cache
 from cuvil.errors import CuvilError, ModelError
 from cuvil.ir.graph import Graph
 from cuvil.runtime.compiled import BuildInfo
@@ -37,7 +37,7 @@ WASM_TARGET = "wasm32"
 @dataclass(frozen=True)
 class WasmBuildOptions:
     zig: Zig = field(default_factory=Zig)
-    cache_dir: Path | None = None  # the Cuvil build cache (default: ~/.cache/cuvil); zig's cache is its zig/
+    cache_dir: Path | None = None  # the Cuvil build cache (default: ~/.cache/cuvil); see zig_global_cache
     conv_algorithm: str | tuple[tuple[str, str], ...] = "auto"  # see backends/c/kernels/conv_algorithm.py
 
 
@@ -62,7 +62,7 @@ def build(graph: Graph, options: WasmBuildOptions) -> WasmBuild:
     root = options.cache_dir or cache.default_cache_dir()
 
     def compile_source(src: Path, folder: Path) -> str:
-        return build_wasm(options.zig, src, folder / "model.wasm", zig_cache=root / "zig")
+        return build_wasm(options.zig, src, folder / "model.wasm", zig_cache=zig_global_cache(root))
 
     folder, hit = cache.build_model_folder(root, module.source, module.weights, key_parts, compile_source)
     return WasmBuild(folder, hit, time.perf_counter() - t0, module, options)

@@ -10,7 +10,9 @@ Zig keeps compiled C libraries (wasi-libc, compiler-rt) in its own cache;
 the first build in an empty cache takes tens of seconds, later builds a
 fraction of a second. That cache lives in the Cuvil build cache (``zig/``
 beside the model entries), so builds work with any HOME, a read-only one
-included, and a fresh CI machine builds wasi-libc once. Each model's own
+included, and a fresh CI machine builds wasi-libc once; where the environment
+names zig's global cache (``ZIG_GLOBAL_CACHE_DIR``, zig's own setting), that
+folder is used instead, so build caches can share one. Each model's own
 object file goes to a throw-away local cache: the Cuvil cache already keeps
 the module, and zig's would otherwise grow with every model.
 """
@@ -83,6 +85,13 @@ class Zig:
         if out.returncode != 0 or not out.stdout.strip():
             raise CuvilError(f"zig failed to report its version: {out.stderr.strip()[:300]}")
         return f"zig {out.stdout.strip()}"
+
+
+def zig_global_cache(cuvil_cache: Path) -> Path:
+    """Where zig keeps its compiled C libraries: ``ZIG_GLOBAL_CACHE_DIR`` when the environment
+    sets it, else ``zig/`` in the Cuvil build cache ``cuvil_cache``."""
+    named = os.environ.get("ZIG_GLOBAL_CACHE_DIR")
+    return Path(named) if named else cuvil_cache / "zig"
 
 
 def build_wasm(zig: Zig, source: Path, out: Path, zig_cache: Path) -> str:

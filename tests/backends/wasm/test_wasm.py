@@ -20,7 +20,7 @@ import cuvil  # noqa: E402
 from cuvil.backends.c.library import RunError  # noqa: E402
 from cuvil.backends.c.toolchain import RUNTIME_DIR  # noqa: E402
 from cuvil.backends.wasm import runtime  # noqa: E402
-from cuvil.backends.wasm.toolchain import BASE_FLAGS, Zig  # noqa: E402
+from cuvil.backends.wasm.toolchain import BASE_FLAGS, Zig, zig_global_cache  # noqa: E402
 from cuvil.errors import CuvilError, InputError  # noqa: E402
 
 F32, F16, I32, I64, BOOL = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.INT32, TensorProto.INT64, TensorProto.BOOL
@@ -90,9 +90,17 @@ def test_build_is_cached_and_clean(elementwise: cuvil.CompiledModel, cache: str)
     b = elementwise.build_info
     assert b is not None and b.library.is_file() and b.weights.is_file() and b.source.is_file()
     assert b.warnings == ""
-    assert (Path(cache) / "zig").is_dir()  # zig's own cache lives in the Cuvil cache
+    assert any(zig_global_cache(Path(cache)).iterdir())  # zig's own cache: wasi-libc and compiler-rt
     again = cuvil.compile(_elementwise(), target="wasm32", cache_dir=cache)
     assert again.build_info is not None and again.build_info.cached and again.build_info.folder == b.folder
+
+
+def test_zig_cache_is_in_the_cuvil_cache_unless_the_environment_names_one(monkeypatch: pytest.MonkeyPatch,
+                                                                           tmp_path: Path) -> None:
+    monkeypatch.delenv("ZIG_GLOBAL_CACHE_DIR", raising=False)
+    assert zig_global_cache(tmp_path / "cuvil") == tmp_path / "cuvil" / "zig"
+    monkeypatch.setenv("ZIG_GLOBAL_CACHE_DIR", str(tmp_path / "shared-zig"))
+    assert zig_global_cache(tmp_path / "cuvil") == tmp_path / "shared-zig"
 
 
 def test_c_check_reports_bad_shape(elementwise: cuvil.CompiledModel) -> None:
@@ -185,7 +193,7 @@ def test_tensor_record_layout_on_wasm32(cache: str, tmp_path: Path) -> None:
         "    return v[i];\n}\n",
         encoding="utf-8",
     )
-    zig_cache = str(Path(cache) / "zig")
+    zig_cache = str(zig_global_cache(Path(cache)))
     out = tmp_path / "layout.wasm"
     env = {**os.environ, "ZIG_GLOBAL_CACHE_DIR": zig_cache, "ZIG_LOCAL_CACHE_DIR": zig_cache}
     subprocess.run([*Zig().argv, "cc", *BASE_FLAGS, f"-I{RUNTIME_DIR}", str(src), "-o", str(out)],
@@ -263,7 +271,7 @@ def test_saved_artifact_loads_and_rebuilds(elementwise: cuvil.CompiledModel, cac
     assert meta["backend"] == "wasm" and meta["files"]["library"] == "model.wasm"
     rebuild = meta["rebuild"].split()
     assert rebuild[:4] == ["python", "-m", "ziglang", "cc"]
-    zig_cache = str(Path(cache) / "zig")
+    zig_cache = str(zig_global_cache(Path(cache)))
     env = {**os.environ, "ZIG_GLOBAL_CACHE_DIR": zig_cache, "ZIG_LOCAL_CACHE_DIR": str(tmp_path / "zig-local")}
     subprocess.run([*Zig().argv, *rebuild[3:-1], "again.wasm"], cwd=folder, check=True, env=env, capture_output=True)
     assert (folder / "again.wasm").read_bytes() == (folder / "model.wasm").read_bytes()
