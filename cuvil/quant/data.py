@@ -55,6 +55,12 @@ class CalibrationSet:
     batch_axis: bool  # whether examples were counted along a batch axis (else one per feed)
     pieces: tuple[int, ...] = ()  # the feeds each sample was split into, in order (empty: one each)
 
+    @property
+    def examples_settled(self) -> bool:
+        """Whether ``examples`` holds whatever the batch-axis probe decides: counted one per feed
+        already, or one row per feed (``without_batch_axis`` would count the same)."""
+        return not self.batch_axis or self.examples == len(self.feeds)
+
     def without_batch_axis(self) -> CalibrationSet:
         """The same samples, each one example of one feed: for a model whose axis 0 turned out not to
         be a batch (``cuvil.quant.calibrate.confirm_batch_axis``)."""

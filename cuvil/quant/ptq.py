@@ -17,7 +17,7 @@ one ``fold-qdq`` can turn into an integer kernel:
    two computed tensors (attention's ``Q @ K^T``) stays float32: no integer kernel takes it,
    so quantizing it would only add error.
 2. The weight becomes symmetric int8 in ``[-127, 127]`` (``[-64, 64]`` with ``reduce_range``: 7-bit
-   weights, which the AVX2 kernels multiply twice as fast, exactly), per output channel when
+   weights, which the AVX2 kernels multiply faster, exactly), per output channel when
    ``per_channel`` (axis 0 of a conv weight; the ``N`` axis of a gemm's or matmul's ``B``),
    else per tensor, read through a ``dequantize_linear``.  A constant 1-D bias (conv's ``B``,
    gemm's ``C``) becomes int32 at scale ``x_scale * w_scale`` (per channel; computed in
@@ -334,8 +334,8 @@ def post_training_quantize(graph: Graph, dataset: Any, options: QuantOptions,
     t0 = time.perf_counter()
     calib = dataset if isinstance(dataset, CalibrationSet) else load_calibration(dataset, graph, options)
     need = MIN_SAMPLES if options.min_samples is None else options.min_samples
-    if not calib.batch_axis or calib.examples == len(calib.feeds):
-        _check_enough(calib, need, options)  # a count the batch-axis probe cannot change: refused before any build
+    if calib.examples_settled:
+        _check_enough(calib, need, options)  # refused before any build
     nodes, skipped = plan(graph, options.per_channel)
     integer = _integer_ops(graph, nodes)
     acts = _activations(graph, nodes, integer)

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from cuvil.backends.c.toolchain import TARGET_ISA, cpu_flags
 from cuvil.verify.base import Check, CheckResult, Status, VerifyError, all_checks
 from cuvil.verify.config import VerifyConfig
 from cuvil.verify.context import ModelSource, VerifyContext
@@ -52,21 +53,6 @@ TIMED_GROUP = "runtime"
 
 
 @functools.cache
-def cpu_flags() -> frozenset[str]:
-    """The feature flags of this machine's CPU, as /proc/cpuinfo names them (empty where it cannot be read)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return frozenset(line.partition(":")[2].split())
-    except OSError:
-        pass
-    return frozenset()
-
-
-_ISA_FLAGS = {"x86_avx2": {"avx2", "fma", "f16c"}, "x86_avx512": {"avx512f", "avx512bw", "avx512vl", "avx512dq"}}
-
-
 def target_unavailable(target: str) -> str | None:
     """None when ``target`` can be built and run here, else why not."""
     from cuvil.api import TARGETS
@@ -80,7 +66,7 @@ def target_unavailable(target: str) -> str | None:
         return f"needs the Python packages {', '.join(missing)}" if missing else None
     if shutil.which("cc") is None:  # cuvil.compile's default compiler
         return "no C compiler (cc) found"
-    need = _ISA_FLAGS.get(target, set())
+    need = TARGET_ISA.get(target, frozenset())
     if need:
         missing_isa = sorted(need - cpu_flags())
         if missing_isa:

@@ -166,7 +166,7 @@ def test_int8_products_name_each_targets_multiply_path(monkeypatch: pytest.Monke
         "portable", "portable", "portable", "bytes", "int16"]
     for flags, want in (({"avx2", "avx512bw", "avx512_vnni"}, "vnni"), ({"avx2", "avx512bw"}, "int16"),
                         ({"avx2", "fma"}, "bytes"), ({"sse4_2"}, "portable")):
-        monkeypatch.setattr("cuvil.verify.runner.cpu_flags", lambda f=flags: frozenset(f))
+        monkeypatch.setattr("cuvil.backends.c.toolchain.cpu_flags", lambda f=flags: frozenset(f))
         assert int8_products("native") == want, flags
 
 

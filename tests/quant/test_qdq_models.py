@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 import cuvil
+from cuvil.backends.c.toolchain import cpu_flags
 from cuvil.frontends.onnx import load_onnx
 from cuvil.passes import PassManager, default_pipeline
-from cuvil.verify.runner import cpu_flags
 
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
