@@ -98,10 +98,14 @@ def _conv_graph() -> tuple[Graph, dict[str, np.ndarray]]:
     w7p = c(np.where(rng.random((13, 19, 1, 1)) < 0.2, 64, rng.integers(-64, 65, (13, 19, 1, 1))).astype(np.int8))
     outs.append(b.add1("qlinear_conv", [xu, _f32(b, 0.02), c(np.uint8(131)), w7p, _f32(b, 0.004), c(np.int8(0)),
                                         _f32(b, 0.05), c(np.uint8(120))]))
-    b7 = c(np.where(rng.random((70, 45)) < 0.2, -64, rng.integers(-64, 65, (70, 45))).astype(np.int8))
+    b7v = np.where(rng.random((70, 45)) < 0.2, -64, rng.integers(-64, 65, (70, 45))).astype(np.int8)
+    b7 = c(b7v)
     outs.append(b.add1("qlinear_matmul", [a, _f32(b, 0.02), c(np.int8(3)), b7, _f32(b, rng.uniform(0.001, 0.01, 45)),
                                           c(np.zeros(45, np.int8)), _f32(b, 0.1), c(np.int8(-7)),
                                           c(rng.integers(-2000, 2000, 45).astype(np.int32))]))
+    # 38 columns: a last panel of 6 (the half-width byte kernel), 35 rows (a last tile of 5)
+    outs.append(b.add1("qlinear_matmul", [a, _f32(b, 0.02), c(np.int8(3)), c(b7v[:, :38].copy()), _f32(b, 0.004),
+                                          c(np.int8(0)), _f32(b, 0.1), c(np.int8(2))]))
     au = b.input("au", TensorType(DType.u8, (9, 70)))
     outs.append(b.add1("matmul_integer", [au, b7, c(np.uint8(200)), c(rng.integers(-2, 2, 45).astype(np.int8))]))
     b.output(*outs)

@@ -482,10 +482,59 @@ static inline __attribute__((always_inline)) void cuvil_qg_micro_b_n(int rows, i
     }
 }
 
+/* A panel's first 8 columns only (a tail panel of at most 8 columns: 3 of ResNet's 7x7 maps' 49
+ * positions fill 3 panels and leave 1), all rows in one pass; the tile's other columns are zero. */
+static inline __attribute__((always_inline)) void cuvil_qg_micro_b8_n(int rows, int r_unsigned, int64_t G,
+                                                                      const uint32_t *rp, const uint32_t *cp,
+                                                                      int32_t *tile) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i acc[CUVIL_QG_MR];
+#pragma GCC unroll 8
+    for (int r = 0; r < rows; r++) acc[r] = _mm256_setzero_si256();
+    for (int64_t g = 0; g < G; g++) {
+        const __m256i c0 = _mm256_loadu_si256((const __m256i *)(cp + g * CUVIL_QG_NR));
+#pragma GCC unroll 8
+        for (int r = 0; r < rows; r++) {
+            const __m256i b = _mm256_set1_epi32((int)rp[g * CUVIL_QG_MR + r]);
+            const __m256i p0 = r_unsigned ? _mm256_maddubs_epi16(b, c0) : _mm256_maddubs_epi16(c0, b);
+            acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(p0, ones));
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < rows; r++) {
+        _mm256_storeu_si256((__m256i *)(tile + r * CUVIL_QG_NR), acc[r]);
+        _mm256_storeu_si256((__m256i *)(tile + r * CUVIL_QG_NR + 8), _mm256_setzero_si256());
+    }
+}
+
 /* Up to 3 rows per pass over K: 6 accumulators, the two C vectors, the broadcast, the ones and a
- * product fit the 16 registers (6 rows' 12 accumulators would not, and spilled). */
+ * product fit the 16 registers (6 rows' 12 accumulators would not, and spilled).  `nr` <= 8: the
+ * half-width kernel above. */
 static void cuvil_qg_micro_b(int rows, int r_unsigned, int64_t G, const uint32_t *rp, const uint32_t *cp,
-                             int32_t *tile) {
+                             int32_t *tile, int nr) {
+    if (nr <= 8) {
+#define CUVIL_QG_CASE8(n)                                            \
+    case n:                                                          \
+        if (r_unsigned)                                              \
+            cuvil_qg_micro_b8_n(n, 1, G, rp, cp, tile);              \
+        else                                                         \
+            cuvil_qg_micro_b8_n(n, 0, G, rp, cp, tile);              \
+        return;
+        switch (rows) {
+            CUVIL_QG_CASE8(1)
+            CUVIL_QG_CASE8(2)
+            CUVIL_QG_CASE8(3)
+            CUVIL_QG_CASE8(4)
+            CUVIL_QG_CASE8(5)
+        default:
+            if (r_unsigned)
+                cuvil_qg_micro_b8_n(CUVIL_QG_MR, 1, G, rp, cp, tile);
+            else
+                cuvil_qg_micro_b8_n(CUVIL_QG_MR, 0, G, rp, cp, tile);
+            return;
+        }
+#undef CUVIL_QG_CASE8
+    }
     for (int r0 = 0; r0 < rows; r0 += 3) {
         const int n = rows - r0 < 3 ? rows - r0 : 3;
         const uint32_t *p = rp + r0;
@@ -844,7 +893,7 @@ static void cuvil_qg_task(void *ctx, int64_t task, int tid) {
         const uint32_t *rp = g->Rp + i0 / CUVIL_QG_MR * CUVIL_QG_MR * g->G;
 #if CUVIL_QG_BYTES
         if (g->bytes)
-            cuvil_qg_micro_b(mr, g->r_unsigned, g->G, rp, cp, tile);
+            cuvil_qg_micro_b(mr, g->r_unsigned, g->G, rp, cp, tile, nr);
         else
 #endif
             cuvil_qg_micro(mr, g->r_unsigned, g->G, rp, cp, tile);
