@@ -106,6 +106,18 @@ def _conv_graph() -> tuple[Graph, dict[str, np.ndarray]]:
     # 38 columns: a last panel of 6 (the half-width byte kernel), 35 rows (a last tile of 5)
     outs.append(b.add1("qlinear_matmul", [a, _f32(b, 0.02), c(np.int8(3)), c(b7v[:, :38].copy()), _f32(b, 0.004),
                                           c(np.int8(0)), _f32(b, 0.1), c(np.int8(2))]))
+    # 3x3 convolutions with K = 576: grouped (two groups of 64 channels) on a batch of 2 with 7-bit
+    # weights, and 8-bit weights on 60-column rows
+    xg = b.input("xg", TensorType(DType.u8, (2, 128, 20, 30)))
+    wg = c(rng.integers(-64, 65, (16, 64, 3, 3)).astype(np.int8))
+    outs.append(b.add1("qlinear_conv", [xg, _f32(b, 0.02), c(np.uint8(128)), wg, _f32(b, rng.uniform(0.001, 0.004, 16)),
+                                        c(np.zeros(16, np.int8)), _f32(b, 0.5), c(np.uint8(127)),
+                                        c(rng.integers(-3000, 3000, 16).astype(np.int32))],
+                       {"group": 2, "pads": [1, 1, 1, 1]}))
+    xr = b.input("xr", TensorType(DType.i8, (1, 64, 28, 62)))
+    wr = c(rng.integers(-128, 128, (9, 64, 3, 3)).astype(np.int8))
+    outs.append(b.add1("qlinear_conv", [xr, _f32(b, 0.02), c(np.int8(-3)), wr, _f32(b, 0.002), c(np.int8(0)),
+                                        _f32(b, 0.7), c(np.int8(5))], {"pads": [0, 0, 0, 0]}))
     au = b.input("au", TensorType(DType.u8, (9, 70)))
     outs.append(b.add1("matmul_integer", [au, b7, c(np.uint8(200)), c(rng.integers(-2, 2, 45).astype(np.int8))]))
     b.output(*outs)
@@ -114,6 +126,8 @@ def _conv_graph() -> tuple[Graph, dict[str, np.ndarray]]:
               "a": rng.integers(-128, 128, (35, 70)).astype(np.int8),
               "xw": rng.integers(-128, 128, (1, 2, 5, 530)).astype(np.int8),
               "xs": rng.integers(-128, 128, (1, 4, 9, 20)).astype(np.int8),
+              "xg": rng.integers(0, 256, (2, 128, 20, 30)).astype(np.uint8),
+              "xr": rng.integers(-128, 128, (1, 64, 28, 62)).astype(np.int8),
               "au": np.where(rng.random((9, 70)) < 0.3, 255, rng.integers(0, 256, (9, 70))).astype(np.uint8)}
     inputs["a"][:5] = -128  # extreme bytes against extreme narrow weights: the largest pair sums
     inputs["xu"].reshape(-1)[:40] = 131  # the zero point itself: products of 0 (NaN under an infinite multiplier)
