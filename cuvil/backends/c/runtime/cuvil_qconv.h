@@ -242,10 +242,41 @@ static void cuvil_qdw_taps_avx512(const cuvil_qdw_job *j, const int16_t *plane, 
  * interleave two taps' int16 values within 128-bit lanes, so the two vectors hold positions
  * {0-3, 8-11} and {4-7, 12-15}; vperm2i128 puts them back in order.  Reads run up to 15 elements
  * past the last sum's taps (into the plane's zeroed slack); up to 15 sums past n are written. */
+/* -DCUVIL_QDW_3X3=0 builds the general loop only, to compare against */
+#ifndef CUVIL_QDW_3X3
+#define CUVIL_QDW_3X3 1
+#endif
 static void cuvil_qdw_taps_avx2(const cuvil_qdw_job *j, const int16_t *plane, int64_t oc, int64_t n, int32_t *acc) {
     const int64_t taps = j->g->k[0] * j->g->k[1];
     const int32_t *wpair = j->wpair + oc * j->npairs;
     const int64_t *off = j->poff;
+    if (CUVIL_QDW_3X3 && taps == 9) { /* 3x3, the common kernel: its five pairs unrolled, weights in registers */
+        const int16_t *q0 = plane + off[0], *q1 = plane + off[1], *q2 = plane + off[2], *q3 = plane + off[3];
+        const int16_t *q4 = plane + off[4], *q5 = plane + off[5], *q6 = plane + off[6], *q7 = plane + off[7];
+        const int16_t *q8 = plane + off[8], *q9 = plane + off[9];
+        const __m256i w0 = _mm256_set1_epi32(wpair[0]), w1 = _mm256_set1_epi32(wpair[1]);
+        const __m256i w2 = _mm256_set1_epi32(wpair[2]), w3 = _mm256_set1_epi32(wpair[3]);
+        const __m256i w4 = _mm256_set1_epi32(wpair[4]);
+#define CUVIL_QDW_PAIR(a, b, w)                                                                       \
+    do {                                                                                              \
+        const __m256i xa = _mm256_loadu_si256((const __m256i *)(a + i));                              \
+        const __m256i xb = _mm256_loadu_si256((const __m256i *)(b + i));                              \
+        lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(xa, xb), w));               \
+        hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(xa, xb), w));               \
+    } while (0)
+        for (int64_t i = 0; i < n; i += 16) {
+            __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
+            CUVIL_QDW_PAIR(q0, q1, w0);
+            CUVIL_QDW_PAIR(q2, q3, w1);
+            CUVIL_QDW_PAIR(q4, q5, w2);
+            CUVIL_QDW_PAIR(q6, q7, w3);
+            CUVIL_QDW_PAIR(q8, q9, w4);
+            _mm256_storeu_si256((__m256i *)(acc + i), _mm256_permute2x128_si256(lo, hi, 0x20));
+            _mm256_storeu_si256((__m256i *)(acc + i + 8), _mm256_permute2x128_si256(lo, hi, 0x31));
+        }
+#undef CUVIL_QDW_PAIR
+        return;
+    }
     for (int64_t t0 = 0; t0 < taps; t0 += CUVIL_QDW_MAXT) {
         const int64_t nt = taps - t0 < CUVIL_QDW_MAXT ? taps - t0 : CUVIL_QDW_MAXT, np = (nt + 1) / 2;
         for (int64_t i = 0; i < n; i += 16) {
