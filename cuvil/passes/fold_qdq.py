@@ -19,6 +19,8 @@ from cuvil.passes.fuse_elementwise import nested_graphs, rebuild, use_counts
 
 _log = logging.getLogger(__name__)
 _BYTES = (DType.i8, DType.u8)
+#: The most a float bias's rounding to int32 may move a value, in output quantization steps (rule 3).
+FLOAT_BIAS_STEPS = 1.0 / 64
 
 
 class _UnfoldableError(Exception):
@@ -84,7 +86,13 @@ class FoldQDQ(Pass):
        The output quantization is per-tensor to int8/uint8.
     3. A bias (conv's ``B``, gemm's ``C``, 1-D) must be a ``dequantize_linear`` of a constant
        int32 tensor with zero point 0 whose scale equals ``x_scale * w_scale`` (computed in the
-       scales' type) exactly: it is then added in int32, as the integer kernel does.
+       scales' type) exactly: it is then added in int32, as the integer kernel does.  A constant
+       float bias (PyTorch's PT2E flow leaves biases float) becomes int32 at that scale, rounded
+       half to even, as PyTorch's quantized CPU kernels run it, when it fits in 2^30 and the
+       rounding moves no value by more than 1/64 of an output step (:data:`FLOAT_BIAS_STEPS`);
+       the folds that did so are logged at INFO with the largest move.  The result then differs
+       from the float graph's by one step at most, and only where the float value lies within
+       that move of a rounding boundary.
     4. gemm needs ``alpha = beta = 1`` and no ``transA``; a ``transB`` weight is transposed at
        compile time.  matmul needs a 2-D weight, dequantized or the 2-D transpose of a
        dequantized one (then quantized along axis 0 and transposed at compile time, as ``transB``).
@@ -114,7 +122,7 @@ class FoldQDQ(Pass):
        sum (and the relu's result) is read only there and is not a graph output.
 
     The pass preserves the graph's values exactly wherever the quantize after the product absorbs
-    the rounding.  :func:`fold_float_products` (used by int8 PTQ, not by this pass) also folds a
+    the rounding, float biases (rule 3) aside.  :func:`fold_float_products` (used by int8 PTQ, not by this pass) also folds a
     product whose result stays float32, which changes the rounding of that result.
     """
 
@@ -133,26 +141,33 @@ def _fold_graph(g: Graph) -> bool:
     replaced: dict[Node, list[Node]] = {}
     removed: set[Node] = set()
     stale: list[Value] = []
+    moves: dict[str, float] = {}  # product -> how far its float bias's rounding moves a value (output steps)
     for q in g.nodes:
         if q.op != "quantize_linear" or not (_is_product_tail(q) or _is_pool_tail(q) or _is_add_tail(q)):
             continue
         try:
             if _is_pool_tail(q):
                 new, gone = _fold_pool(g, q, counts)
-            elif _is_add_tail(q):
+            elif _is_add_tail(q) and not _is_product_tail(q):
                 new, gone = _fold_add(g, q, counts, names)
             else:
-                new, gone = _fold(g, q, counts, names)
+                new, gone = _fold(g, q, counts, names, moves)
         except _UnfoldableError as why:
             _log.debug("fold-qdq: %r (%s) stays explicit: %s", q.name, q.op, why)
             continue
         if any(n in removed or n in replaced for n in gone):
+            moves.pop(q.name, None)
             continue
         replaced[q] = new
         removed.update(gone)
         stale.extend(v for n in (q, *gone) for v in n.inputs if v is not None)
     if replaced:
         rebuild(g, replaced, removed)
+    if moves:
+        worst = max(moves, key=lambda k: moves[k])
+        _log.info("fold-qdq: %d integer products took their float bias as int32 at x_scale * w_scale (rounded as "
+                  "PyTorch's quantized kernels do); that moves a value by %.2g output steps at most (%r)",
+                  len(moves), moves[worst], worst)
     folded = _dequantize_constants(g)
     stale.extend(v for n in folded for v in n.inputs if v is not None)
     _drop_dead(g, stale)
@@ -169,7 +184,19 @@ def _through(q: Node, activations: tuple[str, ...]) -> Node | None:
 
 def _is_product_tail(q: Node) -> bool:
     p = _through(q, ("relu", "clip"))
-    return p is not None and p.op in ("conv", "matmul", "gemm")
+    return p is not None and (p.op in ("conv", "matmul", "gemm") or _biased_product(p) is not None)
+
+
+def _biased_product(add: Node) -> tuple[Node, Value] | None:
+    """For an ``add`` of a matmul's (or gemm's) result and a constant: the product and the constant
+    (``nn.Linear`` on more than two dims, from ``torch.export``, adds its bias after the matmul)."""
+    if add.op != "add" or len(add.inputs) != 2:
+        return None
+    for a, c in (add.inputs, add.inputs[::-1]):
+        if (a is not None and c is not None and a.producer is not None and a.producer.op in ("matmul", "gemm")
+                and const_of(c) is not None):
+            return a.producer, c
+    return None
 
 
 def _is_add_tail(q: Node) -> bool:
@@ -254,7 +281,8 @@ def _single_use(v: Value, counts: dict[Value, int], g: Graph, what: str) -> None
         raise _UnfoldableError(f"{what} is read elsewhere too")
 
 
-def _fold(g: Graph, q: Node, counts: dict[Value, int], names: _Names) -> tuple[list[Node], set[Node]]:
+def _fold(g: Graph, q: Node, counts: dict[Value, int], names: _Names,
+          moves: dict[str, float]) -> tuple[list[Node], set[Node]]:
     """The nodes replacing ``q``, and the ones it makes unnecessary (rules 1 to 5)."""
     v = q.inputs[0]
     assert v is not None
@@ -272,6 +300,17 @@ def _fold(g: Graph, q: Node, counts: dict[Value, int], names: _Names) -> tuple[l
     assert p is not None
     _single_use(v, counts, g, f"the {p.op}'s result")
     gone.add(p)
+    added_bias: np.ndarray | None = None  # a float bias added after a matmul
+    biased = _biased_product(p) if p.op == "add" else None
+    if biased is not None:
+        p, c = biased
+        _single_use(p.outputs[0], counts, g, f"the {p.op}'s result")
+        gone.add(p)
+        added_bias = const_of(c)
+        assert added_bias is not None
+        if not c.type.dtype.is_float or added_bias.ndim < 1 or any(d != 1 for d in added_bias.shape[:-1]):
+            raise _UnfoldableError("the constant added to the product is not a float bias along its columns")
+        added_bias = added_bias.reshape(-1)
     x = _dq(p.inputs[0], "the data input")
     if x.axis is not None or x.q.type.dtype not in _BYTES:
         raise _UnfoldableError("the data input is not per-tensor int8/uint8")
@@ -305,7 +344,17 @@ def _fold(g: Graph, q: Node, counts: dict[Value, int], names: _Names) -> tuple[l
         return val
 
     w_val = const(wq, "w") if trans_b else w.q
-    bias = _bias(bias_in, x, w, channels)
+    if added_bias is not None and bias_in is not None:
+        raise _UnfoldableError("the gemm has a bias and another is added to its result")
+    if added_bias is not None or (bias_in is not None and (bias_in.producer is None
+                                                           or bias_in.producer.op != "dequantize_linear")):
+        floats = added_bias if added_bias is not None else const_of(bias_in)
+        if floats is None or not (added_bias is not None or (bias_in is not None and bias_in.type.dtype.is_float)):
+            raise _UnfoldableError("the bias is neither a dequantized int32 constant nor a constant float tensor")
+        bq, moves[q.name] = _float_bias(floats, x, w, channels, ys)
+        bias: Value | None = const(bq, "bias")
+    else:
+        bias = _bias(bias_in, x, w, channels)
     ins: list[Value | None] = [
         x.q, _param(x.node, 1), _zero(x, const, "x_zp"),
         w_val, _param(w.node, 1), _zero(w, const, "w_zp"),
@@ -486,6 +535,27 @@ def _bias(b: Value | None, x: _Dq, w: _Dq, channels: int) -> Value | None:
     if have.dtype != expect.dtype or have.tobytes() != expect.tobytes():  # bit for bit
         raise _UnfoldableError("the bias scale is not exactly x_scale * w_scale")
     return d.q
+
+
+def _float_bias(bf: np.ndarray, x: _Dq, w: _Dq, channels: int, ys: np.ndarray) -> tuple[np.ndarray, float]:
+    """Rule 3 for a float bias ``bf``: its int32 values at ``x_scale * w_scale``, and how far that
+    moves a value, in output steps."""
+    if bf.shape != (channels,):
+        raise _UnfoldableError(f"the float bias has shape {bf.shape}, not ({channels},)")
+    assert x.scale is not None and w.scale is not None
+    scale = np.broadcast_to(x.scale.reshape(()) * w.scale.reshape(-1), (channels,)).astype(np.float64)
+    step = float(np.asarray(ys, np.float64).reshape(()))
+    if not (np.isfinite(scale).all() and (scale > 0).all() and np.isfinite(step) and step > 0):
+        raise _UnfoldableError("x_scale * w_scale or the output scale is not positive and finite")
+    exact = bf.astype(np.float64)
+    q = np.rint(exact / scale)
+    if not np.isfinite(q).all() or np.abs(q).max(initial=0) > 2**30:
+        raise _UnfoldableError("the float bias does not fit in int32 at x_scale * w_scale")
+    move = float(np.abs(exact - q * scale).max(initial=0)) / step
+    if move > FLOAT_BIAS_STEPS:
+        raise _UnfoldableError(f"rounding the float bias to int32 at x_scale * w_scale would move values by "
+                               f"{move:.3g} output steps (at most {FLOAT_BIAS_STEPS:.3g} folds)")
+    return q.astype(np.int32), move
 
 
 def _dequantize_constants(g: Graph) -> list[Node]:

@@ -446,8 +446,8 @@ def test_pt2e_and_fake_quant_ops_import_with_their_scales() -> None:
 @pytest.mark.parametrize("bias", [False, True])
 def test_pt2e_linear_over_a_sequence_folds_like_a_2d_one(bias: bool, tmp_path: Path) -> None:
     """``nn.Linear`` on a [batch, seq, features] input reads its dequantized weight through a
-    transpose: without a bias (or with an int32 one) the product folds into the integer kernel;
-    with a float bias it stays float, and its weight is a transposed constant either way."""
+    transpose and adds its float bias after the matmul: the product folds into the integer kernel
+    either way, the bias taken as int32 at x_scale * w_scale."""
     pytest.importorskip("torch")
     import torch
 
@@ -467,9 +467,62 @@ def test_pt2e_linear_over_a_sequence_folds_like_a_2d_one(bias: bool, tmp_path: P
     assert m.graph is not None
     ops = {n.op for n in m.graph.nodes}
     assert "transpose" not in ops, ops
-    assert ("qlinear_matmul" in ops) != bias, ops
+    assert "qlinear_matmul" in ops, ops
     steps = np.abs(m(x.numpy())[0] - net(x).detach().numpy()) / 0.05
     assert steps.max() <= 1.0 + 1e-5
+
+
+def _float_bias_conv(y_scale: float) -> Any:
+    import torch
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+
+        def forward(self, x: Any) -> Any:
+            w = _qdq_per_channel(self.conv.weight)
+            y = torch.relu(torch.nn.functional.conv2d(_qdq_per_tensor(x, 0.02, 3), w, self.conv.bias, padding=1))
+            return _qdq_per_tensor(y, y_scale, -128)
+
+    torch.manual_seed(1)
+    return Net().eval()
+
+
+def test_pt2e_float_bias_folds_as_int32_within_a_step(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """PT2E leaves a conv's bias float: it is taken as int32 at x_scale * w_scale (logged, with how
+    far that moves a value), and the integer kernel's result stays within one step of PyTorch's."""
+    torch = pytest.importorskip("torch")
+    net = _float_bias_conv(0.05)
+    x = torch.randn(2, 3, 12, 12) * 2
+    with caplog.at_level(logging.INFO, logger="cuvil.passes.fold_qdq"):
+        m = cuvil.compile(net, "native", input_spec=[x], cache_dir=str(tmp_path))
+    assert m.graph is not None
+    assert [n.op for n in m.graph.nodes if n.op in ("conv", "qlinear_conv")] == ["qlinear_conv"]
+    bias = next(n.inputs[8] for n in m.graph.nodes if n.op == "qlinear_conv")
+    assert bias is not None and bias.type.dtype is DType.i32
+    logged = [r.getMessage() for r in caplog.records if "float bias" in r.getMessage()]
+    assert len(logged) == 1 and "1 integer products" in logged[0] and "output steps at most" in logged[0], logged
+    steps = np.abs(m(x.numpy())[0] - net(x).detach().numpy()) / 0.05
+    assert steps.max() <= 1.0 + 1e-5 and np.mean(steps > 1e-6) < 0.01
+
+
+def test_pt2e_float_bias_stays_float_where_int32_would_move_values(tmp_path: Path,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """An output step so fine that the bias's rounding to int32 would move values by more than
+    1/64 of one: the conv stays float, and the reason is logged at DEBUG."""
+    torch = pytest.importorskip("torch")
+    from cuvil.passes.fold_qdq import FLOAT_BIAS_STEPS
+
+    net = _float_bias_conv(1e-6)
+    x = torch.randn(1, 3, 6, 6)
+    with caplog.at_level(logging.DEBUG, logger="cuvil.passes.fold_qdq"):
+        m = cuvil.compile(net, "native", input_spec=[x], cache_dir=str(tmp_path))
+    assert m.graph is not None
+    assert "qlinear_conv" not in {n.op for n in m.graph.nodes}
+    assert any("would move values by" in r.getMessage() and f"{FLOAT_BIAS_STEPS:.3g}" in r.getMessage()
+               for r in caplog.records)
+    assert np.abs(m(x.numpy())[0] - net(x).detach().numpy()).max() <= 1e-6 + 1e-9  # one step at most
 
 
 # command line -------------------------------------------------------------------------------------
