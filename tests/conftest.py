@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -38,15 +37,8 @@ def update_golden(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--update-golden"))
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    # Every wasm32 build of the run, whatever its Cuvil cache, shares one zig cache kept in pytest's
-    # cache: zig builds wasi-libc there once (tens of seconds cold) and locks its entries, so
-    # sessions may share it. Compiled models stay in each test's own Cuvil cache.
-    if config.cache is not None and "ZIG_GLOBAL_CACHE_DIR" not in os.environ:
-        os.environ["ZIG_GLOBAL_CACHE_DIR"] = str(config.cache.mkdir("cuvil-zig"))
-
-
 @pytest.fixture(scope="session")
 def wasm_cache(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """A private build cache for wasm32 compiles (zig's cache is shared: see pytest_configure)."""
+    """A private build cache for wasm32 compiles (zig's library cache is the machine's: see
+    ``cuvil.backends.wasm.toolchain.zig_global_cache``)."""
     return str(tmp_path_factory.mktemp("wasm-cache"))

@@ -8,11 +8,10 @@ linear memory.
 
 Zig keeps compiled C libraries (wasi-libc, compiler-rt) in its own cache;
 the first build in an empty cache takes tens of seconds, later builds a
-fraction of a second. That cache lives in the Cuvil build cache (``zig/``
-beside the model entries), so builds work with any HOME, a read-only one
-included, and a fresh CI machine builds wasi-libc once; where the environment
-names zig's global cache (``ZIG_GLOBAL_CACHE_DIR``, zig's own setting), that
-folder is used instead, so build caches can share one. Each model's own
+fraction of a second. There is one such cache for the machine, ``zig/`` in
+the default Cuvil cache (``~/.cache/cuvil/zig``), shared by every build cache;
+where that folder cannot be made or written (a read-only HOME), it is ``zig/``
+in the build's own cache, so builds work with any HOME. Each model's own
 object file goes to a throw-away local cache: the Cuvil cache already keeps
 the module, and zig's would otherwise grow with every model.
 """
@@ -28,6 +27,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from cuvil.backends.c.cache import default_cache_dir
 from cuvil.backends.c.toolchain import RUNTIME_DIR, WARN_FLAGS, BuildError
 from cuvil.errors import CuvilError
 
@@ -88,10 +88,16 @@ class Zig:
 
 
 def zig_global_cache(cuvil_cache: Path) -> Path:
-    """Where zig keeps its compiled C libraries: ``ZIG_GLOBAL_CACHE_DIR`` when the environment
-    sets it, else ``zig/`` in the Cuvil build cache ``cuvil_cache``."""
-    named = os.environ.get("ZIG_GLOBAL_CACHE_DIR")
-    return Path(named) if named else cuvil_cache / "zig"
+    """Where zig keeps its compiled C libraries: ``zig/`` in the default Cuvil cache, one for the
+    machine, or ``zig/`` in the build cache ``cuvil_cache`` where that one cannot be made or written."""
+    shared = default_cache_dir() / "zig"
+    try:
+        shared.mkdir(parents=True, exist_ok=True)
+        if os.access(shared, os.W_OK | os.X_OK):
+            return shared
+    except OSError:
+        pass
+    return cuvil_cache / "zig"
 
 
 def build_wasm(zig: Zig, source: Path, out: Path, zig_cache: Path) -> str:

@@ -95,12 +95,15 @@ def test_build_is_cached_and_clean(elementwise: cuvil.CompiledModel, cache: str)
     assert again.build_info is not None and again.build_info.cached and again.build_info.folder == b.folder
 
 
-def test_zig_cache_is_in_the_cuvil_cache_unless_the_environment_names_one(monkeypatch: pytest.MonkeyPatch,
-                                                                           tmp_path: Path) -> None:
-    monkeypatch.delenv("ZIG_GLOBAL_CACHE_DIR", raising=False)
-    assert zig_global_cache(tmp_path / "cuvil") == tmp_path / "cuvil" / "zig"
-    monkeypatch.setenv("ZIG_GLOBAL_CACHE_DIR", str(tmp_path / "shared-zig"))
-    assert zig_global_cache(tmp_path / "cuvil") == tmp_path / "shared-zig"
+def test_zig_cache_is_the_machines_unless_it_cannot_be_written(monkeypatch: pytest.MonkeyPatch,
+                                                                 tmp_path: Path) -> None:
+    from cuvil.backends.wasm import toolchain
+
+    monkeypatch.setattr(toolchain, "default_cache_dir", lambda: tmp_path / "home-cache")
+    assert zig_global_cache(tmp_path / "a") == zig_global_cache(tmp_path / "b") == tmp_path / "home-cache" / "zig"
+    (tmp_path / "file").write_text("")
+    monkeypatch.setattr(toolchain, "default_cache_dir", lambda: tmp_path / "file" / "cache")  # cannot be made
+    assert zig_global_cache(tmp_path / "a") == tmp_path / "a" / "zig"
 
 
 def test_c_check_reports_bad_shape(elementwise: cuvil.CompiledModel) -> None:
