@@ -338,6 +338,7 @@ int main(void) {
 
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
                     reason="needs Linux and two CPUs")
+@pytest.mark.serial
 def test_workers_keep_off_the_callers_cpu_after_idling(tmp_path: Path) -> None:
     """A worker woken after the pool idled must not share the caller's CPU: where the kernel places
     it there (as it does on virtual machines whose other vCPU idled), the call runs on one core."""
