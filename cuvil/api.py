@@ -275,9 +275,23 @@ def compile(  # noqa: A001  (the library's main verb)
     b = build(graph, BuildOptions(target=target, compiler=Compiler.from_string(cc),
                                   cache_dir=Path(cache_dir) if cache_dir else None, sanitize=sanitize,
                                   conv_algorithm=conv_choice))
+    unloadable = _cannot_run_here(target)
+    if unloadable:
+        _log.warning("%s: built, not loaded: %s; save it (CompiledModel.save, cuvil compile -o) and run it on a "
+                     "CPU that has them", target, unloadable)
     with stage(_log, "load", times):
-        executor = CExecutor(b, num_threads=num_threads)
+        executor = CExecutor(b, num_threads=num_threads, unloadable=unloadable)
     return done(CompiledModel(signature, executor, target, graph, info(b.cached)))
+
+
+def _cannot_run_here(target: str) -> str | None:
+    """Why code built for C target ``target`` cannot run on this machine's CPU (None when it can, or
+    when the CPU's features cannot be read: then loading the library checks)."""
+    from cuvil.backends.c.toolchain import TARGET_ISA, cpu_flags
+
+    have = cpu_flags()
+    missing = sorted(TARGET_ISA.get(target, frozenset()) - have) if have else []
+    return f"this CPU lacks {', '.join(missing)}" if missing else None
 
 
 def _quantize(graph: Graph, model: Any, target: str, passes: Any, enable_fusion: bool, precision: str, dataset: Any,

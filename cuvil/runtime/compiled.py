@@ -43,7 +43,8 @@ class BuildInfo:
     cached: bool  # the build came from the build cache (always true for a loaded artifact)
     # Per line of ``source`` (0-based), the name of the IR node it was generated for, or None.
     line_origins: tuple[str | None, ...] | None = field(repr=False)
-    num_threads: int  # threads each call runs on, at the time of asking (1 for wasm32)
+    # threads each call runs on, at the time of asking (1 for wasm32; None: a build for another CPU, not loaded)
+    num_threads: int | None
 
     @property
     def warnings(self) -> str:

@@ -78,29 +78,38 @@ class CExecutor:
     """Runs a built model library."""
 
     def __init__(self, b: Build, facts: Mapping[str, Any] | None = None, *, library: Path | None = None,
-                 num_threads: int | None = None) -> None:
+                 num_threads: int | None = None, unloadable: str | None = None) -> None:
+        """``unloadable``: why this machine cannot load the library (a build for another CPU, to be
+        saved and run there); then it is not loaded, and running it raises that."""
         self.build = b
-        self.native = NativeModel(library or b.library, b.weights, num_threads)
+        self.unloadable = unloadable
+        self.native = None if unloadable else NativeModel(library or b.library, b.weights, num_threads)
         if facts is None:
             if b.options is None:
                 raise CuvilError("a C build needs its build options or saved facts")
             facts = build_facts(b.options)
         self.facts = dict(facts)
 
+    def _loaded(self) -> NativeModel:
+        if self.native is None:
+            raise CuvilError(f"this build cannot run here: {self.unloadable}")
+        return self.native
+
     def run(self, inputs: list[np.ndarray], env: dict[str, int]) -> list[np.ndarray]:
-        return self.native.run(inputs)
+        return self._loaded().run(inputs)
 
     def build_info(self, target: str) -> BuildInfo:
         """What ``CompiledModel.build_info`` reports for this build."""
         b = self.build
         return BuildInfo(target, b.folder, b.source, b.library, b.weights, b.weights.stat().st_size, b.cached,
-                         None if b.module is None else tuple(b.module.line_origins), self.native.num_threads)
+                         None if b.module is None else tuple(b.module.line_origins),
+                         None if self.native is None else self.native.num_threads)
 
     def loaded_weights(self) -> bytes | None:
-        return self.native.loaded_weights()
+        return None if self.native is None else self.native.loaded_weights()
 
     def thread_stats(self) -> ThreadStats | None:
-        return self.native.thread_stats()
+        return None if self.native is None else self.native.thread_stats()
 
     # what an artifact (cuvil/runtime/artifact.py) needs --------------------------
     def artifact_files(self) -> dict[str, Path]:

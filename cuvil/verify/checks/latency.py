@@ -169,7 +169,7 @@ class Latency(Check):
         from cuvil.runtime.guards import bind_inputs
 
         build = getattr(m, "build_info", None)  # the plain build's thread count
-        prof = ProfiledModel(m.graph, target, Path(ctx.work_dir), 1 if build is None else build.num_threads)
+        prof = ProfiledModel(m.graph, target, Path(ctx.work_dir), 1 if build is None else build.num_threads or 1)
         sig = m.signature
 
         def guard() -> object:
