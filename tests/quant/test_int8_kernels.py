@@ -57,6 +57,14 @@ def _conv_graph() -> tuple[Graph, dict[str, np.ndarray]]:
         for attrs in ({"strides": [2, 2], "pads": [1, 1, 1, 1]}, {"pads": [1, 2, 1, 0]}, {"strides": [1, 2], "pads": [0, 2, 0, 1]}):
             outs.append(b.add1("qlinear_conv", [xv, _f32(b, 0.03), zx, wv, _f32(b, 0.004), c(np.int8(0)), _f32(b, 0.05),
                                                 c(np.int8(1))], {"group": g_, **attrs}))
+    # depthwise on rows of 6 and of 3 (the plane filled 4 columns at a time, overlapping, or one by one;
+    # the stride-2 phases 4 at a time or one by one; output rows copied in 4-byte moves or bytes)
+    for shape in ((1, 3, 7, 6), (1, 2, 5, 3)):
+        xt = b.input(f"xt{shape[3]}", TensorType(DType.u8, shape))
+        wt = c(rng.integers(-64, 65, (shape[1], 1, 3, 3)).astype(np.int8))
+        for attrs in ({"pads": [1, 1, 1, 1]}, {"strides": [2, 2], "pads": [1, 1, 1, 1]}, {"strides": [1, 2]}):
+            outs.append(b.add1("qlinear_conv", [xt, _f32(b, 0.03), c(np.uint8(7)), wt, _f32(b, 0.004), c(np.int8(0)),
+                                                _f32(b, 0.05), c(np.uint8(3))], {"group": shape[1], **attrs}))
     # depthwise 9x9 (81 taps: more than one pass of the vectorized kernel), dilated, channel multiplier 2,
     # uint8 weights, int32 output
     w9 = c(rng.integers(0, 256, (12, 1, 9, 9)).astype(np.uint8))
@@ -128,6 +136,8 @@ def _conv_graph() -> tuple[Graph, dict[str, np.ndarray]]:
               "xs": rng.integers(-128, 128, (1, 4, 9, 20)).astype(np.int8),
               "xg": rng.integers(0, 256, (2, 128, 20, 30)).astype(np.uint8),
               "xr": rng.integers(-128, 128, (1, 64, 28, 62)).astype(np.int8),
+              "xt6": rng.integers(0, 256, (1, 3, 7, 6)).astype(np.uint8),
+              "xt3": rng.integers(0, 256, (1, 2, 5, 3)).astype(np.uint8),
               "au": np.where(rng.random((9, 70)) < 0.3, 255, rng.integers(0, 256, (9, 70))).astype(np.uint8)}
     inputs["a"][:5] = -128  # extreme bytes against extreme narrow weights: the largest pair sums
     inputs["xu"].reshape(-1)[:40] = 131  # the zero point itself: products of 0 (NaN under an infinite multiplier)

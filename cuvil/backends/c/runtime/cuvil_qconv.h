@@ -108,17 +108,31 @@ static inline void cuvil_qconv_store(const cuvil_qg_output *o, int64_t ch, const
     }
 }
 
-/* d[0, n) = s[0, n): 32 and 16 bytes at a time, then one by one. */
+/* d[0, n) = s[0, n): 32 and 16 bytes at a time, then the rest (under 16) as two 8-byte or 4-byte
+ * moves that may overlap (the same bytes twice), so that a short row costs no library call. */
 static inline void cuvil_qcopy(uint8_t *restrict d, const uint8_t *restrict s, int64_t n) {
-    int64_t i = 0;
 #if defined(__AVX2__)
+    int64_t i = 0;
     for (; i + 32 <= n; i += 32) _mm256_storeu_si256((__m256i *)(d + i), _mm256_loadu_si256((const __m256i *)(s + i)));
     if (i + 16 <= n) {
         _mm_storeu_si128((__m128i *)(d + i), _mm_loadu_si128((const __m128i *)(s + i)));
         i += 16;
     }
+    const int64_t r = n - i;
+    if (r >= 8) {
+        memcpy(d + i, s + i, 8);
+        memcpy(d + n - 8, s + n - 8, 8);
+    } else if (r >= 4) {
+        memcpy(d + i, s + i, 4);
+        memcpy(d + n - 4, s + n - 4, 4);
+    } else {
+        if (r > 0) d[i] = s[i];
+        if (r > 1) d[i + 1] = s[i + 1];
+        if (r > 2) d[i + 2] = s[i + 2];
+    }
+#else
+    for (int64_t i = 0; i < n; i++) d[i] = s[i];
 #endif
-    for (; i < n; i++) d[i] = s[i];
 }
 
 /* ---- depthwise ------------------------------------------------------------------------------- */
@@ -307,8 +321,32 @@ static void cuvil_qdw_taps_avx2(const cuvil_qdw_job *j, const int16_t *plane, in
 /* d[q] = x[q] - xzp for q < n, 16 at a time (the last step overlapping the one before: same values);
  * reads no byte past x[n - 1]. */
 static inline void cuvil_qdw_row_avx2(int16_t *d, const uint8_t *x, int x_signed, int64_t n, int32_t xzp) {
-    if (n < 16) {
-        for (int64_t q = 0; q < n; q++) d[q] = (int16_t)((x_signed ? (int32_t)(int8_t)x[q] : (int32_t)x[q]) - xzp);
+    if (n < 16) { /* 8 (or 4) at a time, the last step overlapping; fewer than 4 one by one */
+        const __m128i z = _mm_set1_epi16((int16_t)xzp);
+        const int w = n >= 8 ? 8 : (n >= 4 ? 4 : 0);
+        if (w == 0) {
+            for (int64_t q = 0; q < n; q++) d[q] = (int16_t)((x_signed ? (int32_t)(int8_t)x[q] : (int32_t)x[q]) - xzp);
+            return;
+        }
+        for (int64_t q = 0;; q += w) {
+            if (q > n - w) q = n - w;
+            __m128i b;
+            if (w == 8) {
+                int64_t v;
+                memcpy(&v, x + q, 8);
+                b = _mm_cvtsi64_si128(v);
+            } else {
+                int32_t v;
+                memcpy(&v, x + q, 4);
+                b = _mm_cvtsi32_si128(v);
+            }
+            const __m128i e = _mm_sub_epi16(x_signed ? _mm_cvtepi8_epi16(b) : _mm_cvtepu8_epi16(b), z);
+            if (w == 8)
+                _mm_storeu_si128((__m128i *)(d + q), e);
+            else
+                _mm_storel_epi64((__m128i *)(d + q), e);
+            if (q == n - w) break;
+        }
         return;
     }
     const __m256i z = _mm256_set1_epi16((int16_t)xzp);
@@ -322,12 +360,20 @@ static inline void cuvil_qdw_row_avx2(int16_t *d, const uint8_t *x, int x_signed
 }
 
 /* Column stride 2: both column phases of one padded row from the same loads (cuvil_qdw_row2_avx512's
- * arithmetic): 2w input bytes give w of each phase (w = 16, or 8 for shorter rows), for q in
+ * arithmetic): 2w input bytes give w of each phase (w = 16, or 8 or 4 for shorter rows), for q in
  * [vs, vend), where both phases' columns 2q + c lie in [clo, chi); the last step overlaps the one
  * before (same values).  The columns left at either end (at most one or two) one by one. */
 static inline void cuvil_qdw_split2_avx2(int16_t *d0, int16_t *d1, const uint8_t *src, int x_signed, int64_t qs,
-                                         int wide, __m256i z) {
-    if (wide) {
+                                         int w, __m256i z) {
+    if (w == 4) { /* 8 bytes: 4 of each phase */
+        int64_t v;
+        memcpy(&v, src + 2 * qs, 8);
+        const __m128i b = _mm_cvtsi64_si128(v), zz = _mm256_castsi256_si128(z);
+        const __m128i ev = x_signed ? _mm_srai_epi16(_mm_slli_epi16(b, 8), 8) : _mm_and_si128(b, _mm_set1_epi16(0xff));
+        const __m128i od = x_signed ? _mm_srai_epi16(b, 8) : _mm_srli_epi16(b, 8);
+        _mm_storel_epi64((__m128i *)(d0 + qs), _mm_sub_epi16(ev, zz));
+        _mm_storel_epi64((__m128i *)(d1 + qs), _mm_sub_epi16(od, zz));
+    } else if (w == 16) {
         const __m256i b = _mm256_loadu_si256((const __m256i *)(src + 2 * qs));
         const __m256i ev = x_signed ? _mm256_srai_epi16(_mm256_slli_epi16(b, 8), 8) : _mm256_and_si256(b, _mm256_set1_epi16(0xff));
         const __m256i od = x_signed ? _mm256_srai_epi16(b, 8) : _mm256_srli_epi16(b, 8);
@@ -347,11 +393,18 @@ static inline void cuvil_qdw_row2_avx2(int16_t *d0, int16_t *d1, const uint8_t *
     const __m256i z = _mm256_set1_epi16((int16_t)xzp);
     const int64_t vs = (clo + 1) / 2, vend = chi / 2;
     int64_t ve = vs;
-    const int64_t w = vend - vs >= 16 ? 16 : (vend - vs >= 8 ? 8 : 0);
-    if (w) {
+    const int64_t w = vend - vs >= 16 ? 16 : (vend - vs >= 8 ? 8 : (vend - vs >= 4 ? 4 : 0));
+    if (w == 16) { /* a loop per width, each with its width known */
+        for (int64_t qs = vs;; qs += 16) {
+            if (qs > vend - 16) qs = vend - 16;
+            cuvil_qdw_split2_avx2(d0, d1, src, x_signed, qs, 16, z);
+            if (qs == vend - 16) break;
+        }
+        ve = vend;
+    } else if (w) {
         for (int64_t qs = vs;; qs += w) {
             if (qs > vend - w) qs = vend - w;
-            cuvil_qdw_split2_avx2(d0, d1, src, x_signed, qs, w == 16, z);
+            cuvil_qdw_split2_avx2(d0, d1, src, x_signed, qs, (int)w, z);
             if (qs == vend - w) break;
         }
         ve = vend;
