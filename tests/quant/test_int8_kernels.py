@@ -65,6 +65,14 @@ def _conv_graph() -> tuple[Graph, dict[str, np.ndarray]]:
         for attrs in ({"pads": [1, 1, 1, 1]}, {"strides": [2, 2], "pads": [1, 1, 1, 1]}, {"strides": [1, 2]}):
             outs.append(b.add1("qlinear_conv", [xt, _f32(b, 0.03), c(np.uint8(7)), wt, _f32(b, 0.004), c(np.int8(0)),
                                                 _f32(b, 0.05), c(np.uint8(3))], {"group": shape[1], **attrs}))
+    # depthwise on planes of at most 256 outputs, where channels go in vector lanes: 160 int8 channels
+    # (10 blocks of 16, over threads) on a batch of 2, per-channel multipliers and biases, strides 1 and 2
+    xq = b.input("xq", TensorType(DType.i8, (2, 160, 14, 14)))
+    wq = c(rng.integers(-64, 65, (160, 1, 3, 3)).astype(np.int8))
+    for attrs in ({"pads": [1, 1, 1, 1]}, {"strides": [2, 2], "pads": [0, 0, 1, 1]}):
+        outs.append(b.add1("qlinear_conv", [xq, _f32(b, 0.03), c(np.int8(-2)), wq, _f32(b, rng.uniform(0.001, 0.01, 160)),
+                                            c(np.zeros(160, np.int8)), _f32(b, 0.04), c(np.int8(5)),
+                                            c(rng.integers(-3000, 3000, 160).astype(np.int32))], {"group": 160, **attrs}))
     # depthwise 9x9 (81 taps: more than one pass of the vectorized kernel), dilated, channel multiplier 2,
     # uint8 weights, int32 output
     w9 = c(rng.integers(0, 256, (12, 1, 9, 9)).astype(np.uint8))
@@ -136,6 +144,7 @@ def _conv_graph() -> tuple[Graph, dict[str, np.ndarray]]:
               "xs": rng.integers(-128, 128, (1, 4, 9, 20)).astype(np.int8),
               "xg": rng.integers(0, 256, (2, 128, 20, 30)).astype(np.uint8),
               "xr": rng.integers(-128, 128, (1, 64, 28, 62)).astype(np.int8),
+              "xq": rng.integers(-128, 128, (2, 160, 14, 14)).astype(np.int8),
               "xt6": rng.integers(0, 256, (1, 3, 7, 6)).astype(np.uint8),
               "xt3": rng.integers(0, 256, (1, 2, 5, 3)).astype(np.uint8),
               "au": np.where(rng.random((9, 70)) < 0.3, 255, rng.integers(0, 256, (9, 70))).astype(np.uint8)}

@@ -650,6 +650,214 @@ static void cuvil_qdw_task(void *ctx, int64_t task, int tid) {
     for (int64_t oy = 0; oy < OH; oy++) cuvil_qconv_store(j->out, oc, acc + oy * PWp, OW, y0 + oy * OW);
 }
 
+#if defined(__AVX2__) && !defined(__AVX512BW__)
+/* ---- depthwise on small planes: channels in vector lanes --------------------------------------
+ * Planes of at most CUVIL_QDWC_MAXP outputs spend more on per-channel setup than on sums, so there the
+ * channels go in the lanes, as an NHWC kernel has them: per block of 16 channels, the image is
+ * transposed into a padded [PHt][PWt][16] block of raw bytes (padding: the zero point's byte), each
+ * output pixel sums its tap pairs for the 16 channels with vpmaddwd against the channels' weight
+ * pairs, the zero point's share (xzp times the sum of the channel's weights) is taken off with the
+ * bias, and the requantized bytes are transposed back.  The same integers as the planar path. */
+#define CUVIL_QDWC_MAXP 256
+#ifndef CUVIL_QDWC /* -DCUVIL_QDWC=0: the planar path for every plane, to compare against */
+#define CUVIL_QDWC 1
+#endif
+
+/* 16 rows of 16 bytes (r[i]) transposed in place: r[i] byte j becomes r[j] byte i. */
+static inline __attribute__((always_inline)) void cuvil_t16x16(__m128i r[16]) {
+    __m128i a[16];
+    for (int i = 0; i < 8; i++) {
+        a[i] = _mm_unpacklo_epi8(r[2 * i], r[2 * i + 1]);
+        a[i + 8] = _mm_unpackhi_epi8(r[2 * i], r[2 * i + 1]);
+    }
+    /* a[i] (i < 8): rows 2i, 2i+1 interleaved, columns 0-7; a[i + 8]: columns 8-15 */
+    __m128i b[16];
+    for (int h = 0; h < 2; h++)
+        for (int i = 0; i < 4; i++) {
+            b[h * 8 + i] = _mm_unpacklo_epi16(a[h * 8 + 2 * i], a[h * 8 + 2 * i + 1]);
+            b[h * 8 + i + 4] = _mm_unpackhi_epi16(a[h * 8 + 2 * i], a[h * 8 + 2 * i + 1]);
+        }
+    /* b[h*8 + i] (i < 4): rows 4i..4i+3, columns h*8 + 0..3; b[h*8 + i + 4]: columns h*8 + 4..7 */
+    __m128i c[16];
+    for (int q = 0; q < 4; q++)
+        for (int i = 0; i < 2; i++) {
+            c[q * 4 + i] = _mm_unpacklo_epi32(b[q * 4 + 2 * i], b[q * 4 + 2 * i + 1]);
+            c[q * 4 + i + 2] = _mm_unpackhi_epi32(b[q * 4 + 2 * i], b[q * 4 + 2 * i + 1]);
+        }
+    /* c[q*4 + i] (i < 2): rows 8i..8i+7, columns q*4 + 0..1; c[q*4 + i + 2]: columns q*4 + 2..3 */
+    for (int q = 0; q < 8; q++) {
+        r[2 * q] = _mm_unpacklo_epi64(c[q * 2], c[q * 2 + 1]);
+        r[2 * q + 1] = _mm_unpackhi_epi64(c[q * 2], c[q * 2 + 1]);
+    }
+}
+
+typedef struct cuvil_qdwc_job {
+    const cuvil_qdw_job *j;
+    int64_t PHt, PWt, C, np, b;
+    const int64_t *toff; /* per tap, its offset in a block's padded image (pixels) */
+    const int32_t *wv;   /* per block and pair, the 16 channels' weight pairs in lane order */
+    const int32_t *corr; /* per channel: bias - xzp * (sum of its weights) */
+    const float *mult;   /* per channel */
+    uint8_t *img, *res;  /* per block: the padded image and the requantized outputs */
+} cuvil_qdwc_job;
+
+/* The lanes unpack{lo,hi}_epi16 put in the low and high 8-lane vectors: channels {0-3, 8-11} and
+ * {4-7, 12-15}; vperm2i128 puts sums back in order. */
+static const int cuvil_qdwc_lane[16] = {0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15};
+
+typedef struct cuvil_qdwc_sums {
+    const uint8_t *img;
+    const int64_t *toff;
+    const int32_t *wv;
+    __m256i k0, k1;
+    __m256 m0, m1, lo, hi;
+    __m256i zp;
+    int nan, out_signed;
+} cuvil_qdwc_sums;
+
+/* Every output pixel of one block: its np tap pairs summed for the 16 channels, requantized into
+ * res (16 bytes a pixel); np and x_signed constants where inlined. */
+static inline __attribute__((always_inline)) void cuvil_qdwc_rows(const cuvil_qdwc_sums *u, const cuvil_conv_geom *g,
+                                                                  int64_t PWt, uint8_t *res, int64_t np, int x_signed) {
+    const int64_t OH = g->out[0], OW = g->out[1], sh = g->stride[0], sw = g->stride[1];
+    for (int64_t oy = 0; oy < OH; oy++)
+        for (int64_t ox = 0; ox < OW; ox++) {
+            const uint8_t *base = u->img + (oy * sh * PWt + ox * sw) * 16;
+            __m256i sl = _mm256_setzero_si256(), shv = _mm256_setzero_si256();
+            for (int64_t p = 0; p < np; p++) {
+                const __m128i ba = _mm_loadu_si128((const __m128i *)(base + u->toff[2 * p] * 16));
+                const __m128i bb = _mm_loadu_si128((const __m128i *)(base + u->toff[2 * p + 1] * 16));
+                const __m256i xa = x_signed ? _mm256_cvtepi8_epi16(ba) : _mm256_cvtepu8_epi16(ba);
+                const __m256i xb = x_signed ? _mm256_cvtepi8_epi16(bb) : _mm256_cvtepu8_epi16(bb);
+                sl = _mm256_add_epi32(sl, _mm256_madd_epi16(_mm256_unpacklo_epi16(xa, xb),
+                                                            _mm256_loadu_si256((const __m256i *)(u->wv + p * 16))));
+                shv = _mm256_add_epi32(shv, _mm256_madd_epi16(_mm256_unpackhi_epi16(xa, xb),
+                                                              _mm256_loadu_si256((const __m256i *)(u->wv + p * 16 + 8))));
+            }
+            const __m256i a0 = _mm256_add_epi32(_mm256_permute2x128_si256(sl, shv, 0x20), u->k0);
+            const __m256i a1 = _mm256_add_epi32(_mm256_permute2x128_si256(sl, shv, 0x31), u->k1);
+            _mm_storeu_si128((__m128i *)(res + (oy * OW + ox) * 16),
+                             cuvil_qreq16_avx2(a0, a1, u->m0, u->m1, u->lo, u->hi, u->zp, u->nan, u->out_signed));
+        }
+}
+
+static void cuvil_qdwc_task(void *ctx, int64_t blk, int tid) {
+    (void)tid;
+    const cuvil_qdwc_job *d = (const cuvil_qdwc_job *)ctx;
+    const cuvil_qdw_job *j = d->j;
+    const cuvil_conv_geom *g = j->g;
+    const int64_t H = g->in[0], W = g->in[1], OH = g->out[0], OW = g->out[1], HW = H * W, P = OH * OW;
+    const int64_t PHt = d->PHt, PWt = d->PWt, c0 = blk * 16, nc = d->C - c0 < 16 ? d->C - c0 : 16;
+    const int64_t pt = g->pad[0], pl = g->pad[1];
+    uint8_t *img = d->img + blk * PHt * PWt * 16, *res = d->res + blk * (P + 16) * 16;
+    const uint8_t *x = (const uint8_t *)j->x + (d->b * d->C + c0) * HW;
+    memset(img, (uint8_t)j->xzp, (size_t)(PHt * PWt * 16));
+    /* the image in: 16 pixels of the 16 channels at a time */
+    int64_t iy = 0, ix = 0; /* the input position of pixel p0 */
+    for (int64_t p0 = 0; p0 < HW; p0 += 16) {
+        const int64_t np = HW - p0 < 16 ? HW - p0 : 16;
+        __m128i r[16];
+        if (nc == 16 && np == 16) {
+            for (int k = 0; k < 16; k++) r[k] = _mm_loadu_si128((const __m128i *)(x + k * HW + p0));
+        } else {
+            for (int k = 0; k < 16; k++) {
+                uint8_t buf[16] = {0};
+                if (k < nc) memcpy(buf, x + k * HW + p0, (size_t)np);
+                r[k] = _mm_loadu_si128((const __m128i *)buf);
+            }
+        }
+        cuvil_t16x16(r);
+        for (int64_t i = 0; i < np; i++) {
+            const int64_t py = iy + pt, px = ix + pl;
+            if (py >= 0 && py < PHt && px >= 0 && px < PWt) _mm_storeu_si128((__m128i *)(img + (py * PWt + px) * 16), r[i]);
+            if (++ix == W) ix = 0, iy++;
+        }
+    }
+    /* the sums of each output pixel, requantized */
+    const int32_t *wv = d->wv + blk * d->np * 16;
+    const __m256i k0 = _mm256_loadu_si256((const __m256i *)(d->corr + c0)), k1 = _mm256_loadu_si256((const __m256i *)(d->corr + c0 + 8));
+    const __m256 m0 = _mm256_loadu_ps(d->mult + c0), m1 = _mm256_loadu_ps(d->mult + c0 + 8);
+    const cuvil_qg_output *o = j->out;
+    const __m256 lo = _mm256_set1_ps((float)(o->lo - o->zp)), hi = _mm256_set1_ps((float)(o->hi - o->zp));
+    const __m256i zp = _mm256_set1_epi32(o->zp);
+    const int nan = cuvil_qnonfinite(d->mult + c0, 16, 1);
+    const cuvil_qdwc_sums sums = {img, d->toff, wv, k0, k1, m0, m1, lo, hi, zp, nan, o->yq_signed};
+    if (d->np == 5)
+        j->x_signed ? cuvil_qdwc_rows(&sums, g, PWt, res, 5, 1) : cuvil_qdwc_rows(&sums, g, PWt, res, 5, 0);
+    else
+        j->x_signed ? cuvil_qdwc_rows(&sums, g, PWt, res, d->np, 1) : cuvil_qdwc_rows(&sums, g, PWt, res, d->np, 0);
+    /* the outputs out: 16 pixels of the 16 channels at a time */
+    uint8_t *y = (uint8_t *)o->yq + (d->b * d->C + c0) * P;
+    for (int64_t p0 = 0; p0 < P; p0 += 16) {
+        const int64_t np = P - p0 < 16 ? P - p0 : 16;
+        __m128i r[16];
+        for (int k = 0; k < 16; k++) r[k] = _mm_loadu_si128((const __m128i *)(res + (p0 + k) * 16));
+        cuvil_t16x16(r);
+        for (int64_t k = 0; k < nc; k++) {
+            if (np == 16) {
+                _mm_storeu_si128((__m128i *)(y + k * P + p0), r[k]);
+            } else {
+                uint8_t buf[16];
+                _mm_storeu_si128((__m128i *)buf, r[k]);
+                memcpy(y + k * P + p0, buf, (size_t)np);
+            }
+        }
+    }
+}
+
+/* The path above for job `j` (one pass of tap pairs, cout == cin, bytes out): 0, or -1 when memory
+ * cannot be had. */
+static int cuvil_qdw_channels(const cuvil_qdw_job *j) {
+    const cuvil_conv_geom *g = j->g;
+    const int64_t C = g->cout, nb = (C + 15) / 16, Cp = nb * 16, np = j->npairs, P = g->out[0] * g->out[1];
+    const int64_t taps = g->k[0] * g->k[1];
+    cuvil_qdwc_job d;
+    d.j = j, d.C = C, d.np = np;
+    d.PHt = (g->out[0] - 1) * g->stride[0] + (g->k[0] - 1) * g->dil[0] + 1;
+    d.PWt = (g->out[1] - 1) * g->stride[1] + (g->k[1] - 1) * g->dil[1] + 1;
+    const size_t img = (size_t)(nb * d.PHt * d.PWt * 16), res = (size_t)(nb * (P + 16) * 16);
+    const size_t ints = (size_t)(2 * np + np * Cp + Cp) * 4 + (size_t)Cp * 4;
+    char *mem = (char *)malloc(img + res + ints + 64);
+    if (!mem) return -1;
+    int64_t *toff = (int64_t *)mem;
+    int32_t *wv = (int32_t *)(toff + 2 * np), *corr = wv + np * Cp;
+    float *mult = (float *)(corr + Cp);
+    d.img = (uint8_t *)(mult + Cp), d.res = d.img + img;
+    /* the pairs' taps as pixel offsets in the padded image (an odd last tap paired with itself) */
+    for (int64_t t = 0; t < 2 * np; t++) {
+        const int64_t tt = t < taps ? t : taps - 1;
+        toff[t] = (tt / g->k[1]) * g->dil[0] * d.PWt + (tt % g->k[1]) * g->dil[1];
+    }
+    const cuvil_qg_output *o = j->out;
+    for (int64_t c = 0; c < Cp; c++) {
+        uint32_t wsum = 0;
+        for (int64_t p = 0; p < np; p++) {
+            const uint32_t v = c < C ? (uint32_t)j->wpair[c * np + p] : 0u;
+            wsum += (uint32_t)(int32_t)(int16_t)(v & 0xffffu) + (uint32_t)(int32_t)(int16_t)(v >> 16);
+        }
+        corr[c] = c < C ? (int32_t)((o->bias ? (uint32_t)o->bias[c * o->bias_rs] : 0u) - (uint32_t)j->xzp * wsum) : 0;
+        mult[c] = c < C ? o->mult[c * o->mult_rs] : 0.0f;
+    }
+    for (int64_t blk = 0; blk < nb; blk++)
+        for (int64_t p = 0; p < np; p++)
+            for (int k = 0; k < 16; k++) {
+                const int64_t c = blk * 16 + cuvil_qdwc_lane[k];
+                wv[(blk * np + p) * 16 + k] = c < C ? j->wpair[c * np + p] : 0;
+            }
+    d.toff = toff, d.wv = wv, d.corr = corr, d.mult = mult;
+    const int64_t work = nb * 16 * P * taps;
+    for (int64_t b = 0; b < g->batch; b++) {
+        d.b = b;
+        if (work >= CUVIL_QG_PAR_MIN && nb > 1)
+            cuvil_parallel_for(nb, cuvil_qdwc_task, &d);
+        else
+            for (int64_t blk = 0; blk < nb; blk++) cuvil_qdwc_task(&d, blk, 0);
+    }
+    free(mem);
+    return 0;
+}
+#endif
+
 /* The depthwise path (2-D, cin == group): returns 0, or -1 when memory cannot be had. */
 static int cuvil_qconv_depthwise(const cuvil_conv_geom *g, const void *x, int x_signed, int32_t xzp, const void *w,
                                  int w_signed, const int32_t *wzp, int64_t wzstep, const cuvil_qg_output *out) {
@@ -701,6 +909,15 @@ static int cuvil_qconv_depthwise(const cuvil_conv_geom *g, const void *x, int x_
         }
         cuvil_qdw_pairs_build(wown, &pa);
         j.wpair = wown;
+    }
+#endif
+#if defined(__AVX2__) && !defined(__AVX512BW__)
+    if (CUVIL_QDWC && !out->y32 && g->cout == g->cin && taps <= CUVIL_QDW_MAXT &&
+        g->out[0] * g->out[1] <= CUVIL_QDWC_MAXP) {
+        const int rc = cuvil_qdw_channels(&j);
+        free(wown);
+        free(toff);
+        return rc;
     }
 #endif
     const int64_t ntasks = g->batch * g->cout, work = ntasks * g->out[0] * g->out[1] * g->k[0] * g->k[1];
