@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from cuvil.backends.c.toolchain import TARGET_ISA, cpu_flags
+from cuvil.backends.c.toolchain import missing_features
 from cuvil.verify.base import Check, CheckResult, Status, VerifyError, all_checks
 from cuvil.verify.config import VerifyConfig
 from cuvil.verify.context import ModelSource, VerifyContext
@@ -66,12 +66,10 @@ def target_unavailable(target: str) -> str | None:
         return f"needs the Python packages {', '.join(missing)}" if missing else None
     if shutil.which("cc") is None:  # cuvil.compile's default compiler
         return "no C compiler (cc) found"
-    need = TARGET_ISA.get(target, frozenset())
-    if need:
-        missing_isa = sorted(need - cpu_flags())
-        if missing_isa:
-            return f"this CPU lacks {', '.join(missing_isa)}"
-    return None
+    lacks = missing_features(target)
+    if lacks is None:
+        return "this CPU's features cannot be read (/proc/cpuinfo)"
+    return f"this CPU lacks {', '.join(lacks)}" if lacks else None
 
 
 def available_targets() -> list[str]:

@@ -41,6 +41,16 @@ def cpu_flags() -> frozenset[str]:
     return frozenset()
 
 
+def missing_features(target: str) -> list[str] | None:
+    """The CPU features code built for ``target`` uses that this machine's CPU lacks (sorted; empty
+    when it has them all), or None when they cannot be read (no /proc/cpuinfo)."""
+    need = TARGET_ISA.get(target, frozenset())
+    if not need:
+        return []
+    have = cpu_flags()
+    return sorted(need - have) if have else None
+
+
 def target_isa(target: str) -> frozenset[str]:
     """The CPU features code built for ``target`` uses (``native``: this machine's CPU)."""
     return cpu_flags() if target == "native" else TARGET_ISA.get(target, frozenset())

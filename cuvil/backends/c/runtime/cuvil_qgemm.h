@@ -372,6 +372,10 @@ static inline int cuvil_qnonfinite(const float *p, int64_t n, int64_t s) {
 
 /* ---- micro-kernels: tile[r * NR + c] = sum over the K groups of R unit (g, r) . C unit (g, c) */
 
+/* fn(n, r_unsigned, G, rp, cp, tile) with the row count n and r_unsigned constants, so that each
+ * call inlines a kernel specialized to them (the callers' switch on rows). */
+#define CUVIL_QG_CALL(fn, n) (r_unsigned ? fn(n, 1, G, rp, cp, tile) : fn(n, 0, G, rp, cp, tile))
+
 #if CUVIL_QG_KU == 4 || defined(__AVX512BW__)
 /* AVX-512: two 16-lane vectors per C group; `rows` is a constant after inlining. */
 static inline __attribute__((always_inline)) void cuvil_qg_micro_n(int rows, int r_unsigned, int64_t G,
@@ -513,27 +517,14 @@ static inline __attribute__((always_inline)) void cuvil_qg_micro_b8_n(int rows, 
 static void cuvil_qg_micro_b(int rows, int r_unsigned, int64_t G, const uint32_t *rp, const uint32_t *cp,
                              int32_t *tile, int nr) {
     if (nr <= 8) {
-#define CUVIL_QG_CASE8(n)                                            \
-    case n:                                                          \
-        if (r_unsigned)                                              \
-            cuvil_qg_micro_b8_n(n, 1, G, rp, cp, tile);              \
-        else                                                         \
-            cuvil_qg_micro_b8_n(n, 0, G, rp, cp, tile);              \
-        return;
         switch (rows) {
-            CUVIL_QG_CASE8(1)
-            CUVIL_QG_CASE8(2)
-            CUVIL_QG_CASE8(3)
-            CUVIL_QG_CASE8(4)
-            CUVIL_QG_CASE8(5)
-        default:
-            if (r_unsigned)
-                cuvil_qg_micro_b8_n(CUVIL_QG_MR, 1, G, rp, cp, tile);
-            else
-                cuvil_qg_micro_b8_n(CUVIL_QG_MR, 0, G, rp, cp, tile);
-            return;
+        case 1: CUVIL_QG_CALL(cuvil_qg_micro_b8_n, 1); return;
+        case 2: CUVIL_QG_CALL(cuvil_qg_micro_b8_n, 2); return;
+        case 3: CUVIL_QG_CALL(cuvil_qg_micro_b8_n, 3); return;
+        case 4: CUVIL_QG_CALL(cuvil_qg_micro_b8_n, 4); return;
+        case 5: CUVIL_QG_CALL(cuvil_qg_micro_b8_n, 5); return;
+        default: CUVIL_QG_CALL(cuvil_qg_micro_b8_n, CUVIL_QG_MR); return;
         }
-#undef CUVIL_QG_CASE8
     }
     for (int r0 = 0; r0 < rows; r0 += 3) {
         const int n = rows - r0 < 3 ? rows - r0 : 3;
@@ -551,32 +542,20 @@ static void cuvil_qg_micro_b(int rows, int r_unsigned, int64_t G, const uint32_t
 
 static void cuvil_qg_micro(int rows, int r_unsigned, int64_t G, const uint32_t *rp, const uint32_t *cp,
                            int32_t *tile) {
-#define CUVIL_QG_CASE(n)                                                    \
-    case n:                                                                 \
-        if (r_unsigned)                                                     \
-            cuvil_qg_micro_n(n, 1, G, rp, cp, tile);                        \
-        else                                                                \
-            cuvil_qg_micro_n(n, 0, G, rp, cp, tile);                        \
-        break;
     switch (rows) {
-        CUVIL_QG_CASE(1)
-        CUVIL_QG_CASE(2)
-        CUVIL_QG_CASE(3)
+    case 1: CUVIL_QG_CALL(cuvil_qg_micro_n, 1); return;
+    case 2: CUVIL_QG_CALL(cuvil_qg_micro_n, 2); return;
+    case 3: CUVIL_QG_CALL(cuvil_qg_micro_n, 3); return;
 #if CUVIL_QG_MR > 4
-        CUVIL_QG_CASE(4)
-        CUVIL_QG_CASE(5)
+    case 4: CUVIL_QG_CALL(cuvil_qg_micro_n, 4); return;
+    case 5: CUVIL_QG_CALL(cuvil_qg_micro_n, 5); return;
 #endif
 #if CUVIL_QG_MR > 6
-        CUVIL_QG_CASE(6)
-        CUVIL_QG_CASE(7)
+    case 6: CUVIL_QG_CALL(cuvil_qg_micro_n, 6); return;
+    case 7: CUVIL_QG_CALL(cuvil_qg_micro_n, 7); return;
 #endif
-    default:
-        if (r_unsigned)
-            cuvil_qg_micro_n(CUVIL_QG_MR, 1, G, rp, cp, tile);
-        else
-            cuvil_qg_micro_n(CUVIL_QG_MR, 0, G, rp, cp, tile);
+    default: CUVIL_QG_CALL(cuvil_qg_micro_n, CUVIL_QG_MR); return;
     }
-#undef CUVIL_QG_CASE
 }
 
 #if CUVIL_QG_BYTES
