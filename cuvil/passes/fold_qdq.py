@@ -122,8 +122,9 @@ class FoldQDQ(Pass):
        sum (and the relu's result) is read only there and is not a graph output.
 
     The pass preserves the graph's values exactly wherever the quantize after the product absorbs
-    the rounding, float biases (rule 3) aside.  :func:`fold_float_products` (used by int8 PTQ, not by this pass) also folds a
-    product whose result stays float32, which changes the rounding of that result.
+    the rounding, float biases (rule 3) aside.  :func:`fold_float_products` (used by int8 PTQ, not
+    by this pass) also folds a product whose result stays float32, which changes the rounding of
+    that result.
     """
 
     name: ClassVar[str] = "fold-qdq"
@@ -346,12 +347,13 @@ def _fold(g: Graph, q: Node, counts: dict[Value, int], names: _Names,
     w_val = const(wq, "w") if trans_b else w.q
     if added_bias is not None and bias_in is not None:
         raise _UnfoldableError("the gemm has a bias and another is added to its result")
-    if added_bias is not None or (bias_in is not None and (bias_in.producer is None
-                                                           or bias_in.producer.op != "dequantize_linear")):
-        floats = added_bias if added_bias is not None else const_of(bias_in)
-        if floats is None or not (added_bias is not None or (bias_in is not None and bias_in.type.dtype.is_float)):
+    float_bias = added_bias
+    if bias_in is not None and (bias_in.producer is None or bias_in.producer.op != "dequantize_linear"):
+        float_bias = const_of(bias_in) if bias_in.type.dtype.is_float else None
+        if float_bias is None:
             raise _UnfoldableError("the bias is neither a dequantized int32 constant nor a constant float tensor")
-        bq, moves[q.name] = _float_bias(floats, x, w, channels, ys)
+    if float_bias is not None:
+        bq, moves[q.name] = _float_bias(float_bias, x, w, channels, ys)
         bias: Value | None = const(bq, "bias")
     else:
         bias = _bias(bias_in, x, w, channels)
