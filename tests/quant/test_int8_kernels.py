@@ -18,6 +18,7 @@ from cuvil.ir.builder import Builder
 from cuvil.ir.dtypes import DType
 from cuvil.ir.graph import Graph
 from cuvil.ir.types import TensorType
+from cuvil.verify.runner import target_unavailable
 from tests.conftest import runnable
 
 
@@ -73,6 +74,12 @@ def _conv_graph() -> tuple[Graph, dict[str, np.ndarray]]:
         outs.append(b.add1("qlinear_conv", [xq, _f32(b, 0.03), c(np.int8(-2)), wq, _f32(b, rng.uniform(0.001, 0.01, 160)),
                                             c(np.zeros(160, np.int8)), _f32(b, 0.04), c(np.int8(5)),
                                             c(rng.integers(-3000, 3000, 160).astype(np.int32))], {"group": 160, **attrs}))
+    # 5x5 and dilated 3x3 depthwise on 9x9 planes (13 and 5 tap pairs), 20 channels (a block of 16 and 4)
+    xd = b.input("xd", TensorType(DType.u8, (1, 20, 9, 9)))
+    for k, attrs in ((5, {"pads": [2, 2, 2, 2]}), (3, {"dilations": [2, 2], "pads": [2, 1, 2, 1]})):
+        wd5 = c(rng.integers(-64, 65, (20, 1, k, k)).astype(np.int8))
+        outs.append(b.add1("qlinear_conv", [xd, _f32(b, 0.03), c(np.uint8(100)), wd5, _f32(b, 0.002), c(np.int8(0)),
+                                            _f32(b, 0.06), c(np.uint8(9))], {"group": 20, **attrs}))
     # depthwise 9x9 (81 taps: more than one pass of the vectorized kernel), dilated, channel multiplier 2,
     # uint8 weights, int32 output
     w9 = c(rng.integers(0, 256, (12, 1, 9, 9)).astype(np.uint8))
@@ -144,6 +151,7 @@ def _conv_graph() -> tuple[Graph, dict[str, np.ndarray]]:
               "xs": rng.integers(-128, 128, (1, 4, 9, 20)).astype(np.int8),
               "xg": rng.integers(0, 256, (2, 128, 20, 30)).astype(np.uint8),
               "xr": rng.integers(-128, 128, (1, 64, 28, 62)).astype(np.int8),
+              "xd": rng.integers(0, 256, (1, 20, 9, 9)).astype(np.uint8),
               "xq": rng.integers(-128, 128, (2, 160, 14, 14)).astype(np.int8),
               "xt6": rng.integers(0, 256, (1, 3, 7, 6)).astype(np.uint8),
               "xt3": rng.integers(0, 256, (1, 2, 5, 3)).astype(np.uint8),
@@ -162,6 +170,48 @@ def test_int8_conv_kernels_match_the_reference_bit_for_bit(target: str, tmp_path
     got = cuvil.compile(graph, target, passes="", cache_dir=str(tmp_path)).run(inputs)
     for name, w in want.items():
         assert got[name].dtype == w.dtype and np.array_equal(got[name], w), name
+
+
+_SANITIZED_CHILD = """
+import sys
+import numpy as np
+import cuvil
+from tests.quant.test_int8_kernels import _conv_graph
+
+graph, inputs = _conv_graph()
+want = cuvil.compile(graph, "ref").run(inputs)
+m = cuvil.compile(graph, sys.argv[1], passes="", sanitize=True, cache_dir=sys.argv[2], num_threads=2)
+for _ in range(2):
+    got = m.run(inputs)
+bad = [n for n, w in want.items() if not np.array_equal(got[n], w)]
+assert not bad, bad
+print("clean")
+"""
+
+
+@pytest.mark.slow
+def test_int8_kernels_are_clean_under_asan_and_ubsan(tmp_path: Path) -> None:
+    """The int8 kernels' vector paths (x86_avx2 where this CPU runs it: the byte products, the
+    depthwise planes and channel blocks) under AddressSanitizer and UBSan, on two threads."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    target = "x86_avx2" if not target_unavailable("x86_avx2") else "generic"
+    libs = [subprocess.run(["cc", f"-print-file-name={n}"], capture_output=True, text=True).stdout.strip()
+            for n in ("libasan.so", "libubsan.so")]
+    if not all(os.path.isabs(p) for p in libs):
+        pytest.skip("the C compiler has no sanitizer runtimes")
+    repo = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, LD_PRELOAD=":".join(libs), ASAN_OPTIONS="detect_leaks=0:abort_on_error=0",
+               UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1", PYTHONPATH=str(repo))
+    r = subprocess.run([sys.executable, "-c", _SANITIZED_CHILD, target, str(tmp_path / "cache")], capture_output=True,
+                       text=True, cwd=repo, env=env, timeout=900)
+    assert r.returncode == 0 and "clean" in r.stdout, r.stderr[-3000:]
+    assert "AddressSanitizer" not in r.stderr and "runtime error:" not in r.stderr, r.stderr[-3000:]
 
 
 def test_int8_conv_kernels_give_the_same_bytes_on_two_threads(tmp_path: Path) -> None:

@@ -816,8 +816,9 @@ static int cuvil_qdw_channels(const cuvil_qdw_job *j) {
     d.PHt = (g->out[0] - 1) * g->stride[0] + (g->k[0] - 1) * g->dil[0] + 1;
     d.PWt = (g->out[1] - 1) * g->stride[1] + (g->k[1] - 1) * g->dil[1] + 1;
     const size_t img = (size_t)(nb * d.PHt * d.PWt * 16), res = (size_t)(nb * (P + 16) * 16);
-    const size_t ints = (size_t)(2 * np + np * Cp + Cp) * 4 + (size_t)Cp * 4;
-    char *mem = (char *)malloc(img + res + ints + 64);
+    const size_t head = sizeof(int64_t) * (size_t)(2 * np) + sizeof(int32_t) * (size_t)(np * Cp + Cp) +
+                        sizeof(float) * (size_t)Cp; /* toff, wv, corr, mult */
+    char *mem = (char *)malloc(head + img + res);
     if (!mem) return -1;
     int64_t *toff = (int64_t *)mem;
     int32_t *wv = (int32_t *)(toff + 2 * np), *corr = wv + np * Cp;
