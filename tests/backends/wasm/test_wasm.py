@@ -29,7 +29,7 @@ F32, F16, I32, I64, BOOL = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.I
 
 @pytest.fixture(scope="session")
 def cache(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """One build cache for the session: zig builds wasi-libc into its zig/ folder once (tens of seconds)."""
+    """One build cache for the session (zig's library cache is the machine's: see zig_global_cache)."""
     return str(tmp_path_factory.mktemp("wasm-cache"))
 
 
