@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import cuvil
+from tests.backends.c.emulated import emulated, simde_include
 from tests.models.exported import ModelStore, assert_outputs_close
 
 TOL_ORT = 1e-5
@@ -63,3 +64,15 @@ def test_symbolic_batch_one_build(models: ModelStore, cache: Path, name: str, ta
         got = m(*arrays)
         assert got[0].shape[0] == batch
         assert_outputs_close(got, em.onnxruntime(arrays), m.output_names, TOL_ORT, f"{target} batch {batch}")
+
+
+@pytest.mark.skipif(simde_include() is None, reason="simde-py (SIMDe's headers) is not installed")
+@pytest.mark.parametrize("name", STATIC)
+def test_model_on_avx512_under_emulation_matches_onnxruntime(models: ModelStore, cache: Path, tmp_path: Path,
+                                                              name: str) -> None:
+    """The x86_avx512 build's kernels, run under emulation where this CPU lacks AVX-512
+    (tests/backends/c/emulated.py)."""
+    em = models.get(name)
+    m = emulated(cuvil.compile(em.path, target="x86_avx512", cache_dir=str(cache)), tmp_path)
+    arrays = em.inputs(1)
+    assert_outputs_close(m(*arrays), em.onnxruntime(arrays), m.output_names, TOL_ORT, "onnxruntime (x86_avx512)")

@@ -66,7 +66,9 @@ typedef int32_t cuvil_ai __attribute__((vector_size(16)));
 #endif
 /* Keep a vector loaded once in a register: GCC would otherwise fold its load into each of the
  * four multiply-adds that read it, and the loads, not the multiply-adds, would set the pace. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#if defined(CUVIL_ATT_KEEP)
+/* set by the build (an emulated target, whose vectors live in no register, sets it empty) */
+#elif defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define CUVIL_ATT_KEEP(v) __asm__("" : "+v"(v))
 #else
 #define CUVIL_ATT_KEEP(v) ((void)0)

@@ -14,7 +14,10 @@
 
 #include <stddef.h>
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if defined(CUVIL_CPU_CHECKS)
+/* set by the build: 0 for a library run on an emulator of the target's instructions */
+#define CUVIL_CPU_CHECKS_EXTENDED 0
+#elif defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define CUVIL_CPU_CHECKS 1
 #if defined(__clang__) || __GNUC__ < 12
 #define CUVIL_CPU_CHECKS_EXTENDED 0

@@ -1,0 +1,95 @@
+"""The x86_avx512 kernels, VNNI and BF16 paths included, run under emulation (``emulated.py``) on
+CPUs without AVX-512: int8 bit for bit against the reference, float within the targets' tolerance,
+and free of out-of-bounds accesses under AddressSanitizer."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import cuvil
+from tests.backends.c.emulated import emulated, simde_include
+from tests.quant.test_int8_kernels import _conv_graph
+
+pytestmark = pytest.mark.skipif(simde_include() is None, reason="simde-py (SIMDe's headers) is not installed")
+
+REPO = Path(__file__).resolve().parents[3]
+EXAMPLE = REPO / "cuvil" / "examples" / "tiny_cnn.onnx"
+
+
+def _rel_l2(got: np.ndarray, want: np.ndarray) -> float:
+    want = want.astype(np.float64)
+    return float(np.linalg.norm(got.astype(np.float64) - want) / max(np.linalg.norm(want), 1e-30))
+
+
+@pytest.mark.parametrize("features", [(), ("avx512_vnni",)], ids=["int16-pairs", "vnni"])
+def test_int8_kernels_match_the_reference_bit_for_bit(features: tuple[str, ...], tmp_path: Path) -> None:
+    graph, inputs = _conv_graph()
+    want = cuvil.compile(graph, "ref").run(inputs)
+    m = cuvil.compile(graph, "x86_avx512", passes="", cache_dir=str(tmp_path / "cache"))
+    got = emulated(m, tmp_path / "emu", features).run(inputs)
+    for name, w in want.items():
+        assert got[name].dtype == w.dtype and np.array_equal(got[name], w), name
+
+
+@pytest.mark.parametrize("precision,features,tol", [
+    ("fp32", (), 1e-5),
+    ("fp16", (), 1e-2),
+    ("bf16", (), 1e-2),
+    ("bf16", ("avx512_vnni", "avx512_bf16"), 1e-2),
+], ids=["fp32", "fp16", "bf16-widened", "bf16-dot"])
+def test_float_kernels_match_the_reference(precision: str, features: tuple[str, ...], tol: float,
+                                           tmp_path: Path) -> None:
+    x = np.random.default_rng(5).standard_normal((2, 3, 32, 32)).astype(np.float32)
+    want = cuvil.compile(str(EXAMPLE), "ref")(x)[0]
+    m = cuvil.compile(str(EXAMPLE), "x86_avx512", precision=precision, cache_dir=str(tmp_path / "cache"))
+    got = emulated(m, tmp_path / "emu", features)(x)[0]
+    assert got.shape == want.shape and _rel_l2(got, want) <= tol
+
+
+_SANITIZED_CHILD = """
+import sys
+from pathlib import Path
+import numpy as np
+import cuvil
+from cuvil.backends.c import Build, CExecutor
+from cuvil.runtime.compiled import CompiledModel
+from tests.backends.c.emulated import build_emulated
+from tests.quant.test_int8_kernels import _conv_graph
+
+work = Path(sys.argv[1])
+graph, inputs = _conv_graph()
+want = cuvil.compile(graph, "ref").run(inputs)
+m = cuvil.compile(graph, "x86_avx512", passes="", cache_dir=str(work / "cache"))
+info = m.build_info
+build_emulated(info.source, work / "model.so", ["avx512_vnni"], sanitize=True)
+run = CompiledModel(m.signature, CExecutor(Build(info.folder, True, 0.0), {}, library=work / "model.so", num_threads=2),
+                    m.target, m.graph, m.info)
+for _ in range(2):
+    got = run.run(inputs)
+bad = [n for n, w in want.items() if not np.array_equal(got[n], w)]
+assert not bad, bad
+print("clean")
+"""
+
+
+@pytest.mark.slow
+def test_int8_vnni_kernels_are_clean_under_asan_and_ubsan(tmp_path: Path) -> None:
+    """The AVX-512 int8 kernels' masked row tails and VNNI panels under AddressSanitizer and UBSan,
+    on two threads (the emulation's masked loads and stores touch enabled lanes only, as the
+    instructions do, so an access past a buffer is the kernel's)."""
+    libs = [subprocess.run(["cc", f"-print-file-name={n}"], capture_output=True, text=True).stdout.strip()
+            for n in ("libasan.so", "libubsan.so")]
+    if not all(os.path.isabs(p) for p in libs):
+        pytest.skip("the C compiler has no sanitizer runtimes")
+    env = dict(os.environ, LD_PRELOAD=":".join(libs), ASAN_OPTIONS="detect_leaks=0:abort_on_error=0",
+               UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1", PYTHONPATH=str(REPO))
+    r = subprocess.run([sys.executable, "-c", _SANITIZED_CHILD, str(tmp_path)], capture_output=True, text=True,
+                       cwd=REPO, env=env, timeout=900)
+    assert r.returncode == 0 and "clean" in r.stdout, r.stderr[-3000:]
+    assert "AddressSanitizer" not in r.stderr and "runtime error:" not in r.stderr, r.stderr[-3000:]
