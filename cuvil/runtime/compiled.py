@@ -37,7 +37,7 @@ class BuildInfo:
     target: str
     folder: Path  # the build-cache folder, or the artifact folder of a loaded model
     source: Path  # the generated C (model.c)
-    library: Path  # what runs: model.so, or model.wasm for wasm32
+    library: Path  # what runs: model.so (or the variant this CPU loads, as model.avx512vnni.so), model.wasm for wasm32
     weights: Path  # the weights blob (weights.bin) the library loads at start-up
     weights_bytes: int
     cached: bool  # the build came from the build cache (always true for a loaded artifact)

@@ -19,7 +19,16 @@ from cuvil import __version__
 from cuvil.backends.c import cache
 from cuvil.backends.c.codegen import CodegenOptions, GeneratedModule, generate
 from cuvil.backends.c.library import NativeModel, ThreadStats
-from cuvil.backends.c.toolchain import RUNTIME_DIR, Compiler, build_library, compile_flags
+from cuvil.backends.c.toolchain import (
+    RUNTIME_DIR,
+    TARGET_VARIANTS,
+    Compiler,
+    Variant,
+    build_library,
+    compile_flags,
+    variant_here,
+    variants_for,
+)
 from cuvil.errors import CuvilError, ModelError
 from cuvil.ir.graph import Graph
 from cuvil.log import stage
@@ -41,14 +50,22 @@ class BuildOptions:
 
 @dataclass
 class Build(cache.BuildFolder):
-    """A built model library: its folder (source, library, weights) and how long the build took."""
+    """A built model library: its folder (source, library, weights, and the target's variant
+    libraries this model has: ``toolchain.TARGET_VARIANTS``) and how long the build took."""
 
     module: GeneratedModule | None = None
     options: BuildOptions | None = None
+    variants: tuple[Variant, ...] = ()
 
     @property
     def library(self) -> Path:
+        """The base library: it runs on every CPU the target is for."""
         return self.folder / "model.so"
+
+    def library_here(self) -> Path:
+        """The library this machine's CPU loads: the most capable variant it runs, else the base."""
+        v = variant_here(self.variants)
+        return self.library if v is None else self.folder / v.library
 
 
 def _runtime_digest() -> str:
@@ -61,17 +78,27 @@ def build(graph: Graph, options: BuildOptions) -> Build:
     with stage(_log, "codegen"):
         module = generate(graph, CodegenOptions(target=options.target, model_name=graph.name,
                                                 conv_algorithm=options.conv_algorithm))
+    variants = variants_for(options.target, module.source)
     key_parts = (__version__, options.target, options.compiler.version, " ".join(options.compiler.argv),
-                 " ".join(compile_flags(options.target, sanitize=options.sanitize)), _runtime_digest())
+                 *(" ".join(compile_flags(options.target, sanitize=options.sanitize, variant=v))
+                   for v in (None, *variants)), _runtime_digest())
 
     def compile_source(src: Path, folder: Path) -> str:
-        return build_library(options.compiler, src, folder / "model.so", options.target, sanitize=options.sanitize)
+        logs = [build_library(options.compiler, src, folder / "model.so", options.target, sanitize=options.sanitize)]
+        for v in variants:
+            logs.append(build_library(options.compiler, src, folder / v.library, options.target,
+                                      sanitize=options.sanitize, variant=v))
+        return "".join(logs)
 
     root = options.cache_dir or cache.default_cache_dir()
     t1 = time.perf_counter()
     folder, hit = cache.build_model_folder(root, module.source, module.weights, key_parts, compile_source)
     _log.debug("stage %s: %.1f ms (%s)", "cache hit" if hit else "c build", (time.perf_counter() - t1) * 1e3, folder)
-    return Build(folder, hit, time.perf_counter() - t0, module, options)
+    if variants:
+        for v in variants:
+            _log.info("%s: the build has a library for CPUs with %s too (%s)", options.target,
+                      ", ".join(sorted(v.features)), v.library)
+    return Build(folder, hit, time.perf_counter() - t0, module, options, variants)
 
 
 class CExecutor:
@@ -83,11 +110,12 @@ class CExecutor:
         saved and run there); then it is not loaded, and running it raises that."""
         self.build = b
         self.unloadable = unloadable
-        self.native = None if unloadable else NativeModel(library or b.library, b.weights, num_threads)
+        self.library = library or b.library_here()
+        self.native = None if unloadable else NativeModel(self.library, b.weights, num_threads)
         if facts is None:
             if b.options is None:
                 raise CuvilError("a C build needs its build options or saved facts")
-            facts = build_facts(b.options)
+            facts = build_facts(b.options, b.variants)
         self.facts = dict(facts)
 
     def _loaded(self) -> NativeModel:
@@ -101,7 +129,7 @@ class CExecutor:
     def build_info(self, target: str) -> BuildInfo:
         """What ``CompiledModel.build_info`` reports for this build."""
         b = self.build
-        return BuildInfo(target, b.folder, b.source, b.library, b.weights, b.weights.stat().st_size, b.cached,
+        return BuildInfo(target, b.folder, b.source, self.library, b.weights, b.weights.stat().st_size, b.cached,
                          None if b.module is None else tuple(b.module.line_origins),
                          None if self.native is None else self.native.num_threads)
 
@@ -115,6 +143,8 @@ class CExecutor:
     def artifact_files(self) -> dict[str, Path]:
         """Every file a saved artifact holds, by its name there: source, headers, library, weights."""
         files = {"model.c": self.build.source, "model.so": self.build.library, "weights.bin": self.build.weights}
+        for v in self.build.variants:
+            files[v.library] = self.build.folder / v.library
         for header in runtime_headers(self.build.source):
             files[header.name] = header
         return files
@@ -129,17 +159,34 @@ ARTIFACT_FILES = {"source": "model.c", "header": "cuvil_api.h", "library": "mode
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"/\\]+)"', re.M)
 
 
-def build_facts(options: BuildOptions) -> dict[str, Any]:
-    """How a library was built, as saved in an artifact: compiler, flags, and a command that rebuilds it."""
-    # The build adds -I<installed runtime>; a saved artifact holds its headers beside model.c instead.
-    flags = [f for f in compile_flags(options.target, sanitize=options.sanitize) if not f.startswith("-I")]
-    cmd = [*options.compiler.argv, *flags, ARTIFACT_FILES["source"], "-o", ARTIFACT_FILES["library"], "-lm"]
-    return {
+def build_facts(options: BuildOptions, variants: tuple[Variant, ...] = ()) -> dict[str, Any]:
+    """How a library was built, as saved in an artifact: compiler, flags, and a command that rebuilds
+    it; and for each variant library, the CPU features that load it and its own command."""
+
+    def command(variant: Variant | None) -> tuple[list[str], str]:
+        # The build adds -I<installed runtime>; a saved artifact holds its headers beside model.c instead.
+        flags = [f for f in compile_flags(options.target, sanitize=options.sanitize, variant=variant)
+                 if not f.startswith("-I")]
+        out = variant.library if variant else ARTIFACT_FILES["library"]
+        cmd = [*options.compiler.argv, *flags, ARTIFACT_FILES["source"], "-o", out, "-lm"]
+        return flags, " ".join(shlex.quote(c) for c in cmd)
+
+    flags, rebuild = command(None)
+    facts: dict[str, Any] = {
         "backend": "c",
         "files": dict(ARTIFACT_FILES),
         "compiler": {"command": list(options.compiler.argv), "version": options.compiler.version, "flags": flags},
-        "rebuild": " ".join(shlex.quote(c) for c in cmd),
+        "rebuild": rebuild,
     }
+    if variants:
+        facts["files"].update({_variant_role(v): v.library for v in variants})
+        facts["variants"] = [{"name": v.name, "library": v.library, "needs": sorted(v.features),
+                              "rebuild": command(v)[1]} for v in variants]
+    return facts
+
+
+def _variant_role(v: Variant) -> str:
+    return f"library.{v.name}"
 
 
 def runtime_headers(source: Path) -> list[Path]:
@@ -165,19 +212,31 @@ def runtime_headers(source: Path) -> list[Path]:
 
 def load_executor(folder: Path, meta: Mapping[str, Any]) -> CExecutor:
     """The executor of a saved artifact (meta.json already checked by cuvil.runtime.artifact)."""
-    if meta["files"] != ARTIFACT_FILES:
-        raise ModelError(f"{folder}: meta.json lists files {meta['files']}; a C artifact holds {ARTIFACT_FILES}")
+    target = meta.get("target")
+    known = {v.name: v for v in TARGET_VARIANTS.get(target, ())} if isinstance(target, str) else {}
+    listed = meta.get("variants", [])
+    if not isinstance(listed, list) or not all(isinstance(e, dict) and e.get("name") in known for e in listed):
+        raise ModelError(f"{folder}: meta.json lists variant libraries {listed!r}; a C artifact for {target} may hold "
+                         f"{sorted(known) or 'none'}")
+    variants = tuple(known[e["name"]] for e in listed)
+    expected = {**ARTIFACT_FILES, **{_variant_role(v): v.library for v in variants}}
+    if meta["files"] != expected:
+        raise ModelError(f"{folder}: meta.json lists files {meta['files']}; a C artifact holds {expected}")
     missing = [k for k in ("compiler", "rebuild") if k not in meta]
     if missing:
         raise ModelError(f"{folder}: meta.json lacks {', '.join(missing)}, which a C artifact records")
-    b = Build(folder, cached=True, seconds=0.0)
+    b = Build(folder, cached=True, seconds=0.0, variants=variants)
+    library = b.library_here()
     # The dynamic loader knows a library by its path: a second dlopen of the same path returns the library
     # already mapped, even when a newer artifact has replaced the file since (ctypes never unloads). Opening
     # it through a link of a unique name makes every load map the file that is there now.
     with tempfile.TemporaryDirectory(prefix="cuvil-load-") as tmp:
-        link = Path(tmp) / ARTIFACT_FILES["library"]
-        link.symlink_to(b.library.resolve())
-        return CExecutor(b, {k: meta[k] for k in ("backend", "files", "compiler", "rebuild")}, library=link)
+        link = Path(tmp) / library.name
+        link.symlink_to(library.resolve())
+        facts = {k: meta[k] for k in ("backend", "files", "compiler", "rebuild", "variants") if k in meta}
+        executor = CExecutor(b, facts, library=link)
+    executor.library = library
+    return executor
 
 
 def write_meta(path: Path, meta: dict[str, object]) -> None:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import functools
+import re
 import shlex
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cuvil.errors import CuvilError
@@ -27,6 +28,52 @@ TARGET_ISA: dict[str, frozenset[str]] = {
     "x86_avx2": frozenset({"avx2", "fma", "f16c"}),
     "x86_avx512": frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx2", "fma", "f16c"}),
 }
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A second library of a model, for CPUs with more than its target assumes: the same source
+    compiled with ``flags`` on top of the target's, saved beside the base library as
+    ``model.<name>.so`` and loaded instead of it where the CPU has ``features`` (as /proc/cpuinfo
+    names them).  It is built only for a source that calls a kernel whose code the extension
+    changes (``kernels``, a pattern over the generated C); other models would get the same code."""
+
+    name: str
+    flags: tuple[str, ...]
+    features: frozenset[str]
+    kernels: str = field(repr=False)
+
+    @property
+    def library(self) -> str:
+        return f"model.{self.name}.so"
+
+    def used_by(self, source: str) -> bool:
+        return re.search(self.kernels, source) is not None
+
+
+# The variants of each target, the most capable first: where a CPU runs several, it loads the
+# first.  x86_avx512 assumes the AVX-512 foundation only (Skylake-SP on); most AVX-512 CPUs since
+# (Cascade Lake, Ice Lake, Sapphire Rapids, Zen 4) add VNNI, which multiplies int8 pairs twice as
+# fast as int16 pairs, and Cooper Lake, Sapphire Rapids and Zen 4 add the bf16 dot product.  Every
+# library checks the CPU when it is loaded (cuvil_cpu.h), so a wrong pick is refused, never run.
+TARGET_VARIANTS: dict[str, tuple[Variant, ...]] = {
+    "x86_avx512": (
+        Variant("avx512bf16", ("-mavx512vnni", "-mavx512bf16"), frozenset({"avx512_vnni", "avx512_bf16"}),
+                r"\bcuvil_(?:bf16_gemm|conv_bf16|conv_nhwc_half)\("),
+        Variant("avx512vnni", ("-mavx512vnni",), frozenset({"avx512_vnni"}), r"\bcuvil_q(?:gemm|conv)\("),
+    ),
+}
+
+
+def variants_for(target: str, source: str) -> tuple[Variant, ...]:
+    """The variants of ``target`` worth building for this generated source."""
+    return tuple(v for v in TARGET_VARIANTS.get(target, ()) if v.used_by(source))
+
+
+def variant_here(variants: tuple[Variant, ...]) -> Variant | None:
+    """The variant of those built that this machine's CPU loads (None: the base library)."""
+    have = cpu_flags()
+    return next((v for v in variants if v.features <= have), None)
 
 
 def cpu_flags() -> frozenset[str]:
@@ -62,7 +109,9 @@ def int8_products(target: str) -> str:
     pairs), "bytes" (AVX2 without AVX-512: vpmaddubsw when one operand is a constant whose bytes lie
     in [-64, 64], which is exact and faster than int16 pairs: 1.36x the multiply rate, 1.2 to 1.3x
     end to end on CNNs, measured on AMD Zen 3; int16 pairs otherwise), "portable" (plain C:
-    generic, wasm32, ref). It follows the header's ``#if`` choices from :data:`TARGET_ISA`."""
+    generic, wasm32, ref). It follows the header's ``#if`` choices from :data:`TARGET_ISA`; an
+    x86_avx512 model also has a VNNI library (:data:`TARGET_VARIANTS`), which CPUs with VNNI load:
+    both are exact for any bytes, so they compute the same integers."""
     isa = target_isa(target)
     if "avx512bw" in isa:
         return "vnni" if "avx512_vnni" in isa else "int16"
@@ -103,19 +152,22 @@ class Compiler:
         return out.stdout.splitlines()[0] if out.stdout else "unknown"
 
 
-def compile_flags(target: str, *, sanitize: bool = False) -> list[str]:
+def compile_flags(target: str, *, sanitize: bool = False, variant: Variant | None = None) -> list[str]:
     if target not in TARGET_FLAGS:
         raise CuvilError(f"unknown C target {target!r}")
-    flags = [*BASE_FLAGS, *WARN_FLAGS, *TARGET_FLAGS[target], f"-I{RUNTIME_DIR}"]
+    extra = variant.flags if variant else ()
+    flags = [*BASE_FLAGS, *WARN_FLAGS, *TARGET_FLAGS[target], *extra, f"-I{RUNTIME_DIR}"]
     if sanitize:
         flags += [*SANITIZE_FLAGS]
         flags = [f for f in flags if f != "-O2"] + ["-O1"]
     return flags
 
 
-def build_library(compiler: Compiler, source: Path, out: Path, target: str, *, sanitize: bool = False) -> str:
+def build_library(compiler: Compiler, source: Path, out: Path, target: str, *, sanitize: bool = False,
+                  variant: Variant | None = None) -> str:
     """Compile one generated source file into a shared library; returns the compiler's warnings."""
-    cmd = [*compiler.argv, *compile_flags(target, sanitize=sanitize), str(source), "-o", str(out), "-lm"]
+    cmd = [*compiler.argv, *compile_flags(target, sanitize=sanitize, variant=variant), str(source), "-o", str(out),
+           "-lm"]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     except (OSError, subprocess.TimeoutExpired) as exc:

@@ -68,7 +68,7 @@ class ProfiledModel:
     def __init__(self, graph: Graph, target: str, work_dir: Path, num_threads: int = 1) -> None:
         from cuvil.backends.c.codegen import CodegenOptions, generate
         from cuvil.backends.c.library import NativeModel
-        from cuvil.backends.c.toolchain import Compiler, build_library
+        from cuvil.backends.c.toolchain import Compiler, build_library, variant_here, variants_for
 
         self.graph = graph
         module = generate(graph, CodegenOptions(target=target, model_name=graph.name, profile=True))
@@ -76,7 +76,9 @@ class ProfiledModel:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "model.c").write_text(module.source, encoding="utf-8")
         (folder / "weights.bin").write_bytes(module.weights)
-        build_library(Compiler(), folder / "model.c", folder / "model.so", target)
+        # the code this CPU runs: the target's variant library where it loads one (toolchain.TARGET_VARIANTS)
+        variant = variant_here(variants_for(target, module.source))
+        build_library(Compiler(), folder / "model.c", folder / "model.so", target, variant=variant)
         self.native = NativeModel(folder / "model.so", folder / "weights.bin")
         self.native.set_num_threads(num_threads)
         self._read = self.native.lib.cuvil_profile_read

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import cuvil
+from cuvil.backends.c.toolchain import TARGET_VARIANTS
 from tests.backends.c.emulated import emulated, simde_include
 from tests.quant.test_int8_kernels import _conv_graph
 
@@ -20,6 +21,8 @@ pytestmark = pytest.mark.skipif(simde_include() is None, reason="simde-py (SIMDe
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "cuvil" / "examples" / "tiny_cnn.onnx"
+# the CPU features each variant library of x86_avx512 is built for (model.avx512vnni.so, ...)
+FEATURES = {v.name: tuple(sorted(v.features)) for v in TARGET_VARIANTS["x86_avx512"]}
 
 
 def _rel_l2(got: np.ndarray, want: np.ndarray) -> float:
@@ -27,7 +30,7 @@ def _rel_l2(got: np.ndarray, want: np.ndarray) -> float:
     return float(np.linalg.norm(got.astype(np.float64) - want) / max(np.linalg.norm(want), 1e-30))
 
 
-@pytest.mark.parametrize("features", [(), ("avx512_vnni",)], ids=["int16-pairs", "vnni"])
+@pytest.mark.parametrize("features", [(), FEATURES["avx512vnni"]], ids=["model.so", "model.avx512vnni.so"])
 def test_int8_kernels_match_the_reference_bit_for_bit(features: tuple[str, ...], tmp_path: Path) -> None:
     graph, inputs = _conv_graph()
     want = cuvil.compile(graph, "ref").run(inputs)
@@ -41,7 +44,7 @@ def test_int8_kernels_match_the_reference_bit_for_bit(features: tuple[str, ...],
     ("fp32", (), 1e-5),
     ("fp16", (), 1e-2),
     ("bf16", (), 1e-2),
-    ("bf16", ("avx512_vnni", "avx512_bf16"), 1e-2),
+    ("bf16", FEATURES["avx512bf16"], 1e-2),
 ], ids=["fp32", "fp16", "bf16-widened", "bf16-dot"])
 def test_float_kernels_match_the_reference(precision: str, features: tuple[str, ...], tol: float,
                                            tmp_path: Path) -> None:
@@ -67,7 +70,7 @@ graph, inputs = _conv_graph()
 want = cuvil.compile(graph, "ref").run(inputs)
 m = cuvil.compile(graph, "x86_avx512", passes="", cache_dir=str(work / "cache"))
 info = m.build_info
-build_emulated(info.source, work / "model.so", ["avx512_vnni"], sanitize=True)
+build_emulated(info.source, work / "model.so", ["avx512_vnni"], sanitize=True)  # as model.avx512vnni.so
 run = CompiledModel(m.signature, CExecutor(Build(info.folder, True, 0.0), {}, library=work / "model.so", num_threads=2),
                     m.target, m.graph, m.info)
 for _ in range(2):
