@@ -8,6 +8,7 @@ the Python that compiled it::
     cuvil_api.h      the documented C API (cuvil_load, cuvil_run, cuvil_free ...)
     cuvil_rt.h ...   the runtime headers model.c includes
     model.so         the library (model.wasm for a WebAssembly target)
+    model.*.so       x86_avx512: the same code for CPUs with VNNI, AVX512_BF16 (loaded there)
     weights.bin      the constants, loaded or mapped at start-up
 
 Which files a backend writes is the backend's business: its executor names
