@@ -287,10 +287,9 @@ def compile(  # noqa: A001  (the library's main verb)
 def _cannot_run_here(target: str) -> str | None:
     """Why code built for C target ``target`` cannot run on this machine's CPU (None when it can, or
     when the CPU's features cannot be read: then loading the library checks)."""
-    from cuvil.backends.c.toolchain import missing_features
+    from cuvil.backends.c.toolchain import cpu_cannot_run
 
-    missing = missing_features(target)
-    return f"this CPU lacks {', '.join(missing)}" if missing else None
+    return cpu_cannot_run(target)
 
 
 def _quantize(graph: Graph, model: Any, target: str, passes: Any, enable_fusion: bool, precision: str, dataset: Any,

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from cuvil.backends.c.toolchain import missing_features
+from cuvil.backends.c.toolchain import cpu_cannot_run
 from cuvil.verify.base import Check, CheckResult, Status, VerifyError, all_checks
 from cuvil.verify.config import VerifyConfig
 from cuvil.verify.context import ModelSource, VerifyContext
@@ -66,10 +66,7 @@ def target_unavailable(target: str) -> str | None:
         return f"needs the Python packages {', '.join(missing)}" if missing else None
     if shutil.which("cc") is None:  # cuvil.compile's default compiler
         return "no C compiler (cc) found"
-    lacks = missing_features(target)
-    if lacks is None:
-        return "this CPU's features cannot be read (/proc/cpuinfo)"
-    return f"this CPU lacks {', '.join(lacks)}" if lacks else None
+    return cpu_cannot_run(target, unreadable="this CPU's features cannot be read (/proc/cpuinfo)")
 
 
 def available_targets() -> list[str]:

@@ -9,7 +9,7 @@ an emitter removed with monkeypatch), and a monkeypatched input guard (``bind_in
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -56,20 +56,23 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(tmp_path_factory.mktemp("cuvil-cache"))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _work_root(tmp_path_factory: pytest.TempPathFactory) -> None:
-    global WORK_ROOT
-    WORK_ROOT = tmp_path_factory.mktemp("cuvil-verify-work")
+Context = Callable[..., VerifyContext]
 
 
-WORK_ROOT: Path | None = None
+@pytest.fixture(scope="module")
+def context(cache: str, tmp_path_factory: pytest.TempPathFactory) -> Context:
+    """Makes verification contexts on the module's build cache, each with a work folder of its own:
+    ``context(model, targets, kind="onnx", checks=None)``, ``checks`` being the configuration's
+    ``[checks.NAME]`` tables."""
+    root = tmp_path_factory.mktemp("cuvil-verify-work")
 
+    def make(model: Any, targets: list[str], kind: str = "onnx",
+             checks: dict[str, dict[str, Any]] | None = None) -> VerifyContext:
+        return VerifyContext(ModelSource(kind, model), targets=targets, cache_dir=cache,
+                             work_dir=Path(tempfile.mkdtemp(prefix="cuvil-verify-", dir=root)),
+                             config={"checks": checks or {}})
 
-def context(model: Any, targets: list[str], cache: str, kind: str = "onnx",
-            checks: dict[str, dict[str, Any]] | None = None) -> VerifyContext:
-    """A verification context; ``checks`` is the configuration's ``[checks.NAME]`` tables."""
-    return VerifyContext(ModelSource(kind, model), targets=targets, cache_dir=cache,
-                         work_dir=Path(tempfile.mkdtemp(prefix="cuvil-verify-", dir=WORK_ROOT)), config={"checks": checks or {}})
+    return make
 
 
 def run(name: str, ctx: VerifyContext) -> dict[str | None, CheckResult]:
@@ -105,8 +108,8 @@ def plant_kernel(op: cuvil.CustomOp, source: str) -> None:
 
 
 # ---- coverage ------------------------------------------------------------------------------------------------
-def test_coverage_maps_every_source_node_to_a_kernel(cache: str) -> None:
-    results = run("coverage", context(TINY, ["ref", "generic"], cache))
+def test_coverage_maps_every_source_node_to_a_kernel(context: Context) -> None:
+    results = run("coverage", context(TINY, ["ref", "generic"]))
     assert all(r.status is Status.PASS for r in results.values())
     rows = {r["source_node"]: r for r in results["generic"].details["ops"]}
     assert len(rows) == 10 and rows["conv1"]["source_op"] == "Conv" and rows["conv1"]["cuvil_ops"] == ["conv"]
@@ -116,49 +119,49 @@ def test_coverage_maps_every_source_node_to_a_kernel(cache: str) -> None:
     assert ref_rows["softmax"]["kernels"][0].startswith("cuvil.ops.")
 
 
-def test_coverage_fails_on_a_missing_kernel_with_its_nodes(cache: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_coverage_fails_on_a_missing_kernel_with_its_nodes(context: Context, monkeypatch: pytest.MonkeyPatch) -> None:
     import cuvil.backends.c.kernels  # noqa: F401
     from cuvil.backends.c import kernel
 
     monkeypatch.delitem(kernel._KERNELS, "softmax")
-    results = run("coverage", context(TINY, ["ref", "generic"], cache))
+    results = run("coverage", context(TINY, ["ref", "generic"]))
     assert results["ref"].status is Status.PASS
     bad = results["generic"]
     assert bad.status is Status.FAIL and bad.where == {"op": "softmax", "node": "softmax"}
     assert bad.details["missing_kernels"] == {"softmax": ["softmax"]}
 
 
-def test_coverage_lists_unsupported_ops_instead_of_crashing(cache: str) -> None:
+def test_coverage_lists_unsupported_ops_instead_of_crashing(context: Context) -> None:
     nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
              helper.make_node("NoSuchOp", ["r"], ["y"], name="mystery1"),
              helper.make_node("NoSuchOp", ["y"], ["z"], name="mystery2")]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
                               [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
-    (r,) = run("coverage", context(model, ["ref"], cache)).values()
+    (r,) = run("coverage", context(model, ["ref"])).values()
     assert r.status is Status.FAIL and r.where == {"op": "NoSuchOp", "node": "mystery1, mystery2"}
     assert r.details["unsupported"][0]["nodes"] == ["mystery1", "mystery2"]
 
 
 # ---- custom-ops ----------------------------------------------------------------------------------------------
-def test_custom_ops_pass_and_skip(scale_add_op: cuvil.CustomOp, cache: str) -> None:
-    (r,) = run("custom-ops", context(custom_model(), ["ref"], cache)).values()
+def test_custom_ops_pass_and_skip(scale_add_op: cuvil.CustomOp, context: Context) -> None:
+    (r,) = run("custom-ops", context(custom_model(), ["ref"])).values()
     assert r.status is Status.PASS, r.summary
     assert r.details["ops"][0]["op"] == "cuvilverify::scale_add" and r.details["ops"][0]["nodes"] == ["custom"]
-    (r,) = run("custom-ops", context(TINY, ["ref"], cache)).values()
+    (r,) = run("custom-ops", context(TINY, ["ref"])).values()
     assert r.status is Status.SKIP
 
 
-def test_custom_ops_catch_a_kernel_broken_after_registration(scale_add_op: cuvil.CustomOp, cache: str) -> None:
+def test_custom_ops_catch_a_kernel_broken_after_registration(scale_add_op: cuvil.CustomOp, context: Context) -> None:
     plant_kernel(scale_add_op, WRONG_C)
-    (r,) = run("custom-ops", context(custom_model(), ["ref"], cache)).values()
+    (r,) = run("custom-ops", context(custom_model(), ["ref"])).values()
     assert r.status is Status.FAIL
     assert r.where == {"op": "cuvilverify::scale_add", "node": "custom", "check": "c_kernel"}
     assert "differs from the reference" in r.summary
 
 
-def test_custom_ops_unregistered(cache: str) -> None:
-    (r,) = run("custom-ops", context(custom_model("not_there"), ["ref"], cache)).values()
+def test_custom_ops_unregistered(context: Context) -> None:
+    (r,) = run("custom-ops", context(custom_model("not_there"), ["ref"])).values()
     assert r.status is Status.FAIL and r.where == {"op": "cuvilverify::not_there", "node": "custom"}
 
 
@@ -167,9 +170,9 @@ def constrained(dims: Any) -> Any:
     return import_model(TINY, dims=dims)
 
 
-def test_dynamic_shapes_boundaries_and_refusals(cache: str) -> None:
+def test_dynamic_shapes_boundaries_and_refusals(context: Context) -> None:
     results = run("dynamic-shapes", context(constrained({"batch": cuvil.multiple_of(2, 2, 4096)}),
-                                            ["ref", "generic"], cache, kind="graph",
+                                            ["ref", "generic"], kind="graph",
                                             checks={"dynamic-shapes": {"max_elements": 50_000}}))
     for r in results.values():
         assert r.status is Status.PASS, r.summary
@@ -182,7 +185,7 @@ def test_dynamic_shapes_boundaries_and_refusals(cache: str) -> None:
         assert any("max_elements=50000" in n for n in r.details["notes"])
 
 
-def test_dynamic_shapes_dropped_max_guard(cache: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dynamic_shapes_dropped_max_guard(context: Context, monkeypatch: pytest.MonkeyPatch) -> None:
     import cuvil.runtime.compiled as compiled
     from cuvil.runtime.guards import bind_inputs as guard
 
@@ -190,7 +193,7 @@ def test_dynamic_shapes_dropped_max_guard(cache: str, monkeypatch: pytest.Monkey
         return guard(names, types, arrays, {k: replace(v, max=None) for k, v in symbols.items()}, checks)
 
     monkeypatch.setattr(compiled, "bind_inputs", no_max)
-    results = run("dynamic-shapes", context(constrained({"batch": (1, 8)}), ["ref", "generic"], cache, kind="graph"))
+    results = run("dynamic-shapes", context(constrained({"batch": (1, 8)}), ["ref", "generic"], kind="graph"))
     ref = results["ref"]
     assert ref.status is Status.FAIL and ref.where == {"symbol": "batch", "value": "9", "case": "above the maximum 8"}
     # the generated C still checks the constraint: refused, but late, by the compiled code
@@ -198,16 +201,16 @@ def test_dynamic_shapes_dropped_max_guard(cache: str, monkeypatch: pytest.Monkey
     assert gen.status is Status.WARN and gen.where == {"symbol": "batch"} and "refused by the compiled code" in gen.summary
 
 
-def test_dynamic_shapes_unbounded_symbol_warns_with_a_suggestion(cache: str) -> None:
-    (r,) = run("dynamic-shapes", context(TINY, ["ref"], cache, checks={"dynamic-shapes": {"max_elements": 30_720}})).values()
+def test_dynamic_shapes_unbounded_symbol_warns_with_a_suggestion(context: Context) -> None:
+    (r,) = run("dynamic-shapes", context(TINY, ["ref"], checks={"dynamic-shapes": {"max_elements": 30_720}})).values()
     assert r.status is Status.WARN and r.where == {"symbol": "batch"}
     assert "suggested constraint: --dim batch=1:10" in r.summary
 
 
 # ---- precision, reproducibility, cross-target ----------------------------------------------------------------
-def test_precision_reproducibility_cross_target_pass(cache: str) -> None:
+def test_precision_reproducibility_cross_target_pass(context: Context) -> None:
     # cross-target's default list adds native and wasm32 (when its toolchain imports); two targets keep this fast
-    ctx = context(TINY, ["ref", "generic"], cache, checks={"cross-target": {"targets": ["ref", "generic"]}})
+    ctx = context(TINY, ["ref", "generic"], checks={"cross-target": {"targets": ["ref", "generic"]}})
     for r in run("precision", ctx).values():
         assert r.status is Status.PASS, r.summary
         assert 0 < r.figures["rel_l2"] < 1e-5 and r.details["baseline"] == "onnxruntime (fp32)"
@@ -224,9 +227,9 @@ def test_precision_reproducibility_cross_target_pass(cache: str) -> None:
     assert matrix.shape == (len(labels), len(labels)) and np.allclose(matrix, matrix.T) and np.all(np.diag(matrix) == 0)
 
 
-def test_precision_and_cross_target_catch_a_wrong_kernel(scale_add_op: cuvil.CustomOp, cache: str) -> None:
+def test_precision_and_cross_target_catch_a_wrong_kernel(scale_add_op: cuvil.CustomOp, context: Context) -> None:
     plant_kernel(scale_add_op, WRONG_C)
-    ctx = context(custom_model(), ["ref", "generic"], cache, checks={"cross-target": {"targets": ["ref", "generic"]}})
+    ctx = context(custom_model(), ["ref", "generic"], checks={"cross-target": {"targets": ["ref", "generic"]}})
     results = run("precision", ctx)
     assert results["ref"].status is Status.PASS
     bad = results["generic"]
@@ -236,8 +239,8 @@ def test_precision_and_cross_target_catch_a_wrong_kernel(scale_add_op: cuvil.Cus
     assert x.status is Status.FAIL and x.where == {"target": "generic", "output": "out", "node": "relu"}
 
 
-def test_reproducibility_catches_a_call_dependent_kernel(scale_add_op: cuvil.CustomOp, cache: str) -> None:
+def test_reproducibility_catches_a_call_dependent_kernel(scale_add_op: cuvil.CustomOp, context: Context) -> None:
     plant_kernel(scale_add_op, FLAKY_C)
-    ctx = context(custom_model(), ["generic"], cache, checks={"reproducibility": {"processes": False}})
+    ctx = context(custom_model(), ["generic"], checks={"reproducibility": {"processes": False}})
     r = run("reproducibility", ctx)["generic"]
     assert r.status is Status.FAIL and r.where["run"] == "repeated runs" and r.where["output"] == "out"

@@ -94,10 +94,9 @@ def build(graph: Graph, options: BuildOptions) -> Build:
     t1 = time.perf_counter()
     folder, hit = cache.build_model_folder(root, module.source, module.weights, key_parts, compile_source)
     _log.debug("stage %s: %.1f ms (%s)", "cache hit" if hit else "c build", (time.perf_counter() - t1) * 1e3, folder)
-    if variants:
-        for v in variants:
-            _log.info("%s: the build has a library for CPUs with %s too (%s)", options.target,
-                      ", ".join(sorted(v.features)), v.library)
+    for v in variants:
+        _log.info("%s: the build has a library for CPUs with %s too (%s)", options.target,
+                  ", ".join(sorted(v.features)), v.library)
     return Build(folder, hit, time.perf_counter() - t0, module, options, variants)
 
 

@@ -98,6 +98,15 @@ def missing_features(target: str) -> list[str] | None:
     return sorted(need - have) if have else None
 
 
+def cpu_cannot_run(target: str, *, unreadable: str | None = None) -> str | None:
+    """Why this machine's CPU cannot run code built for ``target`` ("this CPU lacks avx2, fma"), or
+    None when it can; ``unreadable`` where its features cannot be read (no /proc/cpuinfo)."""
+    lacks = missing_features(target)
+    if lacks is None:
+        return unreadable
+    return f"this CPU lacks {', '.join(lacks)}" if lacks else None
+
+
 def target_isa(target: str) -> frozenset[str]:
     """The CPU features code built for ``target`` uses (``native``: this machine's CPU)."""
     return cpu_flags() if target == "native" else TARGET_ISA.get(target, frozenset())
