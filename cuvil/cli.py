@@ -263,18 +263,39 @@ def _compiled(m: CompiledModel) -> str:
 
 
 def _quant_options(args: argparse.Namespace) -> dict[str, Any]:
-    """``cuvil compile``'s int8 options as cuvil.compile keywords (none without --quantize)."""
+    """``cuvil compile``'s int8 and reduced-precision options as cuvil.compile keywords."""
+    options = _precision_options(args)
     if args.quantize is None:
-        given = [f for f, v in (("--calibration", args.calibration), ("--asymmetric", args.asymmetric),
-                                ("--per-tensor", args.per_tensor),
+        given = [f for f, v in (("--asymmetric", args.asymmetric), ("--per-tensor", args.per_tensor),
                                 ("--[no-]reduce-range", args.reduce_range is not None),
                                 ("--min-calibration-samples", args.min_calibration_samples)) if v]
         if given:
             raise CuvilError(f"{', '.join(given)} apply with --quantize int8")
-        return {}
-    return {"quant_dtype": args.quantize, "calibration_dataset": args.calibration, "symmetric": not args.asymmetric,
-            "per_channel": not args.per_tensor, "calibration": args.calibration_method,
+        if args.calibration and args.precision == "fp32":
+            raise CuvilError("--calibration applies with --quantize int8 or --precision fp16/bf16")
+        return {**options, "calibration_dataset": args.calibration} if args.calibration else options
+    return {**options, "quant_dtype": args.quantize, "calibration_dataset": args.calibration,
+            "symmetric": not args.asymmetric, "per_channel": not args.per_tensor, "calibration": args.calibration_method,
             "min_calibration_samples": args.min_calibration_samples, "reduce_range": args.reduce_range}
+
+
+def _precision_options(args: argparse.Namespace) -> dict[str, Any]:
+    """--precision, --precision-override and --allow-overflow as cuvil.compile keywords."""
+    if args.precision == "fp32":
+        given = [f for f, v in (("--precision-override", args.precision_override),
+                                ("--allow-overflow", args.allow_overflow)) if v]
+        if given:
+            raise CuvilError(f"{', '.join(given)} apply with --precision fp16 or bf16")
+        return {}
+    overrides: dict[str, str] = {}
+    for text in args.precision_override or ():
+        key, eq, dtype = text.partition("=")
+        if not eq or not key.strip() or not dtype.strip():
+            raise CuvilError(f"--precision-override {text!r}: expected OP=TYPE or node:NAME=TYPE, e.g. softmax=fp16 "
+                             "or node:encoder.0.attn=fp32")
+        overrides[key.strip()] = dtype.strip()
+    return {"precision": args.precision, "precision_overrides": overrides or None,
+            "allow_overflow": args.allow_overflow}
 
 
 def _cmd_compile(args: argparse.Namespace) -> int:
@@ -444,6 +465,16 @@ def build_parser() -> argparse.ArgumentParser:
                          "AVX2 without AVX-512)")
     cc.add_argument("--min-calibration-samples", type=int, metavar="N",
                     help="accept fewer than 64 calibration samples (at least N)")
+    cc.add_argument("--precision", choices=["fp32", "fp16", "bf16"], default="fp32",
+                    help="store weights and compute in fp16 or bf16, accumulating products in float32 and keeping "
+                         "softmax, normalisations and reductions in float32 (default fp32); with --calibration, "
+                         "every example is checked for fp16 overflow")
+    cc.add_argument("--precision-override", action="append", metavar="KEY=TYPE",
+                    help="with --precision: the type of an op or a node, e.g. softmax=fp16 or "
+                         "node:encoder.0.attn=fp32 (repeatable; a node's entry wins)")
+    cc.add_argument("--allow-overflow", action="store_true",
+                    help="with --precision fp16: compile even where a value overflows fp16 (recorded in the "
+                         "model's precision report) instead of refusing")
     cc.set_defaults(fn=_cmd_compile)
 
     r = sub.add_parser("run", help="run a saved artifact, or compile a model and run it, once",

@@ -424,3 +424,53 @@ def test_samples_of_the_wrong_element_type_are_refused() -> None:
     with pytest.raises(InputError, match=r"calibration sample 1: input 'x': expected shape \[4, 32\]"):
         cuvil.compile(_mlp(), "ref", precision="fp16", calibration_dataset=[(x.astype(np.float32),)] * 1
                       + [(x[:2].astype(np.float32),)])
+
+
+# command line -------------------------------------------------------------------------------------
+
+
+def test_cli_compile_precision_overrides_overflow_and_calibration(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """`cuvil compile --precision fp16` refuses a value that overflows fp16, naming the node and the
+    way out; --precision-override node:NAME=fp32 and --allow-overflow are those ways; --calibration
+    checks every example; the float32-only options are refused without --precision."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from cuvil.cli import main
+
+    monkeypatch.setenv("CUVIL_CACHE_DIR", str(tmp_path / "cache"))
+    four = helper.make_tensor("four", TensorProto.FLOAT, [], [400.0])
+    g = helper.make_graph([helper.make_node("Mul", ["x", "four"], ["big"], name="scale1"),
+                           helper.make_node("Mul", ["big", "four"], ["huge"], name="scale2"),
+                           helper.make_node("Tanh", ["huge"], ["y"], name="squash")], "overflowing",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 8])], [four])
+    path = tmp_path / "overflowing.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    assert main(["compile", str(path), "-t", "ref", "--precision", "fp16"]) == 2
+    err = capsys.readouterr().err
+    assert "node 'scale2' (mul): value 'huge' reaches |x| = " in err and "beyond f16's largest finite value" in err
+    out = tmp_path / "art"
+    assert main(["compile", str(path), "-t", "generic", "--precision", "fp16",
+                 "--precision-override", "node:scale2=fp32", "-o", str(out)]) == 0
+    capsys.readouterr()
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["compile"]["precision"]["precision"] == "fp16"
+    assert meta["compile"]["precision"]["overrides"] == {"node:scale2": "fp32"}
+    assert main(["compile", str(path), "-t", "ref", "--precision", "fp16", "--allow-overflow"]) == 0
+    capsys.readouterr()
+    calib = tmp_path / "calib"
+    calib.mkdir()
+    for i in range(10):  # one example of 10 reaches |x| = 0.5: 'huge' is 80000 there, 16000 elsewhere
+        np.savez(calib / f"{i:02d}.npz", x=np.full((8, 8), -0.5 if i == 6 else 0.1, np.float32))
+    assert main(["compile", str(path), "-t", "ref", "--precision", "fp16", "--calibration", str(calib)]) == 2
+    assert "on the 10 calibration examples, node 'scale2' (mul): value 'huge' reaches |x| = 80000," in \
+        capsys.readouterr().err
+    for argv, msg in ((["--allow-overflow"], "--allow-overflow apply with --precision fp16 or bf16"),
+                      (["--precision-override", "softmax=fp16"], "--precision-override apply with --precision"),
+                      (["--precision", "fp16", "--precision-override", "softmax"], "expected OP=TYPE"),
+                      (["--calibration", str(calib)], "--calibration applies with --quantize int8 or "
+                                                      "--precision fp16/bf16")):
+        assert main(["compile", str(path), "-t", "ref", *argv]) == 2
+        assert msg in capsys.readouterr().err

@@ -557,7 +557,7 @@ def test_cli_compile_quantize_with_npz_folder(tmp_path: Path, capsys: pytest.Cap
     with pytest.raises(SystemExit):
         main(["compile", TINY, "--quantize", "int4", "--calibration", str(calib)])
     assert main(["compile", TINY, "-t", "ref", "--calibration", str(calib)]) == 2
-    assert "--calibration apply with --quantize int8" in capsys.readouterr().err
+    assert "--calibration applies with --quantize int8 or --precision fp16/bf16" in capsys.readouterr().err
     assert main(["compile", TINY, "-t", "ref", "--no-reduce-range"]) == 2
     assert "--[no-]reduce-range apply with --quantize int8" in capsys.readouterr().err
 
