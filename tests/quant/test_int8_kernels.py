@@ -19,7 +19,7 @@ from cuvil.ir.dtypes import DType
 from cuvil.ir.graph import Graph
 from cuvil.ir.types import TensorType
 from cuvil.verify.runner import target_unavailable
-from tests.conftest import runnable
+from tests.conftest import assert_clean_under_sanitizers, runnable
 
 
 def _f32(b: Builder, v: Any) -> Any:
@@ -193,25 +193,8 @@ print("clean")
 def test_int8_kernels_are_clean_under_asan_and_ubsan(tmp_path: Path) -> None:
     """The int8 kernels' vector paths (x86_avx2 where this CPU runs it: the byte products, the
     depthwise planes and channel blocks) under AddressSanitizer and UBSan, on two threads."""
-    import os
-    import shutil
-    import subprocess
-    import sys
-
-    if shutil.which("cc") is None:
-        pytest.skip("no C compiler")
     target = "x86_avx2" if not target_unavailable("x86_avx2") else "generic"
-    libs = [subprocess.run(["cc", f"-print-file-name={n}"], capture_output=True, text=True).stdout.strip()
-            for n in ("libasan.so", "libubsan.so")]
-    if not all(os.path.isabs(p) for p in libs):
-        pytest.skip("the C compiler has no sanitizer runtimes")
-    repo = Path(__file__).resolve().parents[2]
-    env = dict(os.environ, LD_PRELOAD=":".join(libs), ASAN_OPTIONS="detect_leaks=0:abort_on_error=0",
-               UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1", PYTHONPATH=str(repo))
-    r = subprocess.run([sys.executable, "-c", _SANITIZED_CHILD, target, str(tmp_path / "cache")], capture_output=True,
-                       text=True, cwd=repo, env=env, timeout=900)
-    assert r.returncode == 0 and "clean" in r.stdout, r.stderr[-3000:]
-    assert "AddressSanitizer" not in r.stderr and "runtime error:" not in r.stderr, r.stderr[-3000:]
+    assert_clean_under_sanitizers(_SANITIZED_CHILD, target, str(tmp_path / "cache"))
 
 
 def test_int8_conv_kernels_give_the_same_bytes_on_two_threads(tmp_path: Path) -> None:

@@ -4,9 +4,6 @@ and free of out-of-bounds accesses under AddressSanitizer."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +12,7 @@ import pytest
 import cuvil
 from cuvil.backends.c.toolchain import TARGET_VARIANTS
 from tests.backends.c.emulated import emulated, simde_include
+from tests.conftest import assert_clean_under_sanitizers
 from tests.quant.test_int8_kernels import _conv_graph
 
 pytestmark = pytest.mark.skipif(simde_include() is None, reason="simde-py (SIMDe's headers) is not installed")
@@ -86,13 +84,4 @@ def test_int8_vnni_kernels_are_clean_under_asan_and_ubsan(tmp_path: Path) -> Non
     """The AVX-512 int8 kernels' masked row tails and VNNI panels under AddressSanitizer and UBSan,
     on two threads (the emulation's masked loads and stores touch enabled lanes only, as the
     instructions do, so an access past a buffer is the kernel's)."""
-    libs = [subprocess.run(["cc", f"-print-file-name={n}"], capture_output=True, text=True).stdout.strip()
-            for n in ("libasan.so", "libubsan.so")]
-    if not all(os.path.isabs(p) for p in libs):
-        pytest.skip("the C compiler has no sanitizer runtimes")
-    env = dict(os.environ, LD_PRELOAD=":".join(libs), ASAN_OPTIONS="detect_leaks=0:abort_on_error=0",
-               UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1", PYTHONPATH=str(REPO))
-    r = subprocess.run([sys.executable, "-c", _SANITIZED_CHILD, str(tmp_path)], capture_output=True, text=True,
-                       cwd=REPO, env=env, timeout=900)
-    assert r.returncode == 0 and "clean" in r.stdout, r.stderr[-3000:]
-    assert "AddressSanitizer" not in r.stderr and "runtime error:" not in r.stderr, r.stderr[-3000:]
+    assert_clean_under_sanitizers(_SANITIZED_CHILD, str(tmp_path))
