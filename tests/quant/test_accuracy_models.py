@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -42,6 +43,7 @@ import cuvil
 
 torch = pytest.importorskip("torch")
 
+from tests.backends.c.emulated import emulated, simde_include  # noqa: E402
 from tests.models.zoo import mobilenet_v2, resnet18, transformer_encoder  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -53,6 +55,7 @@ MIN_TOP1_AGREEMENT = 0.99
 MIN_SNR_DB = 30.0
 MAX_REDUCED_REL_L2 = 1e-2
 REDUCED_SAMPLES = 32  # test inputs the fp16/bf16 builds are compared on
+AVX512_IMAGES = 32  # test images the emulated x86_avx512 int8 builds run (as the reduced builds)
 
 
 @pytest.fixture(scope="module")
@@ -149,6 +152,24 @@ def test_cnn_int8_top1_agrees_with_fp32(classifier: Classifier, build_cache: str
     assert np.mean(fp == classifier.labels) > 0.9, "the float32 model does not classify: agreement means nothing"
     agreement = float(np.mean(fp == i8))
     assert agreement >= MIN_TOP1_AGREEMENT, f"{classifier.name}: int8 top-1 agreement {agreement:.3f}"
+
+
+@pytest.mark.skipif(simde_include() is None, reason="simde-py (SIMDe's headers) is not installed")
+@pytest.mark.parametrize("classifier", ["mobilenet_v2"], indirect=True)  # pointwise, depthwise and full convs
+def test_cnn_int8_for_avx512_vnni_and_int16_pairs_agree(classifier: Classifier, build_cache: str,
+                                                        tmp_path: Path) -> None:
+    """The x86_avx512 int8 build, its base library (int16 pairs) and its VNNI one, run under
+    emulation (tests/backends/c/emulated.py): the same bytes out of both, and top-1 agreement with
+    float32 as for the native build."""
+    q8 = cuvil.compile(classifier.program, "x86_avx512", cache_dir=build_cache, quant_dtype="int8",
+                       calibration_dataset=classifier.calibration)
+    x = classifier.test[:AVX512_IMAGES]
+    base = _in_batches(emulated(q8, tmp_path / "base"), x)
+    vnni = _in_batches(emulated(q8, tmp_path / "vnni", ["avx512_vnni"]), x)
+    assert np.array_equal(base, vnni)
+    fp = np.argmax(_in_batches(classifier.fp32, x), axis=1)
+    agreement = float(np.mean(fp == np.argmax(vnni, axis=1)))
+    assert agreement >= MIN_TOP1_AGREEMENT, f"{classifier.name}: x86_avx512 int8 top-1 agreement {agreement:.3f}"
 
 
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
