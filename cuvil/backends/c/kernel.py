@@ -180,6 +180,12 @@ class KernelCtx:
         """Have the generated file include a runtime header (``cuvil/backends/c/runtime/``)."""
         self._fn.includes.add(header)
 
+    def enable(self, macro: str, bit: int) -> None:
+        """Set ``bit`` of one of the bit sets the runtime headers read (``codegen.BIT_SETS``), e.g.
+        the Winograd tile sizes the unit compiles; the generated file defines each before its
+        includes, so that the headers compile only what its kernels run."""
+        self._fn.bitsets[macro] |= 1 << bit
+
     def define(self, key: str, text: str) -> None:
         """Add file-scope C (functions, types) to the generated unit, once per ``key``, after the includes."""
         self._fn.definitions.setdefault(key, text)

@@ -242,3 +242,27 @@ def test_small_image_with_one_panel_is_split_into_smaller_blocks(alg: str, cache
             for t in (1, 2, 3)]
     assert outs[0].tobytes() == outs[1].tobytes() == outs[2].tobytes()
     assert _rel_l2(outs[1], _reference(model, [x])[0]) < TOLERANCE[alg]
+
+
+def test_only_the_tile_sizes_a_model_runs_are_compiled(cache: str) -> None:
+    """The generated file sets CUVIL_WINO_TILES to the sizes its convolutions use, and the library
+    holds those sizes' tasks alone; a model with no Winograd convolution sets none."""
+    import re
+    import shutil
+    import subprocess
+
+    model = _mixed_model()
+    choice = {"conv1": "winograd-f2", "conv2": "winograd-f6", "conv3": "im2col", "conv4": "im2col", "conv5": "im2col"}
+    m = cuvil.compile(model, target="native", cache_dir=cache, conv_algorithm=choice)
+    info = m.build_info
+    assert info is not None
+    assert re.findall(r"#define CUVIL_WINO_TILES (\S+)", info.source.read_text()) == [hex((1 << 2) | (1 << 6))]
+    x = RNG.standard_normal((2, 5, 13, 11)).astype(np.float32)
+    assert _rel_l2(m(x)[0], _reference(model, [x])[0]) < TOLERANCE["winograd-f6"]
+    none = cuvil.compile(model, target="native", cache_dir=cache, conv_algorithm="im2col").build_info
+    assert none is not None and "CUVIL_WINO_TILES" not in none.source.read_text()
+    if shutil.which("nm") is None:
+        return
+    symbols = subprocess.run(["nm", str(info.library)], capture_output=True, text=True, check=True).stdout
+    tasks = set(re.findall(r"\bcuvil_wino_task(\d)\b", symbols))
+    assert tasks == {"2", "6"}

@@ -208,6 +208,7 @@ def _run_winograd(k: KernelCtx, m: int, g: str, x: CVal, w: CVal, y: CVal, epilo
                   extras: Sequence[CVal]) -> None:
     """Call ``cuvil_conv_winograd_f32`` (f32 operands only: conv_algorithm.conv_shape checks it)."""
     k.include("cuvil_winograd.h")
+    k.enable("CUVIL_WINO_TILES", m)
     b = k.inp(2).ptr if k.has(2) else "NULL"
     store, ctx = "NULL", "NULL"
     if epilogue is not None:
@@ -219,6 +220,7 @@ def _run_winograd(k: KernelCtx, m: int, g: str, x: CVal, w: CVal, y: CVal, epilo
     # an epilogue without operands reads only the convolution's value: it may run on y in place
     in_place = int(not extras)
     k.w.line(f"int {rc} = cuvil_conv_winograd_f32(&{g}, {m}, {x.ptr}, {w.ptr}, {b}, {y.ptr}, {store}, {ctx}, {in_place});")
+    k.fail_if(f"{rc} == -2", f"Winograd F({m}x{m},3x3) is not compiled in (a Cuvil bug: please report it)")
     k.fail_if(f"{rc} != 0", "out of memory")
 
 

@@ -98,6 +98,8 @@ def half_conv(k: KernelCtx, kind: str, geom: str, x: CVal, w: CVal, y: CVal, win
     clamp (``KernelCtx.clamp``: relu or clip) is applied as the result is rounded, and reported
     applied."""
     k.include("cuvil_half.h")
+    if winograd and kind == "conv":
+        k.enable("CUVIL_WINO_TILES", winograd)
     b = k.inp(2) if k.has(2) else None
     bptr = f"(const uint16_t *){b.ptr}" if b is not None else "NULL"
     bn = b.numel() if b is not None else "0"

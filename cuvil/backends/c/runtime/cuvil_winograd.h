@@ -570,25 +570,60 @@ static inline __attribute__((always_inline)) void cuvil_wino_vtask(const cuvil_w
     cuvil_wino_input(j, m, (g1 - g0) * j->tw, j->xs_sh, j->org_sh, j->v_sh, s0, s1);
 }
 
-static void cuvil_wino_vtask2(void *ctx, int64_t task, int tid) { (void)tid; cuvil_wino_vtask((const cuvil_wino_job *)ctx, 2, task); }
-static void cuvil_wino_vtask4(void *ctx, int64_t task, int tid) { (void)tid; cuvil_wino_vtask((const cuvil_wino_job *)ctx, 4, task); }
-static void cuvil_wino_vtask6(void *ctx, int64_t task, int tid) { (void)tid; cuvil_wino_vtask((const cuvil_wino_job *)ctx, 6, task); }
+/* The tile sizes m this unit compiles tasks for, as a bit set (bit m: F(m x m, 3 x 3)).  The
+ * generated code defines it from the convolutions it runs (most models use one or two sizes;
+ * each size's tasks are a third of this header's code and compile time); by default, all. */
+#ifndef CUVIL_WINO_TILES
+#define CUVIL_WINO_TILES ((1 << 2) | (1 << 4) | (1 << 6))
+#endif
+#define CUVIL_WINO_TASKS(M)                                                                         \
+    static void cuvil_wino_vtask##M(void *ctx, int64_t task, int tid) {                             \
+        (void)tid;                                                                                  \
+        cuvil_wino_vtask((const cuvil_wino_job *)ctx, M, task);                                     \
+    }                                                                                               \
+    static void cuvil_wino_task##M(void *ctx, int64_t task, int tid) {                              \
+        cuvil_wino_task((const cuvil_wino_job *)ctx, M, task, tid);                                 \
+    }
+#if CUVIL_WINO_TILES & (1 << 2)
+CUVIL_WINO_TASKS(2)
+#endif
+#if CUVIL_WINO_TILES & (1 << 4)
+CUVIL_WINO_TASKS(4)
+#endif
+#if CUVIL_WINO_TILES & (1 << 6)
+CUVIL_WINO_TASKS(6)
+#endif
 
-static void cuvil_wino_task2(void *ctx, int64_t task, int tid) { cuvil_wino_task((const cuvil_wino_job *)ctx, 2, task, tid); }
-static void cuvil_wino_task4(void *ctx, int64_t task, int tid) { cuvil_wino_task((const cuvil_wino_job *)ctx, 4, task, tid); }
-static void cuvil_wino_task6(void *ctx, int64_t task, int tid) { cuvil_wino_task((const cuvil_wino_job *)ctx, 6, task, tid); }
+/* The task of tile size m (vector: the block-split input transform's), or NULL when this unit
+ * does not compile that size. */
+static inline cuvil_task_fn cuvil_wino_task_of(int m, int vector) {
+#if CUVIL_WINO_TILES & (1 << 2)
+    if (m == 2) return vector ? cuvil_wino_vtask2 : cuvil_wino_task2;
+#endif
+#if CUVIL_WINO_TILES & (1 << 4)
+    if (m == 4) return vector ? cuvil_wino_vtask4 : cuvil_wino_task4;
+#endif
+#if CUVIL_WINO_TILES & (1 << 6)
+    if (m == 6) return vector ? cuvil_wino_vtask6 : cuvil_wino_task6;
+#endif
+    (void)m, (void)vector;
+    return NULL;
+}
 
-/* Y = conv(X, w) + b by Winograd F(m x m, 3 x 3), m in {2, 4, 6}; g: a 2-D convolution with a 3x3
- * kernel, unit strides and dilations, one group (the generated code checks this).  `store`, when
- * given, writes the outputs (the fused epilogue); `store_in_place`: it reads no operand but its
- * src, so the convolution may be written into y first and the store run on y in place (else,
- * since an epilogue operand may share y's memory, the outputs are staged).  Returns 0, or -1
- * when memory cannot be had. */
+/* Y = conv(X, w) + b by Winograd F(m x m, 3 x 3), m in {2, 4, 6} and in CUVIL_WINO_TILES; g: a
+ * 2-D convolution with a 3x3 kernel, unit strides and dilations, one group (the generated code
+ * checks this).  `store`, when given, writes the outputs (the fused epilogue); `store_in_place`:
+ * it reads no operand but its src, so the convolution may be written into y first and the store
+ * run on y in place (else, since an epilogue operand may share y's memory, the outputs are
+ * staged).  Returns 0, -1 when memory cannot be had, or -2 for a tile size this unit was not
+ * built with (a code generator bug). */
 static CUVIL_UNUSED int cuvil_conv_winograd_f32(const cuvil_conv_geom *g, int m, const float *x, const float *w,
                                                 const float *b, float *y, cuvil_wino_store_fn store,
                                                 const void *store_ctx, int store_in_place) {
     const int alpha = m + 2, P = alpha * alpha;
     const int64_t cin = g->cin, cout = g->cout, OH = g->out[0], OW = g->out[1];
+    const cuvil_task_fn fn = cuvil_wino_task_of(m, 0), vfn = cuvil_wino_task_of(m, 1);
+    if (!fn || !vfn) return -2;
     if (g->batch == 0 || cout == 0 || OH == 0 || OW == 0) return 0;
     if (cin == 0) { /* no inputs: the bias alone */
         for (int64_t n = 0; n < g->batch; n++)
@@ -667,7 +702,6 @@ static CUVIL_UNUSED int cuvil_conv_winograd_f32(const cuvil_conv_geom *g, int m,
         return -1;
     }
     for (int64_t t = 0; t < nscratch; t++) j.vblock[8 * t] = -1;
-    cuvil_task_fn fn = m == 2 ? cuvil_wino_task2 : m == 4 ? cuvil_wino_task4 : cuvil_wino_task6;
     int rc = 0;
     if (ntasks == 1) {
         fn(&j, 0, 0);
@@ -687,7 +721,6 @@ static CUVIL_UNUSED int cuvil_conv_winograd_f32(const cuvil_conv_geom *g, int m,
             j.xs_sh = sh + cuvil_gemm_round_up(2 * j.rb, a4);
             j.v_sh = j.xs_sh + xs_f;
             j.vparts = cuvil_gemm_min(j.slots, 4 * (int64_t)threads);
-            cuvil_task_fn vfn = m == 2 ? cuvil_wino_vtask2 : m == 4 ? cuvil_wino_vtask4 : cuvil_wino_vtask6;
             for (int64_t blk = 0; blk < blocks; blk++) {
                 j.cur_block = blk;
                 cuvil_wino_copy_rows(&j, blk * j.rb, cuvil_gemm_min(blk * j.rb + j.rb, j.trows), j.xs_sh, j.org_sh);
