@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import shlex
 import tempfile
 import time
@@ -20,6 +19,7 @@ from cuvil.backends.c import cache
 from cuvil.backends.c.codegen import CodegenOptions, GeneratedModule, generate
 from cuvil.backends.c.library import NativeModel, ThreadStats
 from cuvil.backends.c.toolchain import (
+    INCLUDE_RE,
     RUNTIME_DIR,
     TARGET_VARIANTS,
     Compiler,
@@ -155,7 +155,6 @@ class CExecutor:
 
 # The roles of an artifact's files, by the name each has in the artifact.
 ARTIFACT_FILES = {"source": "model.c", "header": "cuvil_api.h", "library": "model.so", "weights": "weights.bin"}
-_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"/\\]+)"', re.M)
 
 
 def build_facts(options: BuildOptions, variants: tuple[Variant, ...] = ()) -> dict[str, Any]:
@@ -196,7 +195,7 @@ def runtime_headers(source: Path) -> list[Path]:
     todo = [source]
     while todo:
         text = todo.pop().read_text(encoding="utf-8")
-        for name in _INCLUDE.findall(text):
+        for name in INCLUDE_RE.findall(text):
             if name in found:
                 continue
             for folder in (source.parent, RUNTIME_DIR):

@@ -127,6 +127,24 @@ def int8_products(target: str) -> str:
     return "bytes" if "avx2" in isa else "portable"
 
 
+# A runtime header's own #include "..." lines (a plain file name each).
+INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"/\\]+)"', re.M)
+
+
+@functools.cache
+def header_closure(header: str) -> frozenset[str]:
+    """``header`` and the runtime headers it includes, directly or through each other."""
+    seen = {header}
+    todo = [header]
+    while todo:
+        path = RUNTIME_DIR / todo.pop()
+        for name in INCLUDE_RE.findall(path.read_text(encoding="utf-8")) if path.is_file() else ():
+            if name not in seen:
+                seen.add(name)
+                todo.append(name)
+    return frozenset(seen)
+
+
 SANITIZE_FLAGS = ("-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer")
 # -fno-trapping-math: Cuvil reads no floating-point exception flags, and without it GCC will not
 # if-convert a loop whose selects guard arithmetic unless the target has masked vectors: on AVX2,
