@@ -7,6 +7,7 @@ count.  Also: int8 PTQ runs a residual network's adds and max-pool on 8-bit data
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -172,20 +173,26 @@ def test_int8_conv_kernels_match_the_reference_bit_for_bit(target: str, tmp_path
         assert got[name].dtype == w.dtype and np.array_equal(got[name], w), name
 
 
+def run_twice_against_the_reference(build: Callable[[Graph], Any]) -> None:
+    """For the sanitized children: ``build(graph)`` compiles the kernel graph; its outputs, on each
+    of two calls, must be the reference's bit for bit.  Prints "clean"."""
+    graph, inputs = _conv_graph()
+    want = cuvil.compile(graph, "ref").run(inputs)
+    m = build(graph)
+    for _ in range(2):
+        got = m.run(inputs)
+        bad = [n for n, w in want.items() if not np.array_equal(got[n], w)]
+        assert not bad, bad
+    print("clean")
+
+
 _SANITIZED_CHILD = """
 import sys
-import numpy as np
 import cuvil
-from tests.quant.test_int8_kernels import _conv_graph
+from tests.quant.test_int8_kernels import run_twice_against_the_reference
 
-graph, inputs = _conv_graph()
-want = cuvil.compile(graph, "ref").run(inputs)
-m = cuvil.compile(graph, sys.argv[1], passes="", sanitize=True, cache_dir=sys.argv[2], num_threads=2)
-for _ in range(2):
-    got = m.run(inputs)
-bad = [n for n, w in want.items() if not np.array_equal(got[n], w)]
-assert not bad, bad
-print("clean")
+run_twice_against_the_reference(lambda graph: cuvil.compile(graph, sys.argv[1], passes="", sanitize=True,
+                                                            cache_dir=sys.argv[2], num_threads=2))
 """
 
 
