@@ -19,8 +19,9 @@ from tests.backends.c.c_program import run_c_program
 
 THREADS = (1, 2, 3)
 # Calls a "did it run threaded" check makes at most: the cost model declines a region while the
-# workers were slow to answer the last one (on a machine other processes load, one slow wake-up
-# is enough), and its estimate decays with each region it declines, so a later call threads again.
+# workers were slow to answer the last one (one slow wake-up is enough), and its estimate decays
+# with each region it declines, so a later call threads again.  On a machine other processes keep
+# busy the workers stay slow and declining is right: these tests are `serial`, run alone.
 THREADED_CALLS = 8
 
 
@@ -120,6 +121,7 @@ def test_matmul_results_are_bitwise_the_same_for_any_thread_count(tmp_path: Path
         assert np.array_equal(y, runs[0]), f"num_threads={n} differs from num_threads=1"
 
 
+@pytest.mark.serial
 def test_max_pool_results_are_the_same_for_any_thread_count(tmp_path: Path) -> None:
     """Threads take ranges of (plane, output row) rows: the generic 3x3 stride-2 padded pool and the
     2x2 stride-2 path, odd sizes and NaNs included, against the reference."""
@@ -137,6 +139,7 @@ def test_max_pool_results_are_the_same_for_any_thread_count(tmp_path: Path) -> N
             np.testing.assert_array_equal(got[0], want, err_msg=f"num_threads={n}")
 
 
+@pytest.mark.serial
 def test_elementwise_loops_split_across_threads_give_the_same_results(tmp_path: Path) -> None:
     """Flat elementwise loops (a fused chain with a scalar operand, a float16 op, a binary op of
     two intermediates) run as ranges on the threads when large; every element comes out the same."""
@@ -160,6 +163,7 @@ def test_elementwise_loops_split_across_threads_give_the_same_results(tmp_path: 
         np.testing.assert_array_equal(y, runs[0][1], err_msg=f"num_threads={n} differs from num_threads=1")
 
 
+@pytest.mark.serial
 def test_view_copies_split_across_threads_give_the_same_results(tmp_path: Path) -> None:
     """Transposes (tiles of a unit-stride dim, in chunks of it; rows) and a stepped slice copy their
     blocks on the threads when large; every element comes out the same."""
