@@ -336,7 +336,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             feeds = {k: data[k] for k in data.files}
         outs = m.run(feeds)
     else:
-        from cuvil.runtime.samples import random_inputs
+        from cuvil.ir.samples import random_inputs
 
         arrays = random_inputs(m.input_specs, m.symbols, seed=args.seed)
         outs = dict(zip(m.output_names, m(*arrays)))

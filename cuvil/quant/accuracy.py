@@ -260,7 +260,7 @@ def sample_inputs(graph: Graph, dataset: Iterable[Any] | None, count: int, seed:
     the input."""
     from cuvil.runtime.compiled import Signature
     from cuvil.runtime.guards import bind_inputs
-    from cuvil.runtime.samples import random_inputs
+    from cuvil.ir.samples import random_inputs
     from cuvil.runtime.torch_io import is_torch_tensor, tensor_to_numpy
 
     specs = Signature.of(graph).inputs

@@ -37,7 +37,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from cuvil import __version__
+from cuvil._version import __version__
 from cuvil.errors import CuvilError, ModelError
 from cuvil.runtime.compiled import CompiledModel, CompileInfo, Executor, Signature
 

@@ -7,17 +7,16 @@
     print(report.verdict)          # "PASS: 9 pass, 1 warn, 0 fail, 0 skip"
     raise SystemExit(report.exit_status)
 
-``cuvil.verify`` is this package, made callable: ``cuvil.verify(model, ...)`` is
-:func:`verify`, and ``cuvil.verify.runner`` and the other modules stay importable by their
-dotted names (a function bound to the name would hide them).
+``cuvil.verify`` is this package, and the package is callable: ``cuvil.verify(model, ...)`` is
+:func:`verify` (bound to ``__call__`` below), and ``cuvil.verify.runner`` and the other modules stay
+importable by their dotted names (a function bound to the name would hide them). The package
+module is created callable by its loader, as cuvil/_callable.py describes.
 """
 
 from __future__ import annotations
 
 import shutil
-import sys
 import tempfile
-import types
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -112,12 +111,7 @@ def verify(
     return report
 
 
-class _CallableModule(types.ModuleType):
-    def __call__(self, model: Any, **kwargs: Any) -> Report:
-        return verify(model, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
+__call__ = verify  # cuvil.verify(model, ...): the package module calls it (cuvil/_callable.py)
 
 __all__ = [
     "Check",

@@ -30,7 +30,7 @@ import numpy as np
 
 from cuvil.ir.graph import Graph
 from cuvil.runtime.compiled import CompiledModel, Signature
-from cuvil.runtime.samples import random_inputs
+from cuvil.ir.samples import random_inputs
 from cuvil.verify.base import VerifyError
 
 

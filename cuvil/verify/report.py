@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from cuvil._version import __version__
 from cuvil.verify.base import CheckResult, Status
 
 FORMAT = "cuvil-verify-report"
@@ -113,10 +114,8 @@ class Report:
 
 def environment() -> dict[str, str]:
     """Where the run happened, for the report header."""
-    import cuvil
-
     return {
-        "cuvil": cuvil.__version__,
+        "cuvil": __version__,
         "python": platform.python_version(),
         "numpy": np.__version__,
         "platform": platform.platform(),

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from cuvil import __version__
+from cuvil._version import __version__
 from cuvil.backends.c import cache
 from cuvil.backends.c.codegen import CodegenOptions, GeneratedModule, generate
 from cuvil.backends.c.library import NativeModel, ThreadStats

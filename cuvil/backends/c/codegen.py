@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from cuvil import __version__
+from cuvil._version import __version__
 from cuvil.backends.c import ctypes_map as ct
 from cuvil.backends.c.kernel import CVal, KernelCtx, find_kernel
 from cuvil.backends.c.memplan import MemoryPlan, MemoryPlanError, PlannedValue

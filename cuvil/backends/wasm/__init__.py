@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from cuvil import __version__
+from cuvil._version import __version__
 from cuvil.backends.c import _runtime_digest, cache, runtime_headers
 from cuvil.backends.c.codegen import CodegenOptions, GeneratedModule, generate
 from cuvil.backends.wasm.runtime import WasmModel

@@ -24,7 +24,7 @@ from typing import Any
 from cuvil.errors import CuvilError, ModelError
 from cuvil.ir.symbolic import DimExpr, evaluate
 from cuvil.ir.types import SymbolInfo
-from cuvil.runtime.compiled import TensorSpec
+from cuvil.ir.spec import TensorSpec
 
 log = logging.getLogger("cuvil.frontends.torch")
 

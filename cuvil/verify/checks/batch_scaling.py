@@ -271,7 +271,7 @@ class BatchScaling(Check):
 
     @staticmethod
     def _default(m: Any, s: str) -> int:
-        from cuvil.runtime.samples import default_symbol_value
+        from cuvil.ir.samples import default_symbol_value
 
         return default_symbol_value(m.symbols.get(s))
 

@@ -7,9 +7,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from cuvil.ir.dtypes import DType, int_bounds
+from cuvil.ir.spec import TensorSpec
 from cuvil.ir.symbolic import evaluate, free_symbols
 from cuvil.ir.types import SymbolInfo, TensorType
-from cuvil.runtime.compiled import TensorSpec
 
 
 def default_symbol_value(info: SymbolInfo | None) -> int:
