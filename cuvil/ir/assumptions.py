@@ -19,7 +19,7 @@ dim cannot be checked before the model runs; the kernels check those while it
 runs (the C kernels' ``require``, NumPy in the reference interpreter).
 
 Where the checks live.  Assumptions are *not* stored on the graph, and the
-text IR does not print them: :func:`graph_assumptions` re-derives them by
+text IR does not print them: ``graph_assumptions`` (cuvil/ops/common.py) re-derives them by
 re-running every node's inference, exactly as the verifier re-derives types.
 A pass that rewrites the graph therefore can never leave a stale or missing
 check behind, and a graph parsed from text has the same checks as the one
@@ -36,14 +36,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cuvil.ir import symbolic as _s
 from cuvil.ir.symbolic import Dim, evaluate, format_dim, free_symbols, is_unknown, parse_dim
 from cuvil.ir.types import SymbolInfo
-
-if TYPE_CHECKING:
-    from cuvil.ir.graph import Graph
 
 EQUAL = "equal"  # lhs == rhs
 BROADCAST = "broadcast"  # lhs == rhs, or either is 1
@@ -248,28 +245,3 @@ def refutation(kind: str, what: str, a: Dim, b: Dim, symbols: Mapping[str, Symbo
     if isinstance(a, int) and isinstance(b, int):
         return head
     return f"{head} for any allowed value" + (f" ({known})" if known else "")
-
-
-# deriving a graph's checks ---------------------------------------------------------------------
-
-
-def graph_assumptions(graph: Graph) -> list[Assumption]:
-    """The run-time checks ``graph`` needs, in node order, each relation once (the first node
-    needing it is named).  Re-runs inference on every node, regions included."""
-    from cuvil.ops.common import infer_types
-
-    seen: set[tuple[str, str, str]] = set()
-    out: list[Assumption] = []
-    for n in graph.walk():
-        found: list[Assumption] = []
-        infer_types(n.op, n.inputs, n.attrs, len(n.outputs), graph.symbols, record=found)
-        for a in found:
-            lhs, rhs = format_dim(a.lhs), format_dim(a.rhs)
-            if a.kind == BROADCAST and rhs < lhs:  # symmetric
-                lhs, rhs = rhs, lhs
-            key = (a.kind, lhs, rhs)
-            if key in seen:
-                continue
-            seen.add(key)
-            out.append(Assumption(a.kind, a.lhs, a.rhs, a.what, n.op, n.name))
-    return out

@@ -10,6 +10,7 @@ import numpy as np
 from cuvil.ir.dtypes import DType
 from cuvil.ir.graph import Graph, Node, Value
 from cuvil.ir.types import TensorType
+from cuvil.ops.common import infer_all
 
 
 class Builder:
@@ -39,8 +40,6 @@ class Builder:
         names: Sequence[str] | None = None,
         node_name: str = "",
     ) -> list[Value]:
-        from cuvil.ops.common import infer_all  # the registry imports the IR
-
         types, full, syms = infer_all(op, inputs, attrs or {}, num_outputs, self._symbols_from.symbols)
         if names is None:
             names = [self.fresh_name() for _ in types]

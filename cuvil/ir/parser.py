@@ -19,6 +19,8 @@ from cuvil.ir.dtypes import DType
 from cuvil.ir.graph import Graph, Node, Value
 from cuvil.ir.symbolic import Dim, parse_dim
 from cuvil.ir.types import SymbolInfo, TensorType
+from cuvil.ops.common import infer_all
+from cuvil.ops.registry import REQUIRED, lookup  # importing the op set registers every built-in op
 
 _TOKEN = re.compile(
     r"""
@@ -239,8 +241,6 @@ class _Parser:
         self.symbols[name] = SymbolInfo(name, lo, hi, mult)
 
     def node(self, g: Graph, scope: dict[str, Value]) -> None:
-        from cuvil.ops.registry import lookup
-
         out_names: list[str] = []
         if self.peek() and self.peek().kind == "value":  # type: ignore[union-attr]
             out_names.append(self.value_name())
@@ -285,8 +285,6 @@ class _Parser:
             name = json.loads(self.take(kind="string").text)
             self.take(")")
         filled = {k: spec.default for k, spec in opdef.attrs.items() if k not in attrs}
-        from cuvil.ops.registry import REQUIRED
-
         filled = {k: v for k, v in filled.items() if v is not REQUIRED}
         outs = [Value(n, t) for n, t in zip(out_names, types)]
         for v in outs:
@@ -295,8 +293,6 @@ class _Parser:
             scope[v.name] = v
         node = Node(op, inputs, outs, {**filled, **attrs}, name)
         g.nodes.append(node)
-        from cuvil.ops.common import infer_all
-
         try:  # sizes computed from shapes: derived, as the builder derives them
             _, _, syms = infer_all(op, inputs, node.attrs, len(outs), self.symbols)
             for v, sv in zip(outs, syms):
@@ -347,8 +343,6 @@ def _coerce(v: Any, kind: str | None) -> Any:
 
 def parse_graph(text: str) -> Graph:
     """Parse the text form back into a graph (the inverse of ``print_graph``)."""
-    import cuvil.ops  # noqa: F401  (the op registry gives attribute kinds)
-
     p = _Parser(text)
     g = p.graph(None)
     if p.peek() is not None:

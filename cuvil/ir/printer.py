@@ -30,6 +30,7 @@ from cuvil.ir.dtypes import DType
 from cuvil.ir.graph import Graph, Node, Value
 from cuvil.ir.symbolic import format_dim, format_symbol
 from cuvil.ir.types import SymbolInfo, TensorType
+from cuvil.ops.registry import lookup
 
 INLINE_LIMIT = 16
 _PLAIN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.]*\Z")
@@ -154,8 +155,6 @@ class _Printer:
         raise TypeError(f"cannot print attribute value of type {type(v).__name__}")
 
     def node(self, n: Node, indent: str) -> None:
-        from cuvil.ops.registry import lookup
-
         opdef = lookup(n.op)
         outs = ", ".join(self.name(o) for o in n.outputs)
         args = ", ".join(self.ref(v) for v in n.inputs)

@@ -17,13 +17,12 @@ from collections.abc import Iterable
 from cuvil.errors import CuvilError, IRError
 from cuvil.ir.graph import Graph, Node, Value
 from cuvil.ir.types import TensorType
+from cuvil.ops.common import infer_all
+from cuvil.ops.registry import lookup
 
 
 def verification_errors(graph: Graph) -> list[str]:
     """Every rule the graph breaks, as sentences; empty when it is valid."""
-    from cuvil.ops.common import infer_all
-    from cuvil.ops.registry import lookup
-
     problems: list[str] = []
     defined: set[Value] = set()
 

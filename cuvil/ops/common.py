@@ -1,4 +1,5 @@
-"""Helpers shared by op declarations: broadcasting, axes, node inference."""
+"""Helpers shared by op declarations: broadcasting, axes, node inference, and the run-time checks a
+graph needs (:func:`graph_assumptions`, derived by re-running inference; cuvil/ir/assumptions.py)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from cuvil.errors import ShapeError, StorageTypeError
-from cuvil.ir.assumptions import Assumption
+from cuvil.ir.assumptions import BROADCAST, Assumption
 from cuvil.ir.dtypes import DType
-from cuvil.ir.graph import Node, Value
-from cuvil.ir.symbolic import Dim, broadcast_dim
+from cuvil.ir.graph import Graph, Node, Value
+from cuvil.ir.symbolic import Dim, broadcast_dim, format_dim
 from cuvil.ir.types import SymbolInfo, TensorType
 from cuvil.ops.registry import STORAGE_TYPES, InferCtx, OpDef, get
 
@@ -132,6 +133,26 @@ def _refuse_storage_types(opdef: OpDef, types: Sequence[TensorType | None], what
             raise StorageTypeError(
                 f"{opdef.name}: {what} {i} has element type {t.dtype}, a low-bit storage type; only "
                 f"quantize_linear, dequantize_linear, cast and data movement take it (cast or dequantize it first)")
+
+
+def graph_assumptions(graph: Graph) -> list[Assumption]:
+    """The run-time checks ``graph`` needs, in node order, each relation once (the first node
+    needing it is named).  Re-runs inference on every node, regions included."""
+    seen: set[tuple[str, str, str]] = set()
+    out: list[Assumption] = []
+    for n in graph.walk():
+        found: list[Assumption] = []
+        infer_types(n.op, n.inputs, n.attrs, len(n.outputs), graph.symbols, record=found)
+        for a in found:
+            lhs, rhs = format_dim(a.lhs), format_dim(a.rhs)
+            if a.kind == BROADCAST and rhs < lhs:  # symmetric
+                lhs, rhs = rhs, lhs
+            key = (a.kind, lhs, rhs)
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append(Assumption(a.kind, a.lhs, a.rhs, a.what, n.op, n.name))
+    return out
 
 
 def infer_node(node: Node, symbols: Mapping[str, SymbolInfo] | None = None) -> list[TensorType]:

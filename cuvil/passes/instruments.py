@@ -219,8 +219,8 @@ class NumericEach(Instrument):
         self._why_not = ""
 
     def before_pipeline(self, graph: Graph, report: PassReport) -> None:
-        from cuvil.ir.spec import TensorSpec
         from cuvil.ir.samples import random_inputs
+        from cuvil.ir.spec import TensorSpec
 
         if self.inputs is not None:
             self._feeds = self.inputs

@@ -258,9 +258,9 @@ def sample_inputs(graph: Graph, dataset: Iterable[Any] | None, count: int, seed:
     A given sample must meet the model's input contract (element types, shapes: the checks of
     ``cuvil/runtime/guards.py``); one that does not is an :class:`InputError` naming the sample and
     the input."""
+    from cuvil.ir.samples import random_inputs
     from cuvil.runtime.compiled import Signature
     from cuvil.runtime.guards import bind_inputs
-    from cuvil.ir.samples import random_inputs
     from cuvil.runtime.torch_io import is_torch_tensor, tensor_to_numpy
 
     specs = Signature.of(graph).inputs

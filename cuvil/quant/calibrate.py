@@ -44,9 +44,9 @@ import numpy as np
 
 from cuvil.backends.ref.interpreter import run_graph
 from cuvil.errors import CuvilError, InputError
-from cuvil.ir.assumptions import graph_assumptions
 from cuvil.ir.graph import Graph, Node, Value
 from cuvil.ir.symbolic import DimExpr
+from cuvil.ops.common import graph_assumptions
 from cuvil.quant.data import CalibrationDataError, CalibrationSet, batch_dim
 from cuvil.quant.observers import METHODS, CalibrationError, TensorObserver, histogram_kind
 from cuvil.runtime.guards import bind_inputs

@@ -12,10 +12,11 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from cuvil.errors import InputError
-from cuvil.ir.assumptions import Assumption, graph_assumptions
+from cuvil.ir.assumptions import Assumption
 from cuvil.ir.graph import Graph
 from cuvil.ir.spec import TensorSpec
 from cuvil.ir.types import SymbolInfo
+from cuvil.ops.common import graph_assumptions
 from cuvil.runtime.guards import bind_inputs
 from cuvil.runtime.torch_io import inputs_to_numpy, outputs_as
 

@@ -29,8 +29,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from cuvil.ir.graph import Graph
-from cuvil.runtime.compiled import CompiledModel, Signature
 from cuvil.ir.samples import random_inputs
+from cuvil.runtime.compiled import CompiledModel, Signature
 from cuvil.verify.base import VerifyError
 
 

@@ -15,7 +15,7 @@ import pytest
 import cuvil
 from cuvil.backends.c.library import RunError
 from cuvil.errors import InputError, IRError, ShapeError
-from cuvil.ir.assumptions import BROADCAST, BROADCAST_TO, EQUAL, Assumption, decide, graph_assumptions
+from cuvil.ir.assumptions import BROADCAST, BROADCAST_TO, EQUAL, Assumption, decide
 from cuvil.ir.builder import Builder
 from cuvil.ir.dtypes import DType
 from cuvil.ir.graph import Graph
@@ -23,6 +23,7 @@ from cuvil.ir.parser import parse_graph
 from cuvil.ir.printer import print_graph
 from cuvil.ir.symbolic import sym
 from cuvil.ir.types import SymbolInfo, TensorType
+from cuvil.ops.common import graph_assumptions
 
 f32 = DType.f32
 

@@ -309,7 +309,8 @@ class FunctionEmitter:
 
         The same list and wording as the Python input guard, so standalone C and wasm callers are
         protected too; a relation over a symbol no input binds is left to the kernels, as there."""
-        from cuvil.ir.assumptions import BROADCAST, EQUAL, graph_assumptions
+        from cuvil.ir.assumptions import BROADCAST, EQUAL
+        from cuvil.ops.common import graph_assumptions
 
         for chk in graph_assumptions(self.graph):
             if not chk.symbols() <= bound:

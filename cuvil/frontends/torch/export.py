@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cuvil.errors import CuvilError, ModelError
+from cuvil.ir.spec import TensorSpec
 from cuvil.ir.symbolic import DimExpr, evaluate
 from cuvil.ir.types import SymbolInfo
-from cuvil.ir.spec import TensorSpec
 
 log = logging.getLogger("cuvil.frontends.torch")
 

@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 
 from cuvil.errors import CuvilError, InputError
+from cuvil.ir.samples import default_symbol_value
 from cuvil.ir.symbolic import evaluate, free_symbols
 from cuvil.ir.types import SymbolInfo
-from cuvil.ir.samples import default_symbol_value
 from cuvil.verify.base import Check, CheckResult, Status, register_check
 from cuvil.verify.checks.precision import error_figures
 
