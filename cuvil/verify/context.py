@@ -1,7 +1,7 @@
 """What every check sees: the model, its Cuvil graph, the targets, seeded inputs and oracles.
 
 The source is imported once (a PyTorch module exported once, with the torch front
-end's op-mapping log kept for the ``coverage`` check) and compiled models are cached
+end's op-mapping table kept for the ``coverage`` check) and compiled models are cached
 per (target, options), so checks that need the same build share it; every build is
 timed in ``builds`` (the runner attributes them to the check that asked first).
 Builds can be started ahead, in background threads (:meth:`VerifyContext.prefetch`:
@@ -16,7 +16,6 @@ optionally in float64), and the source framework the model came from
 from __future__ import annotations
 
 import copy
-import logging
 import os
 import threading
 import time
@@ -60,7 +59,6 @@ class VerifyContext:
     _builds: dict[tuple[str, tuple[tuple[str, Any], ...]], CompiledModel] = field(default_factory=dict)
     _imported: Graph | None = None
     _torch: Any = None
-    _torch_log: list[logging.LogRecord] = field(default_factory=list)
     #: Every build made through :meth:`compiled`, in order: target, options and seconds (import included
     #: for the first one).
     builds: list[dict[str, Any]] = field(default_factory=list)
@@ -90,25 +88,16 @@ class VerifyContext:
         if self.source.kind != "torch":
             raise VerifyError(f"{self.source.label} is not a PyTorch module")
         if self._torch is None:
-            from cuvil.frontends.torch import converter, load_torch
+            from cuvil.frontends.torch import load_torch
 
-            # keep the front end's mapping decisions (one DEBUG record per converted FX node) while it converts
-            log, handler, level = converter._log, _Capture(), converter._log.level
-            log.addHandler(handler)
-            log.setLevel(logging.DEBUG)
-            try:
-                self._torch = load_torch(self.source.model, self.source.input_spec, self.source.dynamic_shapes)
-            finally:
-                log.removeHandler(handler)
-                log.setLevel(level)
-            self._torch_log = handler.records
+            self._torch = load_torch(self.source.model, self.source.input_spec, self.source.dynamic_shapes)
         return self._torch
 
     @property
-    def torch_mapping_log(self) -> list[logging.LogRecord]:
-        """The torch front end's log records from converting :attr:`torch_import` (the import is made if needed)."""
-        self.torch_import  # noqa: B018  (imports once, capturing the log)
-        return list(self._torch_log)
+    def torch_mappings(self) -> list[Any]:
+        """The torch front end's op-mapping table from converting :attr:`torch_import` (one
+        ``cuvil.frontends.torch.OpMapping`` per FX node; the import is made if needed)."""
+        return list(self.torch_import.mappings)
 
     def imported(self) -> Graph:
         """The source model as a Cuvil graph, imported once and shared by every build (compile copies it)."""
@@ -243,13 +232,3 @@ class VerifyContext:
 
         return run_source(self.source, self.compiled("ref"), inputs)
 
-
-class _Capture(logging.Handler):
-    """Keeps every record it is given."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)

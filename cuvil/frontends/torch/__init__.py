@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from cuvil.errors import CuvilError, ModelError
-from cuvil.frontends.torch.converter import Converter, aten, supported_targets
+from cuvil.frontends.torch.converter import Converter, OpMapping, aten, supported_targets
 from cuvil.frontends.torch.export import Exported, check_eval_mode, export_model, is_torch_model
 from cuvil.frontends.torch.symbols import SymbolTable
 from cuvil.ir.graph import Graph
@@ -43,15 +43,17 @@ log = logging.getLogger("cuvil.frontends.torch")
 class TorchImport:
     """A converted PyTorch model: its graph, a digest of what was compiled, and stage timings.
 
-    ``program`` is the decomposed ExportedProgram the graph was converted from, and
+    ``program`` is the decomposed ExportedProgram the graph was converted from,
     ``value_sources`` maps the name of each value that is an FX node's result to that node's
-    name, so a value of the graph (when it survives the passes) can be traced to its source."""
+    name, so a value of the graph (when it survives the passes) can be traced to its source, and
+    ``mappings`` is the converter's op-mapping table: one record per converted FX node."""
 
     graph: Graph
     sha256: str
     seconds: dict[str, float] = field(default_factory=dict)
     program: Any = None
     value_sources: dict[str, str] = field(default_factory=dict)
+    mappings: tuple[OpMapping, ...] = ()
 
 
 def load_torch(model: Any, input_spec: Any = None, dynamic_shapes: Any = None,
@@ -72,7 +74,8 @@ def load_torch(model: Any, input_spec: Any = None, dynamic_shapes: Any = None,
     seconds = dict(exported.seconds, convert=time.perf_counter() - t0)
     log.debug("converted %d ATen nodes to %d Cuvil nodes in %.3f s", len(exported.program.graph.nodes),
               len(graph.nodes), seconds["convert"])
-    return TorchImport(graph, _digest(exported.program, constants), seconds, exported.program, converter.value_sources)
+    return TorchImport(graph, _digest(exported.program, constants), seconds, exported.program, converter.value_sources,
+                       tuple(converter.mappings))
 
 
 def _symbols(exported: Exported) -> SymbolTable:
@@ -208,4 +211,4 @@ def refine_symbols(graph: Graph, dims: Mapping[str, SymbolInfo]) -> None:
     graph.share_symbols()
 
 
-__all__ = ["TorchImport", "aten", "check_eval_mode", "is_torch_model", "load_torch", "supported_targets"]
+__all__ = ["OpMapping", "TorchImport", "aten", "check_eval_mode", "is_torch_model", "load_torch", "supported_targets"]

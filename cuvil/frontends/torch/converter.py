@@ -10,6 +10,11 @@ op in one error, each with the source line (file:line) that produced it.
 Symbolic sizes (``SymInt``) flow as 1-element int64 tensors: ``ctx.value``
 of a SymInt node gives one, and ``ctx.ints`` turns a list of ints and
 SymInts into an int64 shape tensor (a constant when every entry is static).
+
+The converter keeps its op-mapping table as data: one :class:`OpMapping` per converted FX node
+(ATen target, FX node name, source location, the Cuvil ops it became), in graph order, on
+:attr:`Converter.mappings` and on the front end's ``TorchImport``. The verification suite's
+``coverage`` check reads it; the DEBUG log line per node is a rendering of the same record.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import functools
 import logging
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +108,22 @@ def source_location(node: Any) -> str:
         if "/site-packages/" not in f and not f.startswith(_library_dirs()):
             return f"{f}:{line}"
     return f"{frames[-1][0]}:{frames[-1][1]}" if frames else "<unknown location>"
+
+
+@dataclass(frozen=True)
+class OpMapping:
+    """How one FX node was converted: its ATen target (``str(node.target)``), the FX node's name, the
+    user code that produced it (``file:line``) and the ops of the Cuvil nodes its mapping added, in
+    order (empty when it forwards an existing value)."""
+
+    aten: str
+    node: str
+    location: str
+    cuvil_ops: tuple[str, ...]
+
+    def describe(self) -> str:
+        made = ", ".join(self.cuvil_ops) or "no node (it forwards an existing value)"
+        return f"aten {self.aten} {self.node!r} at {self.location} -> {made}"
 
 
 class TorchCtx:
@@ -208,6 +230,7 @@ class Converter:
         # provenance: the FX node whose result each value is (values a mapping makes on the way are not)
         self._results: dict[Value, str] = {}
         self.value_sources: dict[str, str] = {}  # value name -> FX node name, filled in by convert()
+        self.mappings: list[OpMapping] = []  # one per converted FX node, in graph order (convert())
 
     def check_supported(self) -> None:
         found: dict[str, list[str]] = {}
@@ -246,10 +269,10 @@ class Converter:
                 assert fn is not None
                 first = len(b.graph.nodes)
                 result = fn(ctx)
-                if _log.isEnabledFor(logging.DEBUG):  # the mapping decision (cuvil/log.py)
-                    made = [n.op for n in b.graph.nodes[first:]]
-                    _log.debug("aten %s %r at %s -> %s", node.target, node.name, source_location(node),
-                               ", ".join(made) or "no node (it forwards an existing value)")
+                mapping = OpMapping(str(node.target), node.name, source_location(node),
+                                    tuple(n.op for n in b.graph.nodes[first:]))
+                self.mappings.append(mapping)
+                _log.debug("%s", mapping.describe())  # the mapping decision (cuvil/log.py)
                 if isinstance(result, Value):
                     self.values[node] = result
                     self._results.setdefault(result, node.name)

@@ -1,10 +1,10 @@
 """The ``coverage`` check: every source op, the Cuvil op(s) it maps to, and the kernel each target uses.
 
 Source nodes come from the model itself: the ONNX graph (regions included,
-named as the importer names them), or, for a PyTorch module, the mapping
-decisions the torch front end logs while it converts (ATen target, FX node
-name), kept by the verification context from its one conversion of the module
-(the import every check shares).  Cuvil nodes keep their source node's name, so
+named as the importer names them), or, for a PyTorch module, the torch front
+end's op-mapping table (one record per FX node: ATen target, FX node name), kept
+on the verification context's one conversion of the module (the import every
+check shares).  Cuvil nodes keep their source node's name, so
 the imported graph says which Cuvil ops each source node became.  For each target the graph
 goes through that target's default pass pipeline, as ``cuvil.compile`` runs
 it, and each Cuvil node is looked up in the target's kernel table (the C
@@ -18,8 +18,7 @@ for some op fails with those nodes.  Nothing falls back silently.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from cuvil.errors import CuvilError, UnsupportedOpError
@@ -27,7 +26,7 @@ from cuvil.ir.graph import Graph, Node
 from cuvil.verify.base import Check, CheckResult, Status, register_check
 
 CONTROL_FLOW = ("if", "loop")
-SOURCE_KINDS = {"onnx": "the ONNX graph's nodes", "torch": "the torch front end's mapping log (FX nodes)",
+SOURCE_KINDS = {"onnx": "the ONNX graph's nodes", "torch": "the torch front end's op-mapping table (FX nodes)",
                 "graph": "the Cuvil graph's own node names"}
 
 
@@ -56,11 +55,10 @@ def onnx_source_nodes(model: Any) -> list[dict[str, str]]:
     return rows
 
 
-def torch_source_nodes(records: list[logging.LogRecord]) -> list[dict[str, str]]:
-    """(name, ATen target) of every converted FX node, from the torch front end's mapping log (the
-    records the verification context kept while it converted the module, once for every check)."""
-    return [{"name": str(r.args[1]), "op": str(r.args[0])} for r in records
-            if isinstance(r.args, tuple) and len(r.args) == 4 and str(r.msg).startswith("aten ")]
+def torch_source_nodes(mappings: Sequence[Any]) -> list[dict[str, str]]:
+    """(name, ATen target) of every converted FX node, from the torch front end's op-mapping table
+    (``cuvil.frontends.torch.OpMapping`` records of the context's one conversion)."""
+    return [{"name": m.node, "op": m.aten} for m in mappings]
 
 
 def graph_source_nodes(graph: Graph) -> list[dict[str, str]]:
@@ -143,7 +141,7 @@ class Coverage(Check):
         if kind == "onnx":
             sources = onnx_source_nodes(ctx.source.model)
         elif kind == "torch":
-            sources = torch_source_nodes(ctx.torch_mapping_log)
+            sources = torch_source_nodes(ctx.torch_mappings)
         else:
             sources = graph_source_nodes(graph)
         imported: dict[str, list[Node]] = {}
