@@ -33,11 +33,14 @@ that no longer matches an import fails too, so the list only shrinks.
 from __future__ import annotations
 
 import ast
+import shutil
 import subprocess
 import sys
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import REPO
 
@@ -236,3 +239,22 @@ def test_the_version_is_written_once() -> None:
     import cuvil
 
     assert cuvil.__version__ is __version__
+
+
+CORE = ("ir", "ops", "passes", "backends", "runtime")
+
+
+def test_ruff_bans_the_frameworks_in_the_core() -> None:
+    """ruff's banned-API rule (TID251, pyproject.toml) refuses torch, onnx and onnxruntime in the core,
+    at module level and inside functions, and lets the front ends import them."""
+    if shutil.which("ruff") is None:
+        pytest.fail("ruff is not installed (it is in the test extra)")
+    text = "import torch\nfrom onnx import helper\n\n\ndef f() -> None:\n    import onnxruntime  # noqa: F401\n"
+    for package in CORE:
+        where = f"cuvil/{package}/probe.py"
+        r = subprocess.run(["ruff", "check", "--select", "TID251", "--stdin-filename", where, "-"], input=text,
+                           capture_output=True, text=True, cwd=REPO)
+        assert r.returncode == 1 and r.stdout.count("TID251") == 3, (where, r.stdout + r.stderr)
+    r = subprocess.run(["ruff", "check", "--select", "TID251", "--stdin-filename", "cuvil/frontends/probe.py", "-"],
+                       input=text, capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0, r.stdout + r.stderr
