@@ -19,7 +19,11 @@ through instruments. Its docstring states its rules as a numbered list.
             return PassResult(graph, changed)
 
 Options are dataclass fields with defaults; in pipeline text they are
-written ``fuse{max-ops=16}`` (field ``max_ops``).
+written ``fuse{max-ops=16}`` (field ``max_ops``).  ``str(pass)`` is that text,
+made by :func:`format_pass`, the one formatter of passes (the pipeline text of
+``cuvil.passes.manager`` joins its results): a string value that holds
+``,{}=``, quotes or spaces, or would read as another kind, is JSON-quoted, so the
+text always parses back to an equal pass.
 
 A pass whose rules hold within one graph at a time (a pattern, a fusion: its
 nodes all in one graph) derives from :class:`GraphPass` and implements
@@ -30,6 +34,8 @@ control-flow region (:func:`nested_graphs`).
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 from dataclasses import dataclass
 from typing import ClassVar, TypeVar
 
@@ -61,12 +67,7 @@ class Pass:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     def __str__(self) -> str:
-        opts = [
-            f"{f.name.replace('_', '-')}={_format_option(getattr(self, f.name))}"
-            for f in dataclasses.fields(self)
-            if getattr(self, f.name) != f.default
-        ]
-        return f"{self.name}{{{','.join(opts)}}}" if opts else self.name
+        return format_pass(self)
 
 
 @dataclass(frozen=True)
@@ -102,10 +103,38 @@ def nested_graphs(graph: Graph) -> list[Graph]:
     return out
 
 
-def _format_option(v: object) -> str:
+# an option value written without quotes: no separator, brace, quote or space
+BARE_VALUE = re.compile(r"[^,{}=\s\"]+")
+
+
+def format_pass(p: Pass) -> str:
+    """``name`` or ``name{key=value,...}``: the pass's pipeline text, options at their defaults left out."""
+    opts = []
+    for f in dataclasses.fields(p):
+        v = getattr(p, f.name)
+        if v != f.default:
+            opts.append(f"{f.name.replace('_', '-')}={format_value(v)}")
+    return f"{p.name}{{{','.join(opts)}}}" if opts else p.name
+
+
+def format_value(v: object) -> str:
+    """An option value as pipeline text that reads back as the same value (cuvil/passes/manager.py)."""
+    if v is None:
+        return "none"
     if isinstance(v, bool):
         return "true" if v else "false"
-    return str(v)
+    if isinstance(v, str):
+        plain = BARE_VALUE.fullmatch(v) is not None and v.lower() not in ("none", "true", "false")
+        return v if plain and not _looks_numeric(v) else json.dumps(v)
+    return repr(v) if isinstance(v, float) else str(v)
+
+
+def _looks_numeric(s: str) -> bool:
+    try:
+        float(s)
+    except ValueError:
+        return False
+    return True
 
 
 P = TypeVar("P", bound=type[Pass])

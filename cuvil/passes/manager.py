@@ -32,7 +32,7 @@ from cuvil.errors import CuvilError
 from cuvil.ir.graph import Graph
 from cuvil.ir.symbolic import is_unknown
 from cuvil.ir.types import TensorType
-from cuvil.passes.base import Pass, PassError, get_pass
+from cuvil.passes.base import BARE_VALUE, Pass, PassError, format_pass, get_pass
 from cuvil.passes.instruments import Instrument, PassRecord, PassReport, PipelineError
 
 _log = logging.getLogger(__name__)
@@ -70,7 +70,6 @@ def default_pipeline(target: str, *, enable_fusion: bool = True) -> str:
 # ---- pipeline text ----------------------------------------------------------------------------------------------
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
-_BARE = re.compile(r"[^,{}=\s\"]+")
 
 
 def parse_pipeline(text: str) -> list[Pass]:
@@ -89,36 +88,9 @@ def parse_pipeline(text: str) -> list[Pass]:
 
 
 def format_pipeline(passes: Sequence[Pass]) -> str:
-    """The pipeline text of ``passes`` (options at their defaults are left out)."""
+    """The pipeline text of ``passes``: each one's ``str`` (:func:`~cuvil.passes.base.format_pass`), options
+    at their defaults left out."""
     return ",".join(format_pass(p) for p in passes)
-
-
-def format_pass(p: Pass) -> str:
-    opts = []
-    for f in dataclasses.fields(p):
-        v = getattr(p, f.name)
-        if v != f.default:
-            opts.append(f"{f.name.replace('_', '-')}={_format_value(v)}")
-    return f"{p.name}{{{','.join(opts)}}}" if opts else p.name
-
-
-def _format_value(v: object) -> str:
-    if v is None:
-        return "none"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        plain = _BARE.fullmatch(v) is not None and v.lower() not in ("none", "true", "false")
-        return v if plain and not _looks_numeric(v) else json.dumps(v)
-    return repr(v) if isinstance(v, float) else str(v)
-
-
-def _looks_numeric(s: str) -> bool:
-    try:
-        float(s)
-    except ValueError:
-        return False
-    return True
 
 
 class _TextParser:
@@ -165,7 +137,7 @@ class _TextParser:
                 raise self.error("unterminated or malformed quoted string") from None
             self.i = end
             return str(s), True
-        m = _BARE.match(self.text, self.i)
+        m = BARE_VALUE.match(self.text, self.i)
         if m is None:
             raise self.error("expected an option value")
         self.i = m.end()
