@@ -3,7 +3,7 @@
 The package root is lazy (PEP 562): ``import cuvil`` loads nothing but this module and the version,
 so ``import cuvil.ir`` costs the IR and the op declarations only. Each public name below is imported
 from the module that owns it on first use (``cuvil.compile`` loads the compiler, ``cuvil.load`` the
-runtime). ``cuvil.verify`` is the verification package, which is callable: ``cuvil.verify(model, ...)``
+runtime), and so is a subpackage named as an attribute (``cuvil.api``). ``cuvil.verify`` is the verification package, which is callable: ``cuvil.verify(model, ...)``
 runs the suite (see cuvil/_callable.py for how the package is made callable).
 """
 
@@ -76,6 +76,9 @@ if importlib.util.find_spec("cuvil.options") is not None:  # the options object 
 def __getattr__(name: str) -> Any:
     target = _LAZY.get(name)
     if target is None:
+        # a subpackage used as an attribute (``cuvil.api.import_model`` after ``import cuvil``) loads too
+        if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+            return importlib.import_module(f"{__name__}.{name}")
         raise AttributeError(f"module 'cuvil' has no attribute {name!r}")
     module_name, _, attr = target.partition(":")
     try:

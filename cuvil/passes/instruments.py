@@ -199,7 +199,7 @@ class NumericEach(Instrument):
     output, and the error accumulated since the input graph.
 
     Inputs are ``inputs`` when given (in graph-input order), else seeded random arrays from
-    ``cuvil.runtime.samples.random_inputs`` (symbols take ``dims`` or their smallest valid
+    ``cuvil.ir.samples.random_inputs`` (symbols take ``dims`` or their smallest valid
     value).  With ``tolerance``, a pass whose error on any output exceeds it stops the run
     with a :class:`PipelineError`.  When the interpreter cannot run the input graph on these
     inputs, every pass is noted as not measured; when it fails only after a pass, that pass

@@ -37,7 +37,8 @@ from typing import Any
 import numpy as np
 
 from cuvil.errors import CuvilError, InputError
-from cuvil.runtime.compiled import Signature, TensorSpec
+from cuvil.ir.spec import TensorSpec
+from cuvil.runtime.compiled import Signature
 from cuvil.verify.base import Check, VerifyError
 from cuvil.verify.config import VerifyConfig
 from cuvil.verify.context import ModelSource, VerifyContext

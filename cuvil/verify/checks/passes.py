@@ -50,7 +50,7 @@ from cuvil.passes import (
     parse_pipeline,
     relative_l2,
 )
-from cuvil.passes.manager import format_pass
+from cuvil.passes.base import format_pass
 from cuvil.verify.base import Check, CheckResult, Status, VerifyError, register_check
 
 DEFAULT_MAX_ERROR = 1e-6
