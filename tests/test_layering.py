@@ -8,6 +8,7 @@ itself):
   the IR's parser, printer, verifier and builder read the op registry and node inference at module
   level, and the declarations are written in the IR's types.  Within the layer the declarations
   import only the IR's core modules (``IR_CORE``), so there is no import cycle.
+- ``options``: the compile options object (``cuvil.options``), passed down to every layer above it.
 - ``runtime``: the compiled model, its executor protocols, input guards, artifacts.  Backends build
   executors to its protocols and report a ``BuildInfo``; it names backends only by string (an
   artifact's ``meta.json`` says which backend package loads it: cuvil/runtime/artifact.py).
@@ -17,7 +18,7 @@ itself):
 - ``quant``: calibration and int8 quantization.
 - ``custom``: the custom-op API (declaration, reference and C kernel registered together).
 - ``frontends``: ONNX and PyTorch to Cuvil IR (the only layer that imports torch or onnx).
-- ``api``: ``cuvil.compile`` and its options, and the package root (its public names load lazily,
+- ``api``: ``cuvil.compile``, and the package root (its public names load lazily,
   by name, so ``import cuvil`` imports nothing above ``base``).
 - ``verify``: the pre-deployment verification suite.
 - ``tools``: the command line, the pytest plugin and the conformance runner.
@@ -55,6 +56,7 @@ LAYER_OF: dict[str, str] = {
     "cuvil.faults": "base",
     "cuvil.ir": "ir",
     "cuvil.ops": "ir",
+    "cuvil.options": "options",
     "cuvil.runtime": "runtime",
     "cuvil.backends": "backends",
     "cuvil.passes": "passes",
@@ -63,7 +65,6 @@ LAYER_OF: dict[str, str] = {
     "cuvil.frontends": "frontends",
     "cuvil": "api",  # the package root
     "cuvil.api": "api",
-    "cuvil.options": "api",
     "cuvil.verify": "verify",
     "cuvil.cli": "tools",
     "cuvil.__main__": "tools",
@@ -75,16 +76,18 @@ LAYER_OF: dict[str, str] = {
 ALLOWED: dict[str, frozenset[str]] = {
     "base": frozenset(),
     "ir": frozenset({"base"}),
-    "runtime": frozenset({"base", "ir"}),
-    "backends": frozenset({"base", "ir", "runtime"}),
-    "passes": frozenset({"base", "ir", "runtime", "backends"}),
-    "quant": frozenset({"base", "ir", "runtime", "backends", "passes"}),
-    "custom": frozenset({"base", "ir", "runtime", "backends", "passes", "quant"}),
-    "frontends": frozenset({"base", "ir", "runtime", "backends", "passes", "quant", "custom"}),
-    "api": frozenset({"base", "ir", "runtime", "backends", "passes", "quant", "custom", "frontends"}),
-    "verify": frozenset({"base", "ir", "runtime", "backends", "passes", "quant", "custom", "frontends", "api"}),
-    "tools": frozenset({"base", "ir", "runtime", "backends", "passes", "quant", "custom", "frontends", "api",
-                        "verify"}),
+    "options": frozenset({"base", "ir"}),
+    "runtime": frozenset({"base", "ir", "options"}),
+    "backends": frozenset({"base", "ir", "options", "runtime"}),
+    "passes": frozenset({"base", "ir", "options", "runtime", "backends"}),
+    "quant": frozenset({"base", "ir", "options", "runtime", "backends", "passes"}),
+    "custom": frozenset({"base", "ir", "options", "runtime", "backends", "passes", "quant"}),
+    "frontends": frozenset({"base", "ir", "options", "runtime", "backends", "passes", "quant", "custom"}),
+    "api": frozenset({"base", "ir", "options", "runtime", "backends", "passes", "quant", "custom", "frontends"}),
+    "verify": frozenset({"base", "ir", "options", "runtime", "backends", "passes", "quant", "custom", "frontends",
+                         "api"}),
+    "tools": frozenset({"base", "ir", "options", "runtime", "backends", "passes", "quant", "custom", "frontends",
+                        "api", "verify"}),
 }
 
 # the IR modules the op declarations and the registry may import (the rest of the IR reads the registry)
