@@ -23,6 +23,11 @@ itself):
 - ``verify``: the pre-deployment verification suite.
 - ``tools``: the command line, the pytest plugin and the conformance runner.
 
+This is the order the code has, not the order a model flows through the compiler (front end, passes,
+backends, runtime in DESIGN.md's picture): a layer is below the layers that *use* it.  The backends
+build to the runtime's executor protocols, the passes use the reference interpreter and the C
+memory planner, and compile (``api``) drives them all.
+
 The rule is the same for every import: at module level or inside a function, a module imports
 only its own layer and the layers ``ALLOWED`` lists.  Imports under ``if TYPE_CHECKING:`` are
 not run-time imports and are not checked.  ``from cuvil import name`` is an import of the
