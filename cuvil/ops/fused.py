@@ -43,6 +43,7 @@ from cuvil.ir.types import TensorType
 from cuvil.ops import conv as _conv  # noqa: F401  (the bases are registered before their fused forms)
 from cuvil.ops import layout as _layout  # noqa: F401
 from cuvil.ops import linalg as _linalg  # noqa: F401
+from cuvil.ops.common import infer_all
 from cuvil.ops.registry import ELEMENTWISE, AttrSpec, InferCtx, OpDef, RefCtx, get, lookup, register
 
 FUSABLE_DTYPES = FLOATS
@@ -111,8 +112,6 @@ def region_result(ctx: InferCtx, body: Graph, input_types: Sequence[TensorType])
 
     For the types the region was built with this is its output's type; for operands whose dims
     are run-time symbols it says what the output's dims are in those symbols."""
-    from cuvil.ops.common import infer_all  # the registry's helpers; common does not import this module
-
     env: dict[Value, Value] = {rv: Value(rv.name, t) for rv, t in zip(body.inputs, input_types)}
     for n in body.nodes:
         ins = [env[v] if v is not None else None for v in n.inputs]

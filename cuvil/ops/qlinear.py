@@ -36,8 +36,9 @@ import numpy as np
 from cuvil.ir.dtypes import FLOATS, DType
 from cuvil.ir.types import TensorType
 from cuvil.ops.conv import CONV_ATTRS
+from cuvil.ops.linalg import matmul_shape
 from cuvil.ops.quant import quantize_values
-from cuvil.ops.registry import AttrSpec, InferCtx, OpDef, RefCtx, register
+from cuvil.ops.registry import AttrSpec, InferCtx, OpDef, RefCtx, get, register
 
 # integer products ---------------------------------------------------------------------------------
 
@@ -71,8 +72,6 @@ def _same(ctx: InferCtx, i: int, j: int, what: str) -> None:
 
 def _conv_geometry(ctx: InferCtx, xi: int, wi: int) -> TensorType:
     """The output type of ``conv`` on inputs ``xi``, ``wi`` (as if they were float32), with its checks."""
-    from cuvil.ops.registry import get
-
     sub = InferCtx(ctx.op, [ctx.type(xi).with_dtype(DType.f32), ctx.type(wi).with_dtype(DType.f32)], [None, None],
                    {k: ctx.attrs[k] for k in CONV_ATTRS}, 1, ctx.symbols)
     (out,) = get("conv").infer(sub)
@@ -82,8 +81,6 @@ def _conv_geometry(ctx: InferCtx, xi: int, wi: int) -> TensorType:
 
 def _conv_i32(x: np.ndarray, w: np.ndarray, attrs: dict[str, object]) -> np.ndarray:
     """The exact convolution of integer arrays, as int32 (float64 sums of these products are exact)."""
-    from cuvil.ops.registry import get
-
     ref = get("conv").reference
     assert ref is not None
     # conv's reference reads only the output's element type
@@ -106,8 +103,6 @@ def _int_operand(x: np.ndarray, zp: np.ndarray | None, channel_axis: int | None 
 
 
 def _matmul_integer_infer(ctx: InferCtx) -> list[TensorType]:
-    from cuvil.ops.linalg import matmul_shape
-
     ctx.require_dtype(0, _BYTES)
     ctx.require_dtype(1, _BYTES)
     _same(ctx, 0, 2, "a_zero_point")
@@ -214,8 +209,6 @@ _QLINEAR_INPUTS = ("X", "x_scale", "x_zero_point", "W", "w_scale", "w_zero_point
 
 
 def _qlinear_matmul_infer(ctx: InferCtx) -> list[TensorType]:
-    from cuvil.ops.linalg import matmul_shape
-
     a, b = ctx.type(0), ctx.type(3)
     if b.rank < 1:
         raise ctx.fail("B must have rank >= 1")
@@ -336,8 +329,6 @@ register(
 
 
 def _qlinear_matmul_float_infer(ctx: InferCtx) -> list[TensorType]:
-    from cuvil.ops.linalg import matmul_shape
-
     a, b = ctx.type(0), ctx.type(3)
     if b.rank < 1:
         raise ctx.fail("B must have rank >= 1")
