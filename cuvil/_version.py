@@ -1,5 +1,5 @@
-"""Cuvil's version: the one place it is written in Python (pyproject.toml's static ``version`` matches it;
-tests/test_layering.py checks that the two agree)."""
+"""Cuvil's version: the one place it is written (pyproject.toml reads it as its dynamic ``version``;
+tests/test_layering.py checks that nothing else writes it)."""
 
 from __future__ import annotations
 

@@ -240,13 +240,17 @@ def test_importing_the_ir_loads_only_the_ir_and_the_op_declarations() -> None:
 
 
 def test_the_version_is_written_once() -> None:
+    """cuvil/_version.py holds it; pyproject.toml reads it from there, and the package root re-exports it."""
     from cuvil._version import __version__
 
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    assert project["version"] == __version__
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert "version" not in pyproject["project"] and "version" in pyproject["project"]["dynamic"]
+    assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "cuvil._version.__version__"}
     import cuvil
 
     assert cuvil.__version__ is __version__
+    written = [str(p.relative_to(REPO)) for p in PACKAGE.rglob("*.py") if "__version__ = " in p.read_text()]
+    assert written == ["cuvil/_version.py"]
 
 
 CORE = ("ir", "ops", "passes", "backends", "runtime")
