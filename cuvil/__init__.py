@@ -9,6 +9,7 @@ from cuvil.api import compile, multiple_of  # noqa: A004  (the library's main ve
 from cuvil.custom import Arg, CustomOp, CustomOpError, OpSchema, register_op, unregister_op
 from cuvil.errors import CuvilError, InputError, IRError, ModelError, ShapeError, UnsupportedOpError
 from cuvil.log import set_log_level
+from cuvil.options import CompileOptions
 from cuvil.runtime.artifact import load
 from cuvil.runtime.compiled import BuildInfo, CompiledModel, CompileInfo, TensorSpec
 
@@ -16,6 +17,7 @@ __all__ = [
     "Arg",
     "BuildInfo",
     "CompileInfo",
+    "CompileOptions",
     "CompiledModel",
     "CuvilError",
     "CustomOp",

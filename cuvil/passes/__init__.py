@@ -35,11 +35,19 @@ from cuvil.passes.instruments import (
     relative_l2,
 )
 from cuvil.passes.layout import ConvertLayout
-from cuvil.passes.manager import PassManager, default_pipeline, format_pipeline, parse_pipeline
+from cuvil.passes.manager import (
+    FUSION_PASSES,
+    PassManager,
+    default_pipeline,
+    format_pipeline,
+    parse_pipeline,
+    standard_pipeline,
+)
 from cuvil.passes.plan_memory import PlanMemory
 from cuvil.passes.recognize_layernorm import RecognizeLayerNorm
 
 __all__ = [
+    "FUSION_PASSES",
     "Canonicalize",
     "ConvertLayout",
     "ConvertPrecision",
@@ -75,4 +83,5 @@ __all__ = [
     "parse_pipeline",
     "register_pass",
     "relative_l2",
+    "standard_pipeline",
 ]

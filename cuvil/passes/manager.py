@@ -52,19 +52,32 @@ _FUSION = "recognize-gelu,convert-layout,recognize-layernorm,fuse-attention,fuse
 _MEMORY = "plan-memory"
 
 
-def default_pipeline(target: str, *, enable_fusion: bool = True) -> str:
-    """The pipeline ``cuvil.compile`` and ``cuvil opt`` run for ``target`` when none is given.
-
-    ``ref`` runs no passes: the reference interpreter runs the graph as imported, so it stays
-    the oracle every optimised target (and every pass, through ``numeric-each``) is checked
-    against.  Every other target runs
+def standard_pipeline(*, enable_fusion: bool = True) -> str:
+    """The pipeline of the compiled targets (the C and wasm32 backends name it as theirs):
     ``canonicalize,fold-constants,cse,dce,fold-batchnorm,fold-qdq,fold-constants``,
     then, unless ``enable_fusion`` is False,
     ``recognize-gelu,convert-layout,recognize-layernorm,fuse-attention,fuse-epilogue,fuse-elementwise``,
     and last ``plan-memory`` (the intermediates in one arena per call)."""
-    if target == "ref":
-        return ""
     return f"{_BASIC},{_FUSION},{_MEMORY}" if enable_fusion else f"{_BASIC},{_MEMORY}"
+
+
+#: The passes ``enable_fusion=False`` leaves out of the standard pipeline.
+FUSION_PASSES: tuple[str, ...] = tuple(_FUSION.split(","))
+
+
+def default_pipeline(target: str, *, enable_fusion: bool = True) -> str:
+    """The pipeline ``cuvil.compile`` and ``cuvil opt`` run for ``target`` when none is given: the
+    one its backend names (``cuvil.backends.registry.Backend.default_pipeline``).
+
+    ``ref`` runs no passes: the reference interpreter runs the graph as imported, so it stays
+    the oracle every optimised target (and every pass, through ``numeric-each``) is checked
+    against.  The C and wasm32 targets run :func:`standard_pipeline`.  Options beyond fusion
+    (precision, quantization) add to it: ``cuvil.pipeline.build_pipeline``."""
+    # The backend table sits above the passes; it is read here, at call time, so that the one
+    # answer to "which pipeline does this target run" is the backend's.
+    from cuvil.backends.registry import get_backend
+
+    return get_backend(target).default_pipeline(enable_fusion=enable_fusion)
 
 
 # ---- pipeline text ----------------------------------------------------------------------------------------------
