@@ -109,3 +109,15 @@ def test_a_backend_that_cannot_run_here_says_why() -> None:
         assert "missing-here" not in available_targets()
     finally:
         unregister_backend("missing-here")
+
+
+def test_every_backend_has_a_kernel_for_every_op() -> None:
+    """The completeness test of the table: per backend, the declared ops it has no kernel for (the
+    code generator emits constants, If and Loop itself)."""
+    import cuvil.ops
+
+    inline = {"constant", "if", "loop"}
+    declared = set(cuvil.ops.all_ops())
+    missing = {b.name: sorted(declared - ops - inline) for b in backends() if (ops := b.kernel_ops()) is not None}
+    assert set(missing) >= {"generic", "native", "wasm32"}
+    assert not any(missing.values()), missing
