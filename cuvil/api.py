@@ -188,7 +188,8 @@ def _quantize(graph: Graph, copy: bool, pipeline: Pipeline, options: CompileOpti
     quant = QuantOptions(q.dtype, q.symmetric, q.per_channel, q.calibration, min_samples=q.min_samples,
                          reduce_range=bool(q.reduce_range))
     return compile_int8(graph, copy, pipeline, q.dataset, quant, options.precision.samples, times,
-                        RunnerOptions(cc=b.cc, cache_dir=b.cache_dir, num_threads=b.num_threads))
+                        RunnerOptions(cc=b.cc, cache_dir=b.cache_dir, num_threads=b.num_threads,
+                                       faults=options.faults))
 
 
 def _precision_report(fp32_graph: Graph, graph: Graph, options: CompileOptions, times: dict[str, float],
@@ -212,7 +213,8 @@ def _precision_report(fp32_graph: Graph, graph: Graph, options: CompileOptions, 
             samples = checked[:p.samples]
         report = check_reduced_precision(fp32_graph, graph, samples, p.dtype, dict(p.overrides or {}),
                                          p.allow_overflow, calib,
-                                         RunnerOptions(cc=b.cc, cache_dir=b.cache_dir, num_threads=b.num_threads))
+                                         RunnerOptions(cc=b.cc, cache_dir=b.cache_dir, num_threads=b.num_threads,
+                                                       faults=options.faults))
     for o in report.overflows:
         _log.warning("precision=%s: %s (allowed by allow_overflow=True)", p.dtype, o.describe())
         notes.append(f"allow_overflow: {o.describe()}")

@@ -188,10 +188,11 @@ class VerifyContext:
         """The options :meth:`compiled` compiles ``target`` with for the keyword ``options`` (the build
         cache, and the suite's sample inputs for a reduced-precision compile's overflow check): what a
         check gives ``cuvil.pipeline.build_pipeline`` to know the pipeline that build runs."""
-        from cuvil.backends.registry import get_backend
+        from cuvil.backends.registry import find_backend
 
         kw: dict[str, Any] = dict(options)
-        if get_backend(target).builds and self.cache_dir:
+        backend = find_backend(target)  # None: a name compile refuses, and says so
+        if (backend is None or backend.builds) and self.cache_dir:
             kw.setdefault("cache_dir", self.cache_dir)
         if kw.get("precision", "fp32") != "fp32" and "calibration_dataset" not in kw:
             # a reduced-precision compile looks for overflows on sample inputs: the suite's own, in

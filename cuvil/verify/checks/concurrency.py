@@ -138,11 +138,8 @@ class Concurrency(Check):
         if m.graph is None:
             return None
         graph = m.graph
-        kw: dict[str, Any] = {"passes": tap_passes(graph)}
-        if target != "ref" and ctx.cache_dir:
-            kw["cache_dir"] = ctx.cache_dir
         tapped_g, extra = tapped_graph(graph)
-        tapped = cuvil.compile(tapped_g, target=target, **kw)
+        tapped = cuvil.compile(tapped_g, target=target, options=ctx.compile_options(target, passes=tap_passes(graph)))
         names = [v.name for v in graph.outputs] + extra
         alone = [[np.array(a, copy=True) for a in tapped(*x)] for x in inputs]
         order = {v.name: (n, v) for n, v in tap_points(graph)}
