@@ -186,7 +186,7 @@ def _quantize(graph: Graph, copy: bool, pipeline: Pipeline, options: CompileOpti
     q, b = options.quantization, options.build
     assert q.dtype is not None
     quant = QuantOptions(q.dtype, q.symmetric, q.per_channel, q.calibration, min_samples=q.min_samples,
-                         reduce_range=bool(q.reduce_range))
+                         reduce_range=q.reduce_range if q.reduce_range is not None else False)
     return compile_int8(graph, copy, pipeline, q.dataset, quant, options.precision.samples, times,
                         RunnerOptions(cc=b.cc, cache_dir=b.cache_dir, num_threads=b.num_threads,
                                        faults=options.faults))
