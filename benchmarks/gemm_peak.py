@@ -72,9 +72,17 @@ def matmul_onnx(m: int, n: int, k: int) -> bytes:
 
 
 def threads_supported() -> bool:
+    import importlib.util
+
     import cuvil
 
-    return "num_threads" in inspect.signature(cuvil.compile).parameters
+    if "num_threads" in inspect.signature(cuvil.compile).parameters:  # a Cuvil of keyword parameters
+        return True
+    if importlib.util.find_spec("cuvil.options") is None:
+        return False
+    from cuvil.options import KEYWORDS  # the options object's keyword spelling
+
+    return "num_threads" in KEYWORDS
 
 
 def time_call(call: Callable[[], Any], flops: float, budget_s: float) -> float:

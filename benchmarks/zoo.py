@@ -78,9 +78,17 @@ PROBE_RUNS = 5
 
 
 def cuvil_threads_supported() -> bool:
+    import importlib.util
+
     import cuvil
 
-    return "num_threads" in inspect.signature(cuvil.compile).parameters
+    if "num_threads" in inspect.signature(cuvil.compile).parameters:  # a Cuvil of keyword parameters
+        return True
+    if importlib.util.find_spec("cuvil.options") is None:
+        return False
+    from cuvil.options import KEYWORDS  # the options object's keyword spelling
+
+    return "num_threads" in KEYWORDS
 
 
 def compile_cuvil(source: Any, cache: Path, threads: int) -> Any:

@@ -49,6 +49,7 @@ __all__ = [
     "Arg",
     "BuildInfo",
     "CompileInfo",
+    "CompileOptions",
     "CompiledModel",
     "CuvilError",
     "CustomOp",

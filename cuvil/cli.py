@@ -53,9 +53,11 @@ def _cmd_conformance(args: argparse.Namespace) -> int:
                 line += f"  {r.message[:300]}"
             print(line, flush=True)
 
+    from cuvil.backends.registry import find_backend
     from cuvil.conformance import cuvil_runner
 
-    if args.sanitize and args.target != "ref" and _reexec_with_sanitizers():
+    backend = find_backend(args.target)
+    if args.sanitize and backend is not None and backend.uses_system_cc and _reexec_with_sanitizers():
         return 0  # unreachable: the process was replaced
     runner = cuvil_runner(args.target, sanitize=args.sanitize, cache_dir=os.environ.get("CUVIL_CACHE_DIR"))
     summary = run_cases(dirs, args.target, runner=runner, progress=progress)
@@ -186,10 +188,11 @@ def _compile(model: str, target: str, dim_args: Sequence[str] | None, **options:
     Unset or empty variables leave the defaults. CC names the system C compiler, so it does not apply to
     targets built with another toolchain (wasm32 builds with zig cc)."""
     from cuvil.api import compile as cuvil_compile
-    from cuvil.backends.c import C_TARGETS
+    from cuvil.backends.registry import get_backend
 
     cc = os.environ.get("CC") or None
-    return cuvil_compile(model, target=target, dims=_dims(dim_args), cc=cc if target in C_TARGETS else None,
+    uses_cc = get_backend(target).uses_system_cc
+    return cuvil_compile(model, target=target, dims=_dims(dim_args), cc=cc if uses_cc else None,
                          cache_dir=os.environ.get("CUVIL_CACHE_DIR") or None, **options)
 
 
@@ -442,13 +445,16 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--top", type=int, default=10, help="with --precision, how many layers to print")
     i.set_defaults(fn=_cmd_inspect)
 
-    from cuvil.api import TARGETS
+    from cuvil.backends.registry import backends
+
+    targets = [b.name for b in backends()]
+    built = [b.name for b in backends() if b.builds]  # what `compile -o` can save
 
     dim_help = "constrain a symbolic dim: NAME=LO:HI, NAME=N or NAME=%%N (a multiple), combined with commas"
     cc = sub.add_parser("compile", help="compile a model, and save it as an artifact folder (-o)",
                         epilog="environment: CC is the C compiler, CUVIL_CACHE_DIR the build cache folder")
     cc.add_argument("model", help="an ONNX model file")
-    cc.add_argument("--target", "-t", default="native", help=f"one of {', '.join(t for t in TARGETS if t != 'ref')} (default native)")
+    cc.add_argument("--target", "-t", default="native", help=f"one of {', '.join(built)} (default native)")
     cc.add_argument("--dim", action="append", metavar="NAME=SPEC", help=dim_help)
     cc.add_argument("--output", "-o", metavar="DIR", help="save the compiled model to this folder")
     cc.add_argument("--quantize", choices=["int8"], help="post-training quantization (needs --calibration)")
@@ -494,7 +500,7 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("model", help="an ONNX model file, or Cuvil IR text (.cir)")
     o.add_argument("--passes", "-p", metavar="PIPELINE",
                    help="pipeline text, e.g. canonicalize,fold-constants,cse,dce (default: the target's pipeline)")
-    o.add_argument("--target", "-t", default="native", choices=TARGETS, help="whose default pipeline (default native)")
+    o.add_argument("--target", "-t", default="native", choices=targets, help="whose default pipeline (default native)")
     o.add_argument("--dim", action="append", metavar="NAME=SPEC", help=dim_help)
     o.add_argument("--emit", choices=("ir", "plan", "none"), default="ir",
                    help="what to print: the IR after the passes, the memory plan (plan-memory), or nothing")

@@ -2,21 +2,29 @@
 
 The verification suite is only as good as the bugs it is shown to catch.  Each fault below is a
 realistic compiler bug (a wrong stride, an arena overlap, a dropped guard...) planted at the one
-place in the compiler where such a bug would live; the code there asks ``faults.active(name)``.
-Nothing is ever active unless a caller plants it::
+place in the compiler where such a bug would live.  The faults a compile plants are a field of its
+options (``CompileOptions.faults``), passed down to the passes and the code generator like every
+other option: the place of a fault asks ``faults.active(name, planted)`` of the set it was given,
+never a process-wide flag.  Nothing is ever planted unless a caller asks::
+
+    m = cuvil.compile(model, "native", cache_dir=tmp, faults={"bn-epsilon"})
+
+or, for a whole block (a verification run compiles many builds), :func:`plant`, which makes the
+named faults the default of every ``CompileOptions`` made inside the block (a context variable:
+the block's thread, and the threads started with a copy of its context, see
+``contextvars.copy_context``)::
 
     with cuvil.faults.plant("bn-epsilon"):
-        m = cuvil.compile(model, "native", cache_dir=tmp)
-    report = cuvil.verify(...)   # the `passes` check must point at fold-batchnorm
+        report = cuvil.verify(...)   # the `passes` check must point at fold-batchnorm
 
-A planted fault always changes the generated code or the graph, so a build made with one never
-shares a build-cache entry with a correct build.
+A planted fault always changes the generated code or the graph, and the planted set is part of the
+build-cache key, so a build made with one never shares a build-cache entry with a correct build.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
+import contextvars
+from collections.abc import Collection, Iterable, Iterator
 from contextlib import contextmanager
 
 from cuvil.errors import CuvilError
@@ -33,28 +41,41 @@ FAULTS: dict[str, str] = {
     "drop-guard": "a symbolic dim's upper-bound guard is not emitted (check: dynamic-shapes)",
 }
 
-_lock = threading.Lock()
-_active: set[str] = set()
+# The faults :func:`plant` asks for in this context: the default of ``CompileOptions.faults``.
+_planted: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar("cuvil_planted_faults",
+                                                                          default=frozenset())
 
 
-def active(name: str) -> bool:
-    """Whether fault ``name`` is planted now (the compiler asks this at the fault's one place)."""
+def checked(names: Iterable[str]) -> frozenset[str]:
+    """``names`` as a set, each one a known fault (a :class:`CuvilError` names the unknown ones)."""
+    if isinstance(names, str):
+        names = (names,)
+    out = frozenset(names)
+    unknown = sorted(n for n in out if n not in FAULTS)
+    if unknown:
+        raise CuvilError(f"unknown fault(s) {', '.join(unknown)}; known: {', '.join(FAULTS)}")
+    return out
+
+
+def active(name: str, planted: Collection[str]) -> bool:
+    """Whether fault ``name`` is among ``planted`` (the faults of the compile being made): the
+    compiler asks this at the fault's one place."""
     if name not in FAULTS:
         raise CuvilError(f"unknown fault {name!r}; known: {', '.join(FAULTS)}")
-    return name in _active
+    return name in planted
+
+
+def planted() -> frozenset[str]:
+    """The faults :func:`plant` plants in the current context (what ``CompileOptions`` defaults to)."""
+    return _planted.get()
 
 
 @contextmanager
 def plant(*names: str) -> Iterator[None]:
-    """Plant the named faults for the duration of the ``with`` block."""
-    unknown = [n for n in names if n not in FAULTS]
-    if unknown:
-        raise CuvilError(f"unknown fault(s) {', '.join(unknown)}; known: {', '.join(FAULTS)}")
-    with _lock:
-        added = [n for n in names if n not in _active]
-        _active.update(added)
+    """Plant the named faults in every compile whose options are made inside the ``with`` block."""
+    added = checked(names)
+    token = _planted.set(_planted.get() | added)
     try:
         yield
     finally:
-        with _lock:
-            _active.difference_update(added)
+        _planted.reset(token)

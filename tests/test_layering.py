@@ -65,6 +65,7 @@ LAYER_OF: dict[str, str] = {
     "cuvil.runtime": "runtime",
     "cuvil.backends": "backends",
     "cuvil.passes": "passes",
+    "cuvil.pipeline": "quant",  # the pass pipeline of a (target, options), int8 insertion included
     "cuvil.quant": "quant",
     "cuvil.custom": "custom",
     "cuvil.frontends": "frontends",

@@ -12,6 +12,7 @@ here.
 
 from __future__ import annotations
 
+from cuvil.backends.pipelines import FUSION_PASSES, standard_pipeline
 from cuvil.passes.base import GraphPass, Pass, PassError, PassResult, all_passes, get_pass, register_pass
 from cuvil.passes.canonicalize import Canonicalize
 from cuvil.passes.convert_precision import ConvertPrecision
@@ -35,11 +36,17 @@ from cuvil.passes.instruments import (
     relative_l2,
 )
 from cuvil.passes.layout import ConvertLayout
-from cuvil.passes.manager import PassManager, default_pipeline, format_pipeline, parse_pipeline
+from cuvil.passes.manager import (
+    PassManager,
+    default_pipeline,
+    format_pipeline,
+    parse_pipeline,
+)
 from cuvil.passes.plan_memory import PlanMemory
 from cuvil.passes.recognize_layernorm import RecognizeLayerNorm
 
 __all__ = [
+    "FUSION_PASSES",
     "Canonicalize",
     "ConvertLayout",
     "ConvertPrecision",
@@ -75,4 +82,5 @@ __all__ = [
     "parse_pipeline",
     "register_pass",
     "relative_l2",
+    "standard_pipeline",
 ]

@@ -33,6 +33,7 @@ control-flow region (:func:`nested_graphs`).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import re
@@ -65,6 +66,22 @@ class Pass:
 
     def options(self) -> dict[str, object]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @property
+    def faults(self) -> frozenset[str]:
+        """The planted faults (cuvil/faults.py) of the compile this pass instance runs in: given by
+        :meth:`with_faults`, not an option (no part of the pipeline text or of equality)."""
+        planted: frozenset[str] = self.__dict__.get("_planted", frozenset())
+        return planted
+
+    def with_faults(self, planted: frozenset[str]) -> Pass:
+        """This pass for a compile that plants ``planted`` (the pipeline builder,
+        ``cuvil.pipeline.build_pipeline``, hands every pass its compile's faults)."""
+        if planted == self.faults:
+            return self
+        p = copy.copy(self)
+        object.__setattr__(p, "_planted", frozenset(planted))
+        return p
 
     def __str__(self) -> str:
         return format_pass(self)

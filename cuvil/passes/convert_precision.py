@@ -22,13 +22,11 @@ from cuvil.ir.graph import Graph, Node, Value, captures
 from cuvil.ir.types import TensorType
 from cuvil.ops.common import const_of, infer_types
 from cuvil.ops.registry import SHAPE_ONLY, lookup
+from cuvil.options import PRECISION_ALIASES as ALIASES
 from cuvil.passes.base import Pass, PassError, PassResult, register_pass
 from cuvil.passes.rewrite import resolve_inputs, resolve_outputs
 
 REDUCED = (DType.f16, DType.bf16)
-# Spellings users write for a precision; the pass and the IR speak f32/f16/bf16.
-ALIASES = {"fp32": "f32", "float32": "f32", "f32": "f32", "fp16": "f16", "float16": "f16", "half": "f16",
-           "f16": "f16", "bf16": "bf16", "bfloat16": "bf16"}
 
 # Ops that run in float32 by default: a softmax, a normalisation's statistics, a sum over many terms, or
 # an op whose result leaves float16's range for ordinary inputs (exp(12) > 65504, 1/x near 0, log near 0).

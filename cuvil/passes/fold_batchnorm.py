@@ -65,7 +65,7 @@ class FoldBatchNorm(GraphPass):
                 continue
             scale, shift, mean, var = (np.asarray(c, np.float64) for c in params)
             eps = float(get("batch_norm").fill_attrs(bn.attrs)["epsilon"])
-            if faults.active("bn-epsilon"):  # the planted bug: folding with the wrong epsilon
+            if faults.active("bn-epsilon", self.faults):  # the planted bug: folding with the wrong epsilon
                 eps = eps * 10 + 1e-3
             s = scale / np.sqrt(var + eps)
             new = self._fold(p, s, shift - mean * s)

@@ -37,34 +37,20 @@ from cuvil.passes.instruments import Instrument, PassRecord, PassReport, Pipelin
 
 _log = logging.getLogger(__name__)
 
-# The passes every compiled target runs first; a layout pass joins here.  fold-constants runs again
-# after fold-qdq, which leaves the weights of the products it does not fold as float constants:
-# what reads them only to reshape or transpose them (a quantized nn.Linear's weight) folds then.
-_BASIC = "canonicalize,fold-constants,cse,dce,fold-batchnorm,fold-qdq,fold-constants"
-# Fusion, in this order: GELU and LayerNorm written out become one op each, attention written out
-# becomes one op (before its matmuls can take the scale and mask as epilogues), then
-# Conv/Gemm/MatMul take their elementwise tails as epilogues, then the chains left become single loops.
-# convert-layout goes before the epilogues, so they form on the channels-last convolutions, and
-# after where cuvil.compile puts convert-precision (before the first fusion pass): only float32
-# convolutions change layout.
-_FUSION = "recognize-gelu,convert-layout,recognize-layernorm,fuse-attention,fuse-epilogue,fuse-elementwise"
-# Last, once the schedule is final: every intermediate gets its offset in one arena.
-_MEMORY = "plan-memory"
-
 
 def default_pipeline(target: str, *, enable_fusion: bool = True) -> str:
-    """The pipeline ``cuvil.compile`` and ``cuvil opt`` run for ``target`` when none is given.
+    """The pipeline ``cuvil.compile`` and ``cuvil opt`` run for ``target`` when none is given: the
+    one its backend names (``cuvil.backends.registry.Backend.default_pipeline``).
 
     ``ref`` runs no passes: the reference interpreter runs the graph as imported, so it stays
     the oracle every optimised target (and every pass, through ``numeric-each``) is checked
-    against.  Every other target runs
-    ``canonicalize,fold-constants,cse,dce,fold-batchnorm,fold-qdq,fold-constants``,
-    then, unless ``enable_fusion`` is False,
-    ``recognize-gelu,convert-layout,recognize-layernorm,fuse-attention,fuse-epilogue,fuse-elementwise``,
-    and last ``plan-memory`` (the intermediates in one arena per call)."""
-    if target == "ref":
-        return ""
-    return f"{_BASIC},{_FUSION},{_MEMORY}" if enable_fusion else f"{_BASIC},{_MEMORY}"
+    against.  The C and wasm32 targets run :func:`standard_pipeline`.  Options beyond fusion
+    (precision, quantization) add to it: ``cuvil.pipeline.build_pipeline``."""
+    # The backend table sits above the passes; it is read here, at call time, so that the one
+    # answer to "which pipeline does this target run" is the backend's.
+    from cuvil.backends.registry import get_backend
+
+    return get_backend(target).default_pipeline(enable_fusion=enable_fusion)
 
 
 # ---- pipeline text ----------------------------------------------------------------------------------------------

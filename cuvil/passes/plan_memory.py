@@ -45,5 +45,5 @@ class PlanMemory(Pass):
         from cuvil.backends.c.memplan import plan_memory
 
         before = graph.memory_plan
-        graph.memory_plan = plan_memory(graph, in_place=self.in_place, poison=self.poison)
+        graph.memory_plan = plan_memory(graph, in_place=self.in_place, poison=self.poison, planted=self.faults)
         return PassResult(graph, graph.memory_plan != before)

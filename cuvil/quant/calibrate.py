@@ -106,13 +106,15 @@ def check_coverage(graph: Graph, calib: CalibrationSet) -> None:
 
 @dataclass(frozen=True)
 class RunnerOptions:
-    """Where calibration runs the graph: the compile's C compiler, build cache and thread count, and
-    the most examples per call (1: one feed per call, as given)."""
+    """Where calibration runs the graph: the compile's C compiler, build cache, thread count and
+    planted faults (cuvil/faults.py: a calibration build has the bugs its compile plants), and the
+    most examples per call (1: one feed per call, as given)."""
 
     cc: str | None = None
     cache_dir: str | None = None
     num_threads: int | None = None
     batch: int = CALIBRATION_BATCH
+    faults: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -172,7 +174,7 @@ def _native_runner(graph: Graph, watched: Sequence[Value], options: RunnerOption
     tapped.outputs = [same[v] for v in watched]
     t0 = time.perf_counter()
     model = cuvil.compile(tapped, "native", passes="dce,plan-memory", cache_dir=options.cache_dir, cc=options.cc,
-                          num_threads=options.num_threads)
+                          num_threads=options.num_threads, faults=options.faults)
     seconds = time.perf_counter() - t0
     log.info("calibration runs on a native build of the float32 graph tapped at %d tensors (%s, %.2f s)",
              len(watched), "build cache hit" if model.info.cached else "built", seconds)

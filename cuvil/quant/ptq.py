@@ -63,7 +63,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -94,6 +94,9 @@ from cuvil.quant.observers import (
     activation_qparams,
     quantize_weight,
 )
+
+if TYPE_CHECKING:
+    from cuvil.pipeline import Pipeline
 
 log = logging.getLogger("cuvil.quant")
 
@@ -252,17 +255,14 @@ def _static_add(n: Node) -> bool:
 
 
 def split_pipeline(target: str, enable_fusion: bool) -> tuple[list[Pass], list[Pass]]:
-    """The passes before quantization (up to and including ``fold-batchnorm``) and after it."""
-    from cuvil.passes import FoldBatchNorm, all_passes, default_pipeline, parse_pipeline
+    """The passes an int8 compile for ``target`` runs before quantization (up to and including
+    ``fold-batchnorm``) and after it: ``cuvil.pipeline.build_pipeline``'s, split."""
+    from cuvil.options import CompileOptions, QuantizationOptions
+    from cuvil.pipeline import build_pipeline
 
-    full = parse_pipeline(default_pipeline("generic" if target == "ref" else target, enable_fusion=enable_fusion))
-    full = [p for p in full if p.name != "fold-qdq"]
-    at = next(i for i, p in enumerate(full) if isinstance(p, FoldBatchNorm)) + 1
-    pre, post = full[:at], full[at:]
-    if target == "ref":
-        return pre, []
-    fold_qdq = all_passes().get("fold-qdq")
-    return pre, ([fold_qdq()] if fold_qdq is not None else []) + post
+    p = build_pipeline(target, CompileOptions(enable_fusion=enable_fusion, faults=frozenset(),
+                                              quantization=QuantizationOptions(dtype="int8")))
+    return p.before_quantization(), p.after_quantization()
 
 
 def plan(graph: Graph, per_channel: bool) -> tuple[list[QuantNode], list[str]]:
@@ -559,14 +559,16 @@ def _int8_forms(graph: Graph) -> dict[str, Dequantize]:
     return out
 
 
-def compile_int8(graph: Graph, copy: bool, target: str, enable_fusion: bool, dataset: Any, options: QuantOptions,
+def compile_int8(graph: Graph, copy: bool, pipeline: Pipeline, dataset: Any, options: QuantOptions,
                  report_samples: int, times: dict[str, float], runner: RunnerOptions | None = None
                  ) -> tuple[Graph, QuantAccuracyReport]:
     """What ``cuvil.compile(..., quant_dtype=...)`` does between import and code generation: the passes
-    up to ``fold-batchnorm``, calibration and quantization, the rest of the pipeline (see the module
-    docstring), then the per-layer errors of the result against the float32 graph on the first
-    ``report_samples`` calibration feeds.  ``copy``: ``graph`` belongs to the caller (it is copied).
-    ``runner``: the compile's C compiler, build cache and threads, for the calibration build."""
+    of ``pipeline`` (``cuvil.pipeline.build_pipeline``'s, for the compile's target and options) up to
+    its quantization point (after ``fold-batchnorm``), calibration and quantization, the rest of the
+    pipeline (see the module docstring), then the per-layer errors of the result against the float32
+    graph on the first ``report_samples`` calibration feeds.  ``copy``: ``graph`` belongs to the caller
+    (it is copied).  ``runner``: the compile's C compiler, build cache and threads, for the calibration
+    build."""
     from cuvil.ir.verify import verify
     from cuvil.log import stage
     from cuvil.passes import PassManager
@@ -574,7 +576,7 @@ def compile_int8(graph: Graph, copy: bool, target: str, enable_fusion: bool, dat
     from cuvil.quant.accuracy import layer_errors
 
     calib = load_calibration(dataset, graph, options)
-    pre, post = split_pipeline(target, enable_fusion)
+    pre, post = pipeline.before_quantization(), pipeline.after_quantization()
     with stage(log, "passes before quantization", times):
         graph = PassManager(pre).run(copy_graph(graph) if copy else graph)
     fp32 = copy_graph(graph)

@@ -93,14 +93,21 @@ class Signature:
     symbols: Mapping[str, SymbolInfo] = field(default_factory=dict)
     # Shape relations between symbolic dims checked before anything runs (cuvil/ir/assumptions.py).
     checks: tuple[Assumption, ...] = ()
+    # A symbol whose upper bound is not checked: only a compile that plants the fault "drop-guard"
+    # (cuvil/faults.py) sets it, so that its Python guard has the bug its C guard has.
+    dropped_guard: str | None = None
 
     @staticmethod
-    def of(graph: Graph) -> Signature:
+    def of(graph: Graph, planted: frozenset[str] = frozenset()) -> Signature:
+        """The contract of ``graph``; ``planted``: the compile's planted faults."""
+        from cuvil.runtime.guards import dropped_guard
+
         return Signature(
             tuple(TensorSpec(v.name, v.type) for v in graph.inputs),
             tuple(TensorSpec(v.name, v.type) for v in graph.outputs),
             dict(graph.symbols),
             tuple(graph_assumptions(graph)),
+            dropped_guard(graph.symbols, planted) if planted else None,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -111,6 +118,7 @@ class Signature:
                 {"name": i.name, "min": i.min, "max": i.max, "multiple_of": i.multiple_of} for i in self.symbols.values()
             ],
             "checks": [c.to_json() for c in self.checks],
+            **({"dropped_guard": self.dropped_guard} if self.dropped_guard is not None else {}),
         }
 
     @staticmethod
@@ -120,6 +128,7 @@ class Signature:
             tuple(TensorSpec.from_json(x) for x in d["outputs"]),
             {s["name"]: SymbolInfo(s["name"], s.get("min"), s.get("max"), s.get("multiple_of")) for s in d["symbols"]},
             tuple(Assumption.from_json(c) for c in d.get("checks", [])),
+            d.get("dropped_guard"),
         )
 
 
@@ -223,7 +232,7 @@ class CompiledModel:
         arrs, torch_out = inputs_to_numpy(arrays, self.input_names)
         if not self._matches_static(arrs):
             env = bind_inputs(self.input_names, [s.type for s in self.input_specs], arrs, self.signature.symbols,
-                              self.signature.checks)
+                              self.signature.checks, self.signature.dropped_guard)
         else:
             env = {}
         return outputs_as(self._executor.run(arrs, env), torch_out)

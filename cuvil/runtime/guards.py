@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -19,12 +19,14 @@ def bind_inputs(
     arrays: Sequence[np.ndarray],
     symbols: Mapping[str, SymbolInfo],
     checks: Sequence[Assumption] = (),
+    dropped: str | None = None,
 ) -> dict[str, int]:
     """Check dtypes, ranks, static dims and symbol constraints, then the shape relations the
     model's ops need (``checks``, see cuvil/ir/assumptions.py); return the symbol values.
 
     Every failure raises an :class:`InputError` naming the input (or the node and
-    relation), what was expected and what was given."""
+    relation), what was expected and what was given.  ``dropped``: a symbol whose upper bound is
+    not checked (the planted fault "drop-guard", :func:`dropped_guard`)."""
     if len(arrays) != len(types):
         raise InputError(f"expected {len(types)} inputs ({', '.join(map(repr, names))}), got {len(arrays)}")
     env: dict[str, int] = {}
@@ -65,7 +67,6 @@ def bind_inputs(
                 where[s] = f"input {name!r} dim {axis}"
             else:
                 deferred.append((name, axis, d, int(n)))
-    dropped = dropped_guard(symbols)
     for s, v in env.items():
         info = symbols.get(s)
         if info is not None:
@@ -88,13 +89,14 @@ def bind_inputs(
     return env
 
 
-def dropped_guard(symbols: Mapping[str, SymbolInfo]) -> str | None:
-    """The symbol whose upper-bound guard is left out while the planted fault "drop-guard" is active
-    (the first symbol with a maximum; cuvil/faults.py), else None. The Python guard and the C input
-    checks both ask, so the bug is the same in every target."""
+def dropped_guard(symbols: Mapping[str, SymbolInfo], planted: Collection[str]) -> str | None:
+    """The symbol whose upper-bound guard is left out when the planted fault "drop-guard" is among
+    ``planted`` (the first symbol with a maximum; cuvil/faults.py), else None. The compile records it
+    in the model's Signature (the Python guard) and the C input checks ask too, so the bug is the
+    same in every target."""
     from cuvil import faults
 
-    if not faults.active("drop-guard"):
+    if not faults.active("drop-guard", planted):
         return None
     return next((name for name, info in symbols.items() if info.max is not None), None)
 

@@ -15,6 +15,7 @@ optionally in float64), and the source framework the model came from
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import os
 import threading
@@ -29,6 +30,7 @@ import numpy as np
 
 from cuvil.ir.graph import Graph
 from cuvil.ir.samples import random_inputs
+from cuvil.options import CompileOptions
 from cuvil.runtime.compiled import CompiledModel, Signature
 from cuvil.verify.base import VerifyError
 
@@ -152,7 +154,9 @@ class VerifyContext:
                                             thread_name_prefix="cuvil-verify-build")
         with self._lock:
             for key, options in todo:
-                self._pending[key] = self._pool.submit(self._build, key[0], options)
+                # each build runs in a copy of this thread's context: the faults cuvil.faults.plant
+                # plants here are planted in the background builds too
+                self._pending[key] = self._pool.submit(contextvars.copy_context().run, self._build, key[0], options)
 
     def settle(self) -> None:
         """Wait until every build started by :meth:`prefetch` has finished (failed ones fail when asked for)."""
@@ -169,18 +173,28 @@ class VerifyContext:
         with self._lock:  # a build cancelled before it started is made on demand again
             self._pending = {k: f for k, f in self._pending.items() if not f.cancelled()}
 
-    def _build(self, target: str, options: Mapping[str, Any]) -> tuple[CompiledModel, float]:
-        import cuvil
+    def compile_options(self, target: str, **options: Any) -> CompileOptions:
+        """The options :meth:`compiled` compiles ``target`` with for the keyword ``options`` (the build
+        cache, and the suite's sample inputs for a reduced-precision compile's overflow check): what a
+        check gives ``cuvil.pipeline.build_pipeline`` to know the pipeline that build runs."""
+        from cuvil.backends.registry import find_backend
 
         kw: dict[str, Any] = dict(options)
-        if target != "ref" and self.cache_dir:
+        backend = find_backend(target)  # None: a name compile refuses, and says so
+        if (backend is None or backend.builds) and self.cache_dir:
             kw.setdefault("cache_dir", self.cache_dir)
         if kw.get("precision", "fp32") != "fp32" and "calibration_dataset" not in kw:
             # a reduced-precision compile looks for overflows on sample inputs: the suite's own, in
             # the model's value domain (see inputs), not values the model never sees
             kw["calibration_dataset"] = [tuple(self._samples(self.seed + i)) for i in range(2)]
+        return CompileOptions.from_keywords(**kw)
+
+    def _build(self, target: str, options: Mapping[str, Any]) -> tuple[CompiledModel, float]:
+        import cuvil
+
+        opts = self.compile_options(target, **options)
         t0 = time.perf_counter()
-        model = cuvil.compile(self.imported(), target=target, **kw)
+        model = cuvil.compile(self.imported(), target=target, options=opts)
         return model, time.perf_counter() - t0
 
     def inputs(self, seed: int | None = None, symbols: Mapping[str, int] | None = None) -> list[np.ndarray]:

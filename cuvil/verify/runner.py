@@ -27,7 +27,6 @@ import functools
 import importlib
 import importlib.util
 import os
-import shutil
 import sys
 import time
 import traceback
@@ -36,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from cuvil.backends.c.toolchain import cpu_cannot_run
+from cuvil.backends.registry import Backend
 from cuvil.verify.base import Check, CheckResult, Status, VerifyError, all_checks
 from cuvil.verify.config import VerifyConfig
 from cuvil.verify.context import ModelSource, VerifyContext
@@ -52,28 +51,27 @@ TIMED_GROUP = "runtime"
 # ---- targets ----------------------------------------------------------------------------------------------------
 
 
-@functools.cache
 def target_unavailable(target: str) -> str | None:
-    """None when ``target`` can be built and run here, else why not."""
-    from cuvil.api import TARGETS
+    """None when ``target`` can be built and run here, else why not (its backend says:
+    ``cuvil.backends.registry.Backend.unavailable``)."""
+    from cuvil.backends.registry import backend_names, find_backend
 
-    if target not in TARGETS:
-        raise VerifyError(f"unknown target {target!r} (known: {', '.join(TARGETS)})")
-    if target == "ref":
-        return None
-    if target == "wasm32":
-        missing = [m for m in ("ziglang", "wasmtime") if importlib.util.find_spec(m) is None]
-        return f"needs the Python packages {', '.join(missing)}" if missing else None
-    if shutil.which("cc") is None:  # cuvil.compile's default compiler
-        return "no C compiler (cc) found"
-    return cpu_cannot_run(target, unreadable="this CPU's features cannot be read (/proc/cpuinfo)")
+    backend = find_backend(target)
+    if backend is None:
+        raise VerifyError(f"unknown target {target!r} (known: {', '.join(backend_names())})")
+    return _unavailable(backend)
+
+
+@functools.cache
+def _unavailable(backend: Backend) -> str | None:
+    return backend.unavailable()  # a toolchain lookup and /proc/cpuinfo: once per backend and process
 
 
 def available_targets() -> list[str]:
     """Every target that can be built and run on this machine."""
-    from cuvil.api import TARGETS
+    from cuvil.backends.registry import backend_names
 
-    return [t for t in TARGETS if target_unavailable(t) is None]
+    return [t for t in backend_names() if target_unavailable(t) is None]
 
 
 def resolve_targets(requested: Sequence[str] | None) -> tuple[list[str], dict[str, str]]:

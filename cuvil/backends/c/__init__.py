@@ -46,6 +46,10 @@ class BuildOptions:
     cache_dir: Path | None = None
     sanitize: bool = False
     conv_algorithm: str | tuple[tuple[str, str], ...] = "auto"  # see kernels/conv_algorithm.py
+    faults: frozenset[str] = frozenset()  # the compile's planted faults (cuvil/faults.py)
+    # What of the compile options decides the generated code (CompileOptions.build_key): part of the
+    # build-cache key beside the source, weights, compiler, flags and runtime.
+    options_key: str = ""
 
 
 @dataclass
@@ -77,11 +81,12 @@ def build(graph: Graph, options: BuildOptions) -> Build:
     t0 = time.perf_counter()
     with stage(_log, "codegen"):
         module = generate(graph, CodegenOptions(target=options.target, model_name=graph.name,
-                                                conv_algorithm=options.conv_algorithm))
+                                                conv_algorithm=options.conv_algorithm, faults=options.faults))
     variants = variants_for(options.target, module.source)
     key_parts = (__version__, options.target, options.compiler.version, " ".join(options.compiler.argv),
                  *(" ".join(compile_flags(options.target, sanitize=options.sanitize, variant=v))
-                   for v in (None, *variants)), _runtime_digest())
+                   for v in (None, *variants)), _runtime_digest(),
+                 *((options.options_key,) if options.options_key else ()))
 
     def compile_source(src: Path, folder: Path) -> str:
         logs = [build_library(options.compiler, src, folder / "model.so", options.target, sanitize=options.sanitize)]

@@ -58,6 +58,9 @@ class CodegenOptions:
     # Which algorithm convolutions run (cuvil/backends/c/kernels/conv_algorithm.py): one name for
     # every node, or (node name, algorithm) pairs.
     conv_algorithm: str | tuple[tuple[str, str], ...] = "auto"
+    # The planted faults of this compile (cuvil/faults.py; CompileOptions.faults): the kernels at a
+    # fault's place read them from here.
+    faults: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -278,7 +281,7 @@ class FunctionEmitter:
                     first_use[s] = (i, j)
         from cuvil.runtime.guards import dropped_guard
 
-        dropped = dropped_guard(self.graph.symbols)  # a planted fault (cuvil/faults.py), None otherwise
+        dropped = dropped_guard(self.graph.symbols, self.options.faults)  # a planted fault (cuvil/faults.py), None otherwise
         for s in [s for s in self.graph.symbols if s in bound]:  # graph order: the C must not depend on set order
             info = self.graph.symbols[s]
             cs = self.sym_c[s]

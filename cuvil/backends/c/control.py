@@ -53,7 +53,7 @@ def _emit_if(fn: FunctionEmitter, node: Node, ins: Sequence[CVal | None], outs: 
     w.line(f'if (cuvil_numel({cond.shape}, {cond.rank}) != 1) {{ cuvil_fail(call, "node %s (if): the condition '
            f'must hold one element", {c_string(node.name)}); goto fail; }}')
     # The planted bug tests the condition as a count (> 1), so a true condition (1) runs the else branch.
-    test = f"{cond.ptr}[0] > 1" if faults.active("if-branch") else f"{cond.ptr}[0]"
+    test = f"{cond.ptr}[0] > 1" if faults.active("if-branch", fn.options.faults) else f"{cond.ptr}[0]"
     for label, key in ((f"if ({test})", "then_branch"), ("else", "else_branch")):
         g: Graph = node.attrs[key]
         with w.block(label):

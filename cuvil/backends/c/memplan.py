@@ -42,7 +42,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from cuvil import faults
@@ -311,8 +311,10 @@ def representative_env(symbols: Mapping[str, SymbolInfo]) -> dict[str, int]:
     return env
 
 
-def plan_memory(graph: Graph, *, in_place: bool = True, poison: bool = False) -> MemoryPlan:
-    """The memory plan of ``graph``'s top-level schedule (rules 1-6)."""
+def plan_memory(graph: Graph, *, in_place: bool = True, poison: bool = False,
+                planted: Collection[str] = frozenset()) -> MemoryPlan:
+    """The memory plan of ``graph``'s top-level schedule (rules 1-6); ``planted``: the compile's
+    planted faults (cuvil/faults.py), two of which live here."""
     import cuvil.backends.c.kernels  # noqa: F401  (fills the kernel table: which kernels work in place)
     from cuvil.backends.c.kernel import find_kernel
 
@@ -325,7 +327,7 @@ def plan_memory(graph: Graph, *, in_place: bool = True, poison: bool = False) ->
             last[v] = i
             first.setdefault(v, i)
             readers[v] = readers.get(v, 0) + 1
-    if faults.active("stale-read"):  # planted: liveness ends at a value's first reader, not its last
+    if faults.active("stale-read", planted):  # planted: liveness ends at a value's first reader, not its last
         last = {v: first[v] if readers[v] > 1 else i for v, i in last.items()}
     outputs = set(graph.outputs)
     bound = bound_symbols(graph)
@@ -375,7 +377,7 @@ def plan_memory(graph: Graph, *, in_place: bool = True, poison: bool = False) ->
     # rule 5: the buffers in representative-offset order (ties: smaller first), each above the
     # conflicting buffers before it
     seq = sorted(range(len(spans)), key=lambda j: (rep_off[j], rep_sizes[j], j))
-    below = _below_sets([spans[j] for j in seq])
+    below = _below_sets([spans[j] for j in seq], planted)
     static = all(isinstance(sp.nbytes, int) for sp in spans)
     shell = [Buffer(spans[j].values, spans[j].nbytes, spans[j].start, spans[j].end, below[p], None)
              for p, j in enumerate(seq)]
@@ -430,14 +432,14 @@ def _best_fit(spans: list[_Span], sizes: list[int]) -> list[int]:
     return offs
 
 
-def _below_sets(seq: list[_Span]) -> list[tuple[int, ...]]:
+def _below_sets(seq: list[_Span], planted: Collection[str]) -> list[tuple[int, ...]]:
     """For each buffer (in offset order), the earlier buffers whose lifetimes meet its own, less
     those another one of them already lies above (rule 5)."""
     reach: list[set[int]] = []
     out: list[tuple[int, ...]] = []
     for p, span in enumerate(seq):
         direct = [q for q in range(p) if seq[q].meets(span)]
-        if faults.active("arena-overlap") and direct:  # planted: the nearest block below is overlooked
+        if faults.active("arena-overlap", planted) and direct:  # planted: the nearest block below is overlooked
             direct = direct[:-1]
         implied: set[int] = set()
         for q in direct:

@@ -39,6 +39,8 @@ class WasmBuildOptions:
     zig: Zig = field(default_factory=Zig)
     cache_dir: Path | None = None  # the Cuvil build cache (default: ~/.cache/cuvil); see zig_global_cache
     conv_algorithm: str | tuple[tuple[str, str], ...] = "auto"  # see backends/c/kernels/conv_algorithm.py
+    faults: frozenset[str] = frozenset()  # the compile's planted faults (cuvil/faults.py)
+    options_key: str = ""  # CompileOptions.build_key: part of the build-cache key
 
 
 @dataclass
@@ -57,8 +59,9 @@ def build(graph: Graph, options: WasmBuildOptions) -> WasmBuild:
     """Generate, compile to WebAssembly (or fetch from the cache) and return the model's build folder."""
     t0 = time.perf_counter()
     module = generate(graph, CodegenOptions(target=WASM_TARGET, model_name=graph.name,
-                                            conv_algorithm=options.conv_algorithm))
-    key_parts = (__version__, WASM_TARGET, options.zig.version, " ".join(compile_flags()), _runtime_digest())
+                                            conv_algorithm=options.conv_algorithm, faults=options.faults))
+    key_parts = (__version__, WASM_TARGET, options.zig.version, " ".join(compile_flags()), _runtime_digest(),
+                 *((options.options_key,) if options.options_key else ()))
     root = options.cache_dir or cache.default_cache_dir()
 
     def compile_source(src: Path, folder: Path) -> str:

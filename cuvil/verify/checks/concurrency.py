@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from cuvil.backends.c import C_TARGETS
+from cuvil.backends.registry import find_backend
 from cuvil.verify.base import Check, CheckResult, Status, register_check
 
 DEFAULTS: dict[str, Any] = {"instances": 4, "repeats": 3, "processes": True, "timeout_s": 120}
@@ -94,7 +94,8 @@ class Concurrency(Check):
         mismatches: list[dict[str, Any]] = []
         mismatches += self._threads(m, inputs, expected, repeats)
         modes = ["threads"]
-        if cfg["processes"] and (target in C_TARGETS or target == "wasm32"):
+        backend = find_backend(target)
+        if cfg["processes"] and backend is not None and backend.saves_artifacts:
             mismatches += self._processes(ctx, target, m, inputs, expected, repeats, float(cfg["timeout_s"]))
             modes.append("processes")
         after = state_fingerprint(m, inputs[0])
@@ -137,11 +138,8 @@ class Concurrency(Check):
         if m.graph is None:
             return None
         graph = m.graph
-        kw: dict[str, Any] = {"passes": tap_passes(graph)}
-        if target != "ref" and ctx.cache_dir:
-            kw["cache_dir"] = ctx.cache_dir
         tapped_g, extra = tapped_graph(graph)
-        tapped = cuvil.compile(tapped_g, target=target, **kw)
+        tapped = cuvil.compile(tapped_g, target=target, options=ctx.compile_options(target, passes=tap_passes(graph)))
         names = [v.name for v in graph.outputs] + extra
         alone = [[np.array(a, copy=True) for a in tapped(*x)] for x in inputs]
         order = {v.name: (n, v) for n, v in tap_points(graph)}

@@ -19,11 +19,14 @@ for some op fails with those nodes.  Nothing falls back silently.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cuvil.errors import CuvilError, UnsupportedOpError
 from cuvil.ir.graph import Graph, Node
 from cuvil.verify.base import Check, CheckResult, Status, register_check
+
+if TYPE_CHECKING:
+    from cuvil.options import CompileOptions
 
 CONTROL_FLOW = ("if", "loop")
 SOURCE_KINDS = {"onnx": "the ONNX graph's nodes", "torch": "the torch front end's op-mapping table (FX nodes)",
@@ -82,9 +85,13 @@ def _walk(graph: Graph, owner: Node | None = None) -> Iterator[tuple[Node, Node 
 
 def kernel_name(target: str, op: str) -> str | None:
     """The implementation ``target`` runs ``op`` with, or None when it has none."""
+    from cuvil.backends.registry import find_backend
+
+    backend = find_backend(target)
+    interpreted = backend is not None and backend.kernel_ops() is None  # it runs the ops' NumPy references
     if op == "constant":
-        return "weights" if target != "ref" else "constant"
-    if target == "ref":
+        return "constant" if interpreted else "weights"
+    if interpreted:
         from cuvil.ops.registry import lookup
 
         opdef = lookup(op)
@@ -103,12 +110,16 @@ def kernel_name(target: str, op: str) -> str | None:
     return None if k is None else f"{k.emit.__module__}.{k.emit.__name__}"
 
 
-def target_graph(graph: Graph, target: str) -> Graph:
-    """The graph after ``target``'s default pass pipeline (what ``cuvil.compile`` hands the backend)."""
-    from cuvil.passes import PassManager, default_pipeline
+def target_graph(graph: Graph, target: str, options: CompileOptions | None = None) -> Graph:
+    """The graph after the pass pipeline ``cuvil.compile`` runs for ``target`` with ``options`` (default
+    options when None): what it hands the backend."""
+    from cuvil.options import CompileOptions
+    from cuvil.passes import PassManager
     from cuvil.passes.rewrite import copy_graph
+    from cuvil.pipeline import build_pipeline
 
-    manager = PassManager(default_pipeline(target))
+    pipeline = build_pipeline(target, options if options is not None else CompileOptions())
+    manager = PassManager(list(pipeline.passes))
     return manager.run(copy_graph(graph)) if manager.passes else graph
 
 
@@ -149,13 +160,13 @@ class Coverage(Check):
             imported.setdefault(n.name, []).append(n)
         results = []
         for target in ctx.targets:
-            results.append(self._target(target, graph, sources, imported, SOURCE_KINDS.get(kind, kind)))
+            results.append(self._target(ctx, target, graph, sources, imported, SOURCE_KINDS.get(kind, kind)))
         return results
 
-    def _target(self, target: str, graph: Graph, sources: list[dict[str, str]],
+    def _target(self, ctx: Any, target: str, graph: Graph, sources: list[dict[str, str]],
                 imported: dict[str, list[Node]], source: str) -> CheckResult:
         try:
-            tg = target_graph(graph, target)
+            tg = target_graph(graph, target, ctx.compile_options(target))
         except CuvilError as exc:
             return CheckResult(self.name, Status.FAIL, f"the {target} pass pipeline fails: {exc}", target=target,
                                details={"error": f"{type(exc).__name__}: {exc}"}, where={"target": target})

@@ -1,7 +1,9 @@
 """The ``cross-target`` check: every available target on the same inputs, and the drift matrix between them.
 
-Targets: ``ref``, ``generic``, ``native`` and ``wasm32`` (when its toolchain,
-ziglang and wasmtime, imports), plus any target the run was given.  Every
+Targets: every registered target whose code needs no particular CPU features
+(``ref``, ``generic``, ``native`` and ``wasm32``: :func:`default_targets`), plus
+any target the run was given; a target its backend says cannot be built or run
+here (wasm32 without ziglang and wasmtime) is skipped with the reason.  Every
 pair is compared output by output; an entry of the matrix is the largest
 over the outputs of ``||a - b|| / ||float64 reference||``, so the matrix is
 symmetric and every entry is on the same scale.  The last row and column
@@ -12,7 +14,6 @@ nothing is left out silently.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -23,14 +24,15 @@ from cuvil.errors import CuvilError
 from cuvil.verify.base import Check, CheckResult, Status, register_check
 from cuvil.verify.checks.precision import output_node, wide_reference
 
-DEFAULT_TARGETS = ("ref", "generic", "native", "wasm32")
 REFERENCE_LABEL = "float64 reference"
 
 
-def wasm_available() -> str | None:
-    """None when the wasm32 toolchain imports, else why not."""
-    missing = [m for m in ("ziglang", "wasmtime") if importlib.util.find_spec(m) is None]
-    return f"{' and '.join(missing)} not installed" if missing else None
+def default_targets() -> tuple[str, ...]:
+    """The targets compared by default: every registered one whose code runs on any machine of its
+    kind or on this one (the backend table; not the x86 targets with fixed CPU features)."""
+    from cuvil.backends.registry import backends
+
+    return tuple(b.name for b in backends() if not b.required_features())
 
 
 def drift(a: np.ndarray, b: np.ndarray, ref: np.ndarray) -> float:
@@ -61,12 +63,18 @@ class CrossTarget(Check):
 
     def _targets(self, ctx: Any) -> tuple[list[str], dict[str, str]]:
         """The targets to compare, and the ones skipped with the reason."""
-        wanted = [str(t) for t in self.settings(ctx).get("targets", DEFAULT_TARGETS)]
-        targets = list(dict.fromkeys([*wanted, *ctx.targets]))
+        from cuvil.backends.registry import find_backend
+
+        wanted = [str(t) for t in self.settings(ctx).get("targets", default_targets())]
+        targets: list[str] = []
         skipped: dict[str, str] = {}
-        if "wasm32" in targets and (why := wasm_available()) is not None:
-            targets.remove("wasm32")
-            skipped["wasm32"] = why
+        for t in dict.fromkeys([*wanted, *ctx.targets]):
+            backend = find_backend(t)  # None: a subject that is no target (onnxruntime), or a name compile refuses
+            why = backend.unavailable() if backend is not None and t not in ctx.targets else None
+            if why is None:
+                targets.append(t)
+            else:
+                skipped[t] = why
         return targets, skipped
 
     def run(self, ctx: Any) -> list[CheckResult]:

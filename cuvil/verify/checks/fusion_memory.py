@@ -1,7 +1,7 @@
 """The ``fusion-memory`` check: builds that must agree, compared output by output on the same inputs.
 
-For each compiled target (the reference interpreter fuses and plans nothing, so ``ref`` is
-skipped), on the suite's seeded inputs:
+For each target whose pipeline runs passes (``cuvil.pipeline.build_pipeline``: the reference
+interpreter fuses and plans nothing, so ``ref`` is skipped), on the suite's seeded inputs:
 
 1. fused / unfused: the target's build against one with ``enable_fusion=False``; fusion may
    change rounding, so float outputs may differ by a relative L2 of ``fused_max_rel_l2``
@@ -34,7 +34,8 @@ import numpy as np
 
 from cuvil.errors import CuvilError
 from cuvil.ir.graph import Graph, Node, Value
-from cuvil.passes import Pass, PassManager, all_passes, default_pipeline, format_pipeline, parse_pipeline
+from cuvil.passes import Pass, PassManager, all_passes, format_pipeline, parse_pipeline
+from cuvil.pipeline import Pipeline, build_pipeline
 from cuvil.verify.base import Check, CheckResult, Status, register_check
 from cuvil.verify.checks.passes import output_errors
 
@@ -58,13 +59,24 @@ def plan_support() -> tuple[bool, bool, str | None]:
     return True, True, None
 
 
-def plan_pipelines(text: str) -> tuple[list[Pass], list[Pass], list[Pass]]:
-    """Planned, unplanned and poisoned variants of the pipeline ``text`` (plan-memory added when absent)."""
-    passes = parse_pipeline(text)
+def plan_pipelines(pipeline: str | Sequence[Pass]) -> tuple[list[Pass], list[Pass], list[Pass]]:
+    """Planned, unplanned and poisoned variants of ``pipeline`` (text or passes; plan-memory added when absent)."""
+    passes = parse_pipeline(pipeline) if isinstance(pipeline, str) else list(pipeline)
     unplanned = [p for p in passes if p.name != PLAN]
     planned = passes if len(unplanned) < len(passes) else [*passes, *parse_pipeline(PLAN)]
     poisoned = [dataclasses.replace(p, poison=True) if p.name == PLAN else p for p in planned]  # type: ignore[call-arg]
     return planned, unplanned, poisoned
+
+
+def compiled_pipeline(ctx: Any, target: str, **options: Any) -> Pipeline:
+    """The pipeline ``ctx.compiled(target, **options)`` runs (``cuvil.pipeline.build_pipeline``)."""
+    return build_pipeline(target, ctx.compile_options(target, **options))
+
+
+def display_name(target: str) -> str:
+    from cuvil.backends.registry import get_backend
+
+    return get_backend(target).display_name()
 
 
 def tap_copies(graph: Graph) -> tuple[Graph, list[tuple[Node, Value, str]]]:
@@ -105,17 +117,22 @@ class FusionMemory(Check):
 
     def builds(self, ctx: Any) -> list[tuple[str, dict[str, Any]]]:
         """The builds :meth:`run` compares, so that the runner can start them ahead, all at once."""
-        return [(t, options) for t in ctx.targets if t != "ref" for options in self._variants(t).values()]
+        return [(t, options) for t in ctx.targets if compiled_pipeline(ctx, t).passes
+                for options in self.variants(ctx, t).values()]
 
     @staticmethod
-    def _variants(target: str) -> dict[str, dict[str, Any]]:
+    def variants(ctx: Any, target: str) -> dict[str, dict[str, Any]]:
         """Build options by variant: fused (the default build), unfused, and, with a plan-memory pass,
-        planned, unplanned and (when it can poison) poisoned."""
+        planned, unplanned and (when it can poison) poisoned.  Every variant's pipeline is the one
+        compile builds for its options (``cuvil.pipeline.build_pipeline``): the unfused build is the
+        default build with ``enable_fusion=False``, the memory variants its pipeline with plan-memory
+        removed or changed."""
         out: dict[str, dict[str, Any]] = {"fused": {}, "unfused": {"enable_fusion": False}}
         has_plan, can_poison, _ = plan_support()
         if has_plan:
-            base = default_pipeline(target)
-            planned, unplanned, poisoned = (format_pipeline(p) for p in plan_pipelines(base))
+            pipeline = compiled_pipeline(ctx, target)
+            base = pipeline.text
+            planned, unplanned, poisoned = (format_pipeline(p) for p in plan_pipelines(pipeline.passes))
             out["planned"] = {} if planned == base else {"passes": planned}
             out["unplanned"] = {"passes": unplanned}
             if can_poison:
@@ -129,9 +146,9 @@ class FusionMemory(Check):
         results = []
         for target in ctx.targets:
             t0 = time.perf_counter()
-            if target == "ref":
-                r = CheckResult(self.name, Status.SKIP, "the reference interpreter fuses and plans nothing",
-                                target=target)
+            if not compiled_pipeline(ctx, target).passes:
+                r = CheckResult(self.name, Status.SKIP, f"{display_name(target)} runs no passes: it fuses and plans "
+                                "nothing", target=target)
             else:
                 r = self._one(ctx, target, inputs, fused_max)
             r.seconds = time.perf_counter() - t0
@@ -159,11 +176,12 @@ class FusionMemory(Check):
             tensors = {f"{bad[0]}.fused": fused[names.index(bad[0])], f"{bad[0]}.unfused": unfused[names.index(bad[0])]}
 
         has_plan, can_poison, why = plan_support()
-        base = default_pipeline(target)
+        pipeline = compiled_pipeline(ctx, target)
+        base = pipeline.text
         if not has_plan:
             pairs += [{"pair": p, "status": "skip", "reason": why} for p in ("planned/unplanned", "poisoned/planned")]
         else:
-            planned_p, unplanned_p, poisoned_p = plan_pipelines(base)
+            planned_p, unplanned_p, poisoned_p = plan_pipelines(pipeline.passes)
             texts = {k: format_pipeline(v) for k, v in
                      (("planned", planned_p), ("unplanned", unplanned_p), ("poisoned", poisoned_p))}
             outs = {"planned": run() if texts["planned"] == base else run(passes=texts["planned"]),
@@ -226,10 +244,9 @@ class FusionMemory(Check):
             got: dict[str, list[np.ndarray]] = {}
             for which in (a, b):
                 rest = variants[which][cut:] if which != "unplanned" else [p for p in planned[cut:] if p.name != PLAN]
-                kw: dict[str, Any] = {"passes": format_pipeline(rest)}
-                if ctx.cache_dir:
-                    kw["cache_dir"] = ctx.cache_dir
-                got[which] = [np.asarray(o) for o in cuvil.compile(copy_graph(graph), target=target, **kw)(*inputs)]
+                options = ctx.compile_options(target, passes=format_pipeline(rest))
+                got[which] = [np.asarray(o) for o in
+                              cuvil.compile(copy_graph(graph), target=target, options=options)(*inputs)]
         except CuvilError as exc:
             return {"value": None, "note": f"the tapped builds failed: {type(exc).__name__}: {exc}"}
         # graph order over the tapped values and the graph's own outputs (an output's producer is a layer too)

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from cuvil.backends.c import C_TARGETS
+from cuvil.backends.registry import find_backend
 from cuvil.ir.graph import Graph
 from cuvil.verify.base import Check, CheckResult, Status, register_check
 
@@ -137,7 +137,8 @@ class Latency(Check):
         figures = percentiles(times)
         figures["runs"] = float(len(times))
         details: dict[str, Any] = {"runs": len(times), "measured_seconds": float(sum(times))}
-        if target in C_TARGETS and m.graph is not None:
+        backend = find_backend(target)
+        if backend is not None and backend.is_c and m.graph is not None:  # the C code generator profiles
             self._decompose(ctx, target, m, inputs, opts, figures, details)
         elif callable(getattr(m, "profile", None)):  # a runtime with its own profiler (the onnxruntime subject)
             runs = m.profile(inputs, opts["warmup"] + max(opts["min_runs"], min(len(times), 200)))
@@ -175,7 +176,8 @@ class Latency(Check):
         sig = m.signature
 
         def guard() -> object:
-            return bind_inputs(m.input_names, [s.type for s in m.input_specs], inputs, sig.symbols, sig.checks)
+            return bind_inputs(m.input_names, [s.type for s in m.input_specs], inputs, sig.symbols, sig.checks,
+                               sig.dropped_guard)
 
         runs: list[list[tuple[str, str, float]]] = []
         totals: list[float] = []

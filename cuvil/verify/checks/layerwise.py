@@ -244,10 +244,7 @@ class Layerwise(Check):
 
         graph = base.graph
         tapped_g, extra = tapped_graph(graph)
-        kw: dict[str, Any] = {"passes": tap_passes(graph)}
-        if target != "ref" and ctx.cache_dir:
-            kw["cache_dir"] = ctx.cache_dir
-        tapped = cuvil.compile(tapped_g, target=target, **kw)
+        tapped = cuvil.compile(tapped_g, target=target, options=ctx.compile_options(target, passes=tap_passes(graph)))
         plain_out = [np.asarray(a) for a in base(*inputs)]
         tapped_out = [np.asarray(a) for a in tapped(*inputs)]
         n_out = len(graph.outputs)

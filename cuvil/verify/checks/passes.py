@@ -1,7 +1,7 @@
 """The ``passes`` check: what each pass of a target's pipeline does to the IR and to the numbers.
 
-For each target, the pipeline it compiles with (``cuvil.passes.default_pipeline(target)``, or
-``[checks.passes] pipeline``) runs on the imported graph under the PassManager with the
+For each target, the pipeline it compiles with (``cuvil.pipeline.build_pipeline`` for the
+target and the suite's compile options, or ``[checks.passes] pipeline`` in place of its passes) runs on the imported graph under the PassManager with the
 ``verify-each``, ``numeric-each`` (on the suite's seeded inputs) and ``timing`` instruments.
 Per pass the result records whether the IR stayed valid, the relative L2 error the pass
 introduced on each output (reference interpreter, against the graph before it) and its time.
@@ -45,12 +45,11 @@ from cuvil.passes import (
     PipelineError,
     Timing,
     VerifyEach,
-    default_pipeline,
     format_pipeline,
-    parse_pipeline,
     relative_l2,
 )
 from cuvil.passes.base import format_pass
+from cuvil.pipeline import build_pipeline
 from cuvil.verify.base import Check, CheckResult, Status, VerifyError, register_check
 
 DEFAULT_MAX_ERROR = 1e-6
@@ -154,9 +153,8 @@ class Passes(Check):
         results = []
         for target in ctx.targets:
             t0 = time.perf_counter()
-            text = configured if configured is not None else default_pipeline(target)
-            try:
-                passes = parse_pipeline(text)
+            try:  # the pipeline the target's build runs (cuvil.pipeline), or the configured one in its place
+                passes = list(build_pipeline(target, ctx.compile_options(target, passes=configured)).passes)
             except CuvilError as exc:
                 raise VerifyError(f"[checks.passes] pipeline: {exc}") from exc
             if not passes:

@@ -30,7 +30,6 @@ what it promises.
 
 from __future__ import annotations
 
-import inspect
 import math
 import os
 import subprocess
@@ -48,7 +47,14 @@ from cuvil.verify.checks.precision_int8 import ENABLE_HINT, Int8Settings, int8_s
 FLOAT32_EPS = float(np.finfo(np.float32).eps)
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 REDUCED = ("fp16", "bf16")
-C_TARGETS = ("generic", "x86_avx2", "x86_avx512", "native")
+
+
+def _is_c(target: str) -> bool:
+    """Whether ``target`` is a C target (the backend table; False for a subject that is no target)."""
+    from cuvil.backends.registry import find_backend
+
+    backend = find_backend(target)
+    return backend is not None and backend.is_c
 
 
 # ---- error figures -------------------------------------------------------------------------------------------
@@ -155,7 +161,7 @@ class Precision(Check):
         int8 = int8_settings(cfg)
         int8_wanted = "precisions" not in cfg or "int8" in cfg["precisions"]
         int8_feeds = (judged_feeds(int8, ctx.graph, names)
-                      if int8 is not None and int8_wanted and any(t in C_TARGETS for t in ctx.targets) else [])
+                      if int8 is not None and int8_wanted and any(_is_c(t) for t in ctx.targets) else [])
         results = []
         for target in ctx.targets:
             try:
@@ -166,9 +172,9 @@ class Precision(Check):
             rows = _rows(ctx, model, names, cases, floor)
             precisions = {"fp32": "checked"}
             for p in REDUCED:
-                precisions[p] = ("not checked: only the C targets compute it" if target not in C_TARGETS else
+                precisions[p] = ("not checked: only the C targets compute it" if not _is_c(target) else
                                  "checked" if p in reduced else "not checked: not in the check's precisions")
-            precisions["int8"] = ("not checked: the check builds int8 for the C targets" if target not in C_TARGETS
+            precisions["int8"] = ("not checked: the check builds int8 for the C targets" if not _is_c(target)
                                   else "not checked: not in the check's precisions" if not int8_wanted
                                   else f"not checked: int8 needs calibration data; {ENABLE_HINT}" if int8 is None
                                   else "checked")
@@ -178,7 +184,7 @@ class Precision(Check):
                                    reference)
             if source_error:
                 result.details["source_error"] = source_error
-            if target in C_TARGETS:
+            if _is_c(target):
                 for p in reduced:
                     result = self._reduced(ctx, result, target, p, names, cases, floor, reduced_max)
                 if int8 is not None and int8_wanted:
@@ -315,22 +321,32 @@ np.savez(sys.argv[3], **{f"out{i}": np.asarray(o) for i, o in enumerate(m(*ins))
 """
 
 
-def promises(target: str, threads_supported: bool) -> dict[str, str]:
-    """What a target promises about bitwise reproducibility (and why it does not, where it does not)."""
+def threads_supported(target: str) -> bool:
+    """Whether ``target`` splits calls over ``num_threads`` threads (the backend table)."""
+    from cuvil.backends.registry import find_backend
+
+    backend = find_backend(target)
+    return backend is not None and backend.supports_threads
+
+
+def promises(target: str, threads: bool | None = None) -> dict[str, str]:
+    """What a target promises about bitwise reproducibility (and why it does not, where it does not),
+    from what its backend can do; ``threads``: whether it splits calls over threads (default: its
+    backend says)."""
+    from cuvil.backends.registry import find_backend
+
     out = {"repeated runs": "promised"}
-    if target == "ref":
-        out["processes"] = "not applicable: the reference interpreter has no saved artifact"
-        out["thread counts"] = "not applicable: the reference interpreter runs one thread"
-    elif target == "wasm32":
-        out["processes"] = "promised (saved artifact, loaded in another process)"
-        out["thread counts"] = "not applicable: wasm32 runs one thread"
-    elif target == "onnxruntime":
-        out["processes"] = "not checked: an onnxruntime session has no saved artifact"
-        out["thread counts"] = "not promised: onnxruntime does not promise results independent of its thread count"
-    else:
-        out["processes"] = "promised (saved artifact, loaded in another process)"
-        out["thread counts"] = ("promised: results are bitwise the same for any num_threads" if threads_supported
-                                else "not checked: this cuvil.compile has no num_threads option")
+    backend = find_backend(target)
+    if backend is None:  # a subject that is no Cuvil target: the onnxruntime session
+        out["processes"] = f"not checked: an {target} session has no saved artifact"
+        out["thread counts"] = f"not promised: {target} does not promise results independent of its thread count"
+        return out
+    who = backend.display_name()
+    out["processes"] = ("promised (saved artifact, loaded in another process)" if backend.saves_artifacts
+                        else f"not applicable: {who} has no saved artifact")
+    threaded = backend.supports_threads if threads is None else threads
+    out["thread counts"] = ("promised: results are bitwise the same for any num_threads" if threaded
+                            else f"not applicable: {who} runs one thread")
     return out
 
 
@@ -343,13 +359,11 @@ class Reproducibility(Check):
     description = "bitwise-identical outputs across runs, processes and thread counts"
 
     def run(self, ctx: Any) -> list[CheckResult]:
-        import cuvil
 
         cfg = {**self.options, **ctx.check_config(self.name)}
         repeats = max(2, int(cfg.get("repeats", 3)))
         thread_counts = [int(n) for n in cfg.get("threads", [1, 2, 3])]
         check_processes = bool(cfg.get("processes", True))
-        threads_supported = "num_threads" in inspect.signature(cuvil.compile).parameters
         inputs = ctx.inputs()
         names = ctx.compiled("ref").output_names
         results = []
@@ -359,7 +373,7 @@ class Reproducibility(Check):
             except CuvilError as exc:
                 results.append(_build_failure(self.name, target, exc))
                 continue
-            promised = promises(target, threads_supported)
+            promised = promises(target, threads_supported(target))
             first = [np.array(o, copy=True) for o in model(*inputs)]
             parts: dict[str, str] = {}
             problems: list[tuple[str, str, str]] = []  # (part, output, difference)
@@ -383,7 +397,7 @@ class Reproducibility(Check):
                         problems.append(("processes", "", str(exc)))
                 else:
                     parts["processes"] = "skipped: processes = false in the configuration"
-            if target in C_TARGETS and threads_supported:
+            if threads_supported(target):
                 for n in thread_counts:
                     try:
                         compare(f"num_threads={n}", ctx.compiled(target, num_threads=n)(*inputs))

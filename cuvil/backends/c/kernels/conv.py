@@ -96,9 +96,9 @@ def _geom(k: KernelCtx, x: CVal, y: CVal, kernel_dims: Sequence[str], wins: Sequ
     n = x.rank - 2
     strides = [str(win.stride) for win in wins]
     pads = list(pads_begin)
-    if faulty and faults.active("conv-stride") and n > 0 and wins[-1].stride > 1:
+    if faulty and faults.active("conv-stride", k.options.faults) and n > 0 and wins[-1].stride > 1:
         strides[-1] = "1"  # a strided convolution steps its last dim with unit spacing
-    if faulty and faults.active("conv-pad") and n > 0:
+    if faulty and faults.active("conv-pad", k.options.faults) and n > 0:
         pads[-1] = f"({pads[-1]} + 1)"  # the begin pad of the last dim is one too large
     if n > MAX_SPATIAL:
         raise CodegenError(f"node {k.node.name!r} ({k.node.op}): {n} spatial dims; the C kernel supports {MAX_SPATIAL}")

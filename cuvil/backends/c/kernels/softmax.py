@@ -67,7 +67,7 @@ def _column_scratch(k: KernelCtx, v: AxisView, c: str) -> str:
     (cuvil/faults.py), a static buffer every concurrent call of the model writes at once."""
     from cuvil import faults
 
-    if not faults.active("shared-scratch"):
+    if not faults.active("shared-scratch", k.options.faults):
         return k.scratch(c, f"2 * ({v.inner} > 0 ? {v.inner} : 1)", "cols")
     x = k.inp(0)
     axis = normalize_axis(k.node.op, k.attrs["axis"], x.rank)
