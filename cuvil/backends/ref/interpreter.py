@@ -60,6 +60,10 @@ def run_node(node: Node, env: Env, *, check_types: bool = True, on_node: NodeHoo
     def region(g: Graph, region_inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
         if on_region is not None:
             on_region(node, g, region_inputs)
+        if check_types:  # the region's code is typed for what it declares: a value that crosses must match
+            for v, a in zip(g.inputs, region_inputs):
+                if a is not None:
+                    _check_crossing(node, g, v, np.asarray(a))
         return run_graph(g, region_inputs, env, check_types=check_types, on_node=on_node, on_region=on_region)
 
     # the attributes as inference sees them: a node made by a pass may leave defaults out
@@ -79,6 +83,16 @@ def run_node(node: Node, env: Env, *, check_types: bool = True, on_node: NodeHoo
     if on_node is not None:
         on_node(node, outs)
     return outs
+
+
+def _check_crossing(node: Node, g: Graph, v: Value, a: np.ndarray) -> None:
+    shape = v.type.shape
+    if a.dtype != v.type.dtype.np or len(shape) != a.ndim or any(
+            isinstance(d, int) and d != s for d, s in zip(shape, a.shape)):
+        raise InterpreterError(
+            f"node {node.name!r} ({node.op}): region {g.name!r} input {v.name!r} is given {a.dtype}{list(a.shape)}, "
+            f"its type says {v.type}"
+        )
 
 
 def _check(node: Node, v: Value, a: np.ndarray) -> None:

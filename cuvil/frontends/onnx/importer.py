@@ -441,7 +441,23 @@ class _Converter:
             elem = vi.type.tensor_type.elem_type if vi.type.WhichOneof("value") == "tensor_type" else 0
             if elem and elem in _ELEM and _ELEM[elem] is not v.type.dtype:
                 raise ModelError(f"graph output {vi.name!r} is declared {_ELEM[elem]} but computes {v.type.dtype}")
+            if parent is not None:
+                _check_region_output(vi, v, prefix)
         return graph
+
+
+def _check_region_output(vi: onnx.ValueInfoProto, v: Value, prefix: str) -> None:
+    """A region's output crosses into its parent with the type computed for it; a rank or static
+    dim its declaration contradicts is a malformed model, refused here rather than trusted later."""
+    if vi.type.WhichOneof("value") != "tensor_type" or not vi.type.tensor_type.HasField("shape"):
+        return
+    dims = vi.type.tensor_type.shape.dim
+    declared = [int(d.dim_value) if d.WhichOneof("value") == "dim_value" else None for d in dims]
+    t = v.type
+    if len(declared) != t.rank or any(
+            d is not None and isinstance(c, int) and d != c for d, c in zip(declared, t.shape)):
+        shown = ", ".join("?" if d is None else str(d) for d in declared)
+        raise ModelError(f"region {prefix.rstrip('/')!r}: output {vi.name!r} is declared [{shown}] but computes {t}")
 
 
 def convert_model(proto: onnx.ModelProto, symbols: Mapping[str, SymbolInfo] | None = None) -> Graph:

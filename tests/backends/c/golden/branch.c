@@ -82,6 +82,7 @@ static int cuvil_run_graph(const cuvil_model *m, const cuvil_tensor *inputs, cuv
                     cuvil_parallel_range(n0, (double)n0 * (double)(sizeof(float) + sizeof(float)), 0.0, cuvil_flat_92251d026a9b58c5, &flat0);
                 }
             }
+            if (v3_s[0] != 3) { cuvil_fail(call, "node %s (if): then_branch output 0 has %lld on axis 0 where 3 is expected", "if", (long long)v3_s[0]); goto fail; }
             v2_s[0] = v3_s[0];
             v2 = (float *)cuvil_alloc(call, cuvil_nbytes((int64_t)sizeof(float), v2_s, 1));
             if (!v2) { cuvil_fail(call, "node %s: out of memory", "if"); goto fail; }
@@ -103,6 +104,7 @@ static int cuvil_run_graph(const cuvil_model *m, const cuvil_tensor *inputs, cuv
                     cuvil_parallel_range(n1, (double)n1 * (double)(sizeof(float) + sizeof(float) + sizeof(float)), 0.0, cuvil_flat_9221d3687d2c88d3, &flat1);
                 }
             }
+            if (v4_s[0] != 3) { cuvil_fail(call, "node %s (if): else_branch output 0 has %lld on axis 0 where 3 is expected", "if", (long long)v4_s[0]); goto fail; }
             v2_s[0] = v4_s[0];
             v2 = (float *)cuvil_alloc(call, cuvil_nbytes((int64_t)sizeof(float), v2_s, 1));
             if (!v2) { cuvil_fail(call, "node %s: out of memory", "if"); goto fail; }
