@@ -196,6 +196,12 @@ def read_meta(folder: str | os.PathLike[str]) -> dict[str, Any]:
         if (not isinstance(name, str) or not name or name != Path(name).name or name in (".", "..", META)
                 or not isinstance(d, dict) or not isinstance(d.get("size"), int) or not isinstance(d.get("sha256"), str)):
             raise ArtifactError(f"{path}: bad \"digests\" entry {name!r}: {d!r} (a plain file name -> size, sha256)")
+    for s in meta["symbols"]:
+        if not isinstance(s, dict) or not isinstance(s.get("name"), str) or any(
+                s.get(k) is not None and (isinstance(s[k], bool) or not isinstance(s[k], int))
+                for k in ("min", "max", "multiple_of")):
+            raise ArtifactError(f"{path}: bad \"symbols\" entry {s!r} (a name, and min, max, multiple_of: "
+                                "integers or null)")
     try:
         Signature.from_json(meta)
         CompileInfo.from_json(meta["compile"])

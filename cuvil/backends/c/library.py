@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import json
 import logging
 import math
 import os
@@ -116,6 +117,31 @@ def _address(a: np.ndarray) -> int:
         return int(a.ctypes.data)
 
 
+@dataclass(frozen=True)
+class LibrarySignature:
+    """What a library says about itself (``cuvil_signature``): its target, and each input's and
+    output's element type and rank."""
+
+    target: str
+    inputs: tuple[tuple[str, int], ...]
+    outputs: tuple[tuple[str, int], ...]
+
+
+def _signature(lib: ctypes.CDLL) -> LibrarySignature | None:
+    """The library's ``cuvil_signature()``, or None for a library built without it (by an older Cuvil)."""
+    fn = getattr(lib, "cuvil_signature", None)
+    if fn is None:
+        return None
+    fn.restype = ctypes.c_char_p
+    fn.argtypes = []
+    try:
+        d = json.loads(fn() or b"")
+        return LibrarySignature(str(d["target"]), *(tuple((str(t), int(r)) for t, r in d[k])
+                                                     for k in ("inputs", "outputs")))
+    except (ValueError, TypeError, KeyError) as exc:
+        raise CuvilError(f"the library's cuvil_signature() is malformed ({exc})") from None
+
+
 class CTensor(ctypes.Structure):
     _fields_ = [
         ("data", ctypes.c_void_p),
@@ -141,8 +167,11 @@ class NativeModel:
                                   ctypes.c_size_t]
         lib.cuvil_free.argtypes = [ctypes.c_void_p]
         lib.cuvil_free.restype = None
+        lib.cuvil_num_inputs.restype = ctypes.c_int
         lib.cuvil_num_outputs.restype = ctypes.c_int
+        self.n_inputs = int(lib.cuvil_num_inputs())
         self.n_outputs = int(lib.cuvil_num_outputs())
+        self.signature = _signature(lib)
         err = ctypes.create_string_buffer(1024)
         handle = lib.cuvil_load(str(weights).encode() if weights else None, err, len(err))
         if not handle:
@@ -183,6 +212,8 @@ class NativeModel:
         return bufs
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        if len(inputs) != self.n_inputs:  # the library reads cuvil_num_inputs() descriptors, whatever it is given
+            raise RunError(f"{self.path.name} takes {self.n_inputs} inputs, given {len(inputs)}")
         arrays = [np.asarray(a, order="C") for a in inputs]  # (ascontiguousarray makes 0-D arrays 1-D)
         ins, outs, err, held = self._buffers(len(arrays))
         for k, a in enumerate(arrays):
