@@ -17,7 +17,7 @@ import numpy as np
 from cuvil import __version__
 from cuvil.backends.c import cache
 from cuvil.backends.c.codegen import CodegenOptions, GeneratedModule, generate
-from cuvil.backends.c.library import NativeModel, ThreadStats
+from cuvil.backends.c.library import MAX_RANK, NativeModel, ThreadStats
 from cuvil.backends.c.toolchain import (
     INCLUDE_RE,
     RUNTIME_DIR,
@@ -233,7 +233,10 @@ def load_executor(folder: Path, meta: Mapping[str, Any]) -> CExecutor:
         link = Path(tmp) / library.name
         link.symlink_to(library.resolve())
         facts = {k: meta[k] for k in ("backend", "files", "compiler", "rebuild", "variants") if k in meta}
-        executor = CExecutor(b, facts, library=link)
+        try:
+            executor = CExecutor(b, facts, library=link)
+        except CuvilError as exc:
+            raise ArtifactError(f"{folder}: cannot load {library.name}: {exc}") from None
     executor.library = library
     if executor.native is not None:
         check_library_facts(executor.native, meta, folder)
@@ -252,6 +255,10 @@ def check_library_facts(native: NativeModel, meta: Mapping[str, Any], folder: Pa
 
     for side, count in (("inputs", native.n_inputs), ("outputs", native.n_outputs)):
         listed = meta[side]
+        for k, entry in enumerate(listed):
+            if len(entry["shape"]) > MAX_RANK:
+                raise refuse(f"{side} {k} ({entry.get('name')!r}) has rank {len(entry['shape'])}; the runtime "
+                             f"takes at most {MAX_RANK}")
         if len(listed) != count:
             raise refuse(f"it lists {len(listed)} {side}, the library has {count}")
     sig = native.signature

@@ -103,6 +103,10 @@ def check_num_threads(num_threads: int | None) -> int:
     return num_threads
 
 
+# What every model library exports, whichever Cuvil built it (cuvil_api.h).
+_REQUIRED = ("cuvil_load", "cuvil_unload", "cuvil_run", "cuvil_free", "cuvil_num_inputs", "cuvil_num_outputs")
+
+
 class RunError(CuvilError):
     """The compiled model reported an error while running."""
 
@@ -158,6 +162,9 @@ class NativeModel:
         self.path = library
         self.lib = ctypes.CDLL(str(library))
         lib = self.lib
+        missing = [f for f in _REQUIRED if not hasattr(lib, f)]
+        if missing:
+            raise CuvilError(f"{library.name} is not a Cuvil model library: it lacks {', '.join(missing)}")
         lib.cuvil_load.restype = ctypes.c_void_p
         lib.cuvil_load.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
         lib.cuvil_unload.argtypes = [ctypes.c_void_p]

@@ -14,6 +14,7 @@ one error.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -297,6 +298,35 @@ def _attr_value(a: onnx.AttributeProto) -> Any:
     raise ModelError(f"attribute {a.name!r} has an unsupported type {at.AttributeType.Name(a.type)}")
 
 
+@functools.cache
+def _schema_attr_types(domain: str, op_type: str, opset: int) -> dict[str, int] | None:
+    """The attribute types the ONNX schema of ``op_type`` (at ``opset``) declares; None without a schema."""
+    try:
+        schema = onnx.defs.get_schema(op_type, opset, domain)
+    except onnx.defs.SchemaError:
+        return None
+    # (the schema's AttrType numbers are AttributeProto's)
+    return {name: int(a.type.value) for name, a in schema.attributes.items()}  # type: ignore[attr-defined]
+
+
+def check_attribute_types(node: onnx.NodeProto, name: str, opset: int) -> None:
+    """Refuse an attribute whose type is not the one the op's ONNX schema declares (a FLOAT ``axis``).
+
+    The importers read attributes by the schema's types; checked once here, for every op of the
+    ONNX domain, rather than in each importer (custom domains have no ONNX schema)."""
+    if node.domain not in ONNX_DOMAINS:
+        return
+    declared = _schema_attr_types("", node.op_type, opset)
+    if declared is None:
+        return
+    at = onnx.AttributeProto.AttributeType
+    for a in node.attribute:
+        want = declared.get(a.name)
+        if want is not None and a.type != at.UNDEFINED and a.type != want:
+            raise ModelError(f"node {name!r} ({node.op_type}): attribute {a.name!r} is {at.Name(a.type)}, "
+                             f"the op declares it {at.Name(want)}")
+
+
 def tensor_to_array(t: onnx.TensorProto, what: str) -> np.ndarray:
     dtype_of(t.data_type, f"tensor {t.name or what!r}")
     try:
@@ -410,6 +440,7 @@ class _Converter:
             ctx = ImportCtx(self, node, node_name(node, i, prefix), scope, builder)
             imp = find_importer(node.domain, node.op_type)
             assert imp is not None  # check_supported ran first
+            check_attribute_types(node, ctx.name, ctx.opset)
             first = len(graph.nodes)
             try:
                 outs = list(imp.fn(ctx))

@@ -108,7 +108,9 @@ def _loop(ctx: ImportCtx) -> Sequence[Value | None]:
     if any(v is None for v in carried):
         raise ctx.fail("loop-carried inputs cannot be omitted")
     body_proto = ctx.attrs.get("body")
-    declared = list(body_proto.input) if body_proto is not None else []
+    if not isinstance(body_proto, onnx.GraphProto):
+        raise ctx.fail("needs a graph attribute 'body'")
+    declared = list(body_proto.input)
     _check_counter(ctx, declared[0] if declared else None, DType.i64, "iteration number")
     _check_counter(ctx, declared[1] if len(declared) > 1 else None, DType.bool, "condition")
     types = [TensorType(DType.i64, ()), TensorType(DType.bool, ())]
