@@ -74,7 +74,11 @@ def inputs_to_numpy(values: Sequence[Any], names: Sequence[str]) -> tuple[list[n
             what = f"input {names[i]!r}" if i < len(names) else f"input {i}"
             arrays.append(tensor_to_numpy(v, what))
         else:
-            arrays.append(np.asarray(v))
+            try:
+                arrays.append(np.asarray(v))
+            except (ValueError, TypeError) as exc:  # a ragged nested list, or objects NumPy cannot hold
+                what = f"input {names[i]!r}" if i < len(names) else f"input {i}"
+                raise InputError(f"{what} cannot be read as an array: {exc}") from None
     return arrays, any_torch
 
 
