@@ -104,6 +104,8 @@ def build(graph: Graph, options: BuildOptions) -> Build:
 class CExecutor:
     """Runs a built model library."""
 
+    enforces_run_limits = True  # cuvil_set_run_limits, around each call (cuvil/limits.py)
+
     def __init__(self, b: Build, facts: Mapping[str, Any] | None = None, *, library: Path | None = None,
                  num_threads: int | None = None, unloadable: str | None = None) -> None:
         """``unloadable``: why this machine cannot load the library (a build for another CPU, to be

@@ -41,6 +41,13 @@ def _static_dims(c: CVal) -> list[int | None]:
     return [c.static_dim(j) for j in range(c.rank)]
 
 
+def _limit_bytes(fn: FunctionEmitter, nbytes: str, node: Node) -> None:
+    """Fail the call when a value the loop builds would hold more than the caller's max_output_bytes."""
+    fn.w.line(f'if (cuvil_max_output_bytes && (int64_t)({nbytes}) > cuvil_max_output_bytes) {{ cuvil_fail(call, '
+              f'"node %s (loop): a value it builds would hold %lld bytes, more than max_output_bytes (%lld)", '
+              f'{c_string(node.name)}, (long long)({nbytes}), (long long)cuvil_max_output_bytes); goto fail; }}')
+
+
 def _region(fn: FunctionEmitter, g: Graph) -> None:
     fn.emit_graph(g, keep=set(g.outputs))
 
@@ -108,6 +115,9 @@ def _emit_loop(fn: FunctionEmitter, node: Node, ins: Sequence[CVal | None], outs
             w.line(f"{dst.shape}[{j}] = {d if j > 0 and d is not None else 0};")
     b_iter, b_cond = fn.cval(body.inputs[0]), fn.cval(body.inputs[1])
     with w.block(f"for (int64_t {it} = 0; {it} < {trips} && {cond}; {it}++)"):
+        w.line(f'if (cuvil_max_loop_iterations && {it} >= cuvil_max_loop_iterations) {{ cuvil_fail(call, "node %s '
+               f'(loop): runs more than %lld iterations (max_loop_iterations)", {name}, '
+               f'(long long)cuvil_max_loop_iterations); goto fail; }}')
         fn.alloc_value(b_iter, node)
         w.line(f"{b_iter.ptr}[0] = {it};")
         fn.alloc_value(b_cond, node)
@@ -126,6 +136,7 @@ def _emit_loop(fn: FunctionEmitter, node: Node, ins: Sequence[CVal | None], outs
             _check_extent(fn, src.shape, _static_dims(dst), node, f"body output {1 + k} (carried value {k})")
             old = fn.names.fresh("old")
             w.line(f"void *{old} = {dst.ptr};")
+            _limit_bytes(fn, f"sizeof({dst.ctype}) * cuvil_numel({src.shape}, {src.rank})", node)
             _copy_into(fn, dst, src, node)
             w.line(f"cuvil_release(call, {old});")
         for k in range(n_scan):
@@ -140,6 +151,7 @@ def _emit_loop(fn: FunctionEmitter, node: Node, ins: Sequence[CVal | None], outs
             checks = " || ".join([f"{dst.shape}[{j + 1}] != {src.shape}[{j}]" for j in range(src.rank)] or ["0"])
             w.line(f'if ({checks}) {{ cuvil_fail(call, "node %s (loop): scan output {k} changes shape between '
                    f'iterations", {name}); goto fail; }}')
+            _limit_bytes(fn, f"sizeof({dst.ctype}) * ({dst.shape}[0] + 1) * {per}", node)
             with w.block(f"if ({dst.shape}[0] == {caps[k]})"):
                 grown = fn.names.fresh("grown")
                 w.line(f"{caps[k]} = {caps[k]} ? 2 * {caps[k]} : 4;")

@@ -28,6 +28,8 @@ import numpy as np
 from cuvil.backends.c import ctypes_map as ct
 from cuvil.errors import CuvilError
 from cuvil.ir.dtypes import DType
+from cuvil.limits import RunLimits
+from cuvil.limits import current as current_limits
 
 MAX_RANK = 8
 
@@ -236,7 +238,11 @@ class NativeModel:
                 held[k] = key
         if self._handle is None:
             raise CuvilError("the model was closed")
-        rc = self.lib.cuvil_run(self._handle, ins, outs, err, len(err))
+        limits = current_limits()
+        if limits.any:
+            rc = self._run_limited(limits, ins, outs, err)
+        else:
+            rc = self.lib.cuvil_run(self._handle, ins, outs, err, len(err))
         if rc != 0:
             raise RunError(err.value.decode("utf-8", errors="replace"))
         results = []
@@ -260,6 +266,20 @@ class NativeModel:
             results.append(arr)
         del arrays
         return results
+
+    def _run_limited(self, limits: RunLimits, ins: Any, outs: Any, err: Any) -> int:
+        """cuvil_run under ``limits``, which the library keeps per thread for the calls between."""
+        fn = getattr(self.lib, "cuvil_set_run_limits", None)
+        if fn is None:
+            raise CuvilError(f"{self.path.name} has no cuvil_set_run_limits (built by an older Cuvil): it cannot "
+                             "enforce max_loop_iterations or max_output_bytes")
+        fn.restype = None
+        fn.argtypes = [ctypes.c_int64, ctypes.c_int64]
+        fn(limits.max_loop_iterations or 0, limits.max_output_bytes or 0)
+        try:
+            return int(self.lib.cuvil_run(self._handle, ins, outs, err, len(err)))
+        finally:
+            fn(0, 0)
 
     def thread_stats(self) -> ThreadStats | None:
         """What the model's worker threads did since they started (``cuvil_get_thread_stats``), or None

@@ -17,6 +17,7 @@ import numpy as np
 
 from cuvil.errors import CuvilError
 from cuvil.ir.graph import Graph, Node, Value
+from cuvil.limits import RunLimitError
 from cuvil.ops.registry import RefCtx, get
 
 Env = MutableMapping[Value, np.ndarray]
@@ -70,6 +71,12 @@ def run_node(node: Node, env: Env, *, check_types: bool = True, on_node: NodeHoo
     ctx = RefCtx(node.op, args, opdef.fill_attrs(node.attrs), [v.type for v in node.outputs], region)
     try:
         outs = [np.asarray(o) for o in opdef.reference(ctx)]
+    except RunLimitError as exc:  # named by the innermost node that passed the limit
+        if getattr(exc, "node", None) is None:
+            named = RunLimitError(f"node {node.name!r} ({node.op}): {exc}")
+            named.node = node.name  # type: ignore[attr-defined]
+            raise named from None
+        raise
     except CuvilError:
         raise
     except Exception as exc:  # a NumPy failure names the node that caused it
