@@ -333,16 +333,34 @@ def _cmd_run(args: argparse.Namespace) -> int:
     else:
         m = _compile(args.model, args.target or "ref", args.dim)
         how = f"compiled {args.model} for {m.target} {_compiled(m)}"
+    for name in m.output_names if args.output else ():  # an .npz is a zip: a member's name (NAME.npy) fits 16 bits
+        if len(name.encode("utf-8", errors="surrogatepass")) + 4 > 0xFFFF:
+            raise CuvilError(f"-o {args.output}: output {name[:40]!r}... has a name of {len(name):,} characters, "
+                             "too long for an .npz member (65,531 bytes at most)")
+    limits = {"max_loop_iterations": args.max_loop_iterations, "max_output_bytes": args.max_output_bytes}
     t1 = time.perf_counter()
     if args.inputs:
         with np.load(args.inputs) as data:
             feeds = {k: data[k] for k in data.files}
-        outs = m.run(feeds)
+        outs = m.run(feeds, **limits)
     else:
-        from cuvil.ir.samples import random_inputs
+        import math
 
+        from cuvil.ir.samples import random_inputs, sample_shapes
+
+        # Random samples are drawn in float64 before the cast: refuse what would not fit in memory
+        # (a shape declared huge, or a model that fixes a batch of millions) instead of failing in NumPy.
+        limit = 1 << 28
+        for spec, shape in zip(m.input_specs, sample_shapes(m.input_specs, m.symbols)):
+            count = math.prod(shape)
+            if count > limit:
+                fix = ("pass --inputs FILE.npz, or compile the model with smaller dims (--dim NAME=N for its "
+                       "symbols)" if Path(args.model).is_dir() else
+                       "pass --inputs FILE.npz, or --dim NAME=N for a symbolic dim")
+                raise CuvilError(f"--random: input {spec.name!r} of shape {shape} holds {count:,} elements "
+                                 f"(random samples hold at most {limit:,}); {fix}")
         arrays = random_inputs(m.input_specs, m.symbols, seed=args.seed)
-        outs = dict(zip(m.output_names, m(*arrays)))
+        outs = m.run(dict(zip(m.input_names, arrays)), **limits)
     t2 = time.perf_counter()
     print(f"{how}; ran in {t2 - t1:.3f} s")
     for name, a in outs.items():
@@ -493,6 +511,10 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--random", action="store_true", help="seeded random inputs (the default)")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--output", "-o", help="write outputs to this .npz file")
+    r.add_argument("--max-loop-iterations", type=int, metavar="N",
+                   help="fail the run when a loop would run more than N iterations (default: no limit)")
+    r.add_argument("--max-output-bytes", type=int, metavar="B",
+                   help="fail the run when a value a loop builds would hold more than B bytes (default: no limit)")
     r.set_defaults(fn=_cmd_run)
 
     o = sub.add_parser("opt", help="run a pass pipeline on a model's IR and print the result",

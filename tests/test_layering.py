@@ -3,7 +3,7 @@
 Layers, lowest first (``ALLOWED`` says which layers each one may import; a layer always imports
 itself):
 
-- ``base``: the version, errors, logging set-up, planted faults, the callable-package loader.
+- ``base``: the version, errors, logging set-up, planted faults, run limits, the callable-package loader.
 - ``ir``: the IR and the op declarations that type it (``cuvil.ir``, ``cuvil.ops``): one layer, since
   the IR's parser, printer, verifier and builder read the op registry and node inference at module
   level, and the declarations are written in the IR's types.  Within the layer the declarations
@@ -59,6 +59,7 @@ LAYER_OF: dict[str, str] = {
     "cuvil.errors": "base",
     "cuvil.log": "base",
     "cuvil.faults": "base",
+    "cuvil.limits": "base",
     "cuvil.ir": "ir",
     "cuvil.ops": "ir",
     "cuvil.options": "options",

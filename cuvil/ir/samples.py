@@ -47,10 +47,17 @@ def random_inputs(
     """One seeded random array per input; symbols take ``values`` or a small valid value.
     ``int_ranges`` gives, per input, the values an integer input is drawn from (token ids, masks)."""
     rng = np.random.default_rng(seed)
+    ranges = list(int_ranges or []) + [None] * (len(specs) - len(int_ranges or []))
+    shapes = sample_shapes(specs, symbols, values)
+    return [random_array(s.type, shape, rng, r) for s, shape, r in zip(specs, shapes, ranges)]
+
+
+def sample_shapes(specs: Sequence[TensorSpec], symbols: Mapping[str, SymbolInfo],
+                  values: Mapping[str, int] | None = None) -> list[list[int]]:
+    """The shape of each input :func:`random_inputs` makes: symbols take ``values`` or a small valid value."""
     env: dict[str, int] = dict(values or {})
     for s in specs:
         for d in s.type.shape:
             for name in free_symbols(d):
                 env.setdefault(name, default_symbol_value(symbols.get(name)))
-    ranges = list(int_ranges or []) + [None] * (len(specs) - len(int_ranges or []))
-    return [random_array(s.type, [evaluate(d, env) for d in s.type.shape], rng, r) for s, r in zip(specs, ranges)]
+    return [[evaluate(d, env) for d in s.type.shape] for s in specs]

@@ -17,6 +17,8 @@ from cuvil.ir.dtypes import DType
 from cuvil.ir.graph import Graph
 from cuvil.ir.symbolic import UNKNOWN, Dim
 from cuvil.ir.types import TensorType
+from cuvil.limits import RunLimitError
+from cuvil.limits import current as current_limits
 from cuvil.ops.registry import CONTROL_FLOW, AttrSpec, InferCtx, OpDef, RefCtx, register
 
 
@@ -103,14 +105,24 @@ def _loop_ref(ctx: RefCtx) -> list[np.ndarray]:
     carried = [ctx.input(i) for i in range(2, len(ctx.inputs))]
     n_carried = len(carried)
     scans: list[list[np.ndarray]] = [[] for _ in body.outputs[1 + n_carried :]]
+    limits = current_limits()
+    scanned = [0] * len(scans)  # bytes each scan output holds so far
     i = 0
     while (max_trips is None or i < max_trips) and cond:
+        if limits.max_loop_iterations is not None and i >= limits.max_loop_iterations:
+            raise RunLimitError(f"runs more than {limits.max_loop_iterations} iterations (max_loop_iterations)")
         outs = ctx.run_region(body, [np.array(i, dtype=np.int64), np.array(cond), *carried])
         if use_cond:
             cond = bool(np.asarray(outs[0]).reshape(-1)[0])
         carried = [np.asarray(o) for o in outs[1 : 1 + n_carried]]
         for k, o in enumerate(outs[1 + n_carried :]):
             scans[k].append(np.asarray(o))
+            scanned[k] += scans[k][-1].nbytes
+        if limits.max_output_bytes is not None:
+            big = max([a.nbytes for a in carried] + scanned, default=0)
+            if big > limits.max_output_bytes:
+                raise RunLimitError(f"a value it builds holds {big} bytes after {i + 1} iterations, more than "
+                                    f"max_output_bytes ({limits.max_output_bytes})")
         i += 1
     results: list[np.ndarray] = list(carried)
     for k, items in enumerate(scans):

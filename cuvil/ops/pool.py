@@ -8,6 +8,7 @@ padded input, so they run at NumPy speed whatever the image size.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -69,7 +70,8 @@ def _geometry(ctx: RefCtx, x: np.ndarray) -> tuple[tuple[int, ...], WindowAttrs,
 
 def _flat(win: np.ndarray, n: int) -> np.ndarray:
     """Windows ``[N, C, *out, *kernel]`` as ``[N, C, *out, taps]``."""
-    return win.reshape(*win.shape[: 2 + n], -1)
+    # the taps counted, not -1: an empty batch leaves -1 ambiguous for NumPy
+    return win.reshape(*win.shape[: 2 + n], math.prod(win.shape[2 + n :]))
 
 
 # max_pool ---------------------------------------------------------------------------------------

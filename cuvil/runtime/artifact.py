@@ -51,6 +51,10 @@ BACKENDS = {"c": "cuvil.backends.c", "wasm": "cuvil.backends.wasm"}
 REQUIRED_ROLES = ("library", "weights")
 
 
+# Dims and symbol bounds are int64 in the runtimes.
+_DIM_END = 1 << 63
+
+
 class ArtifactError(ModelError):
     """A folder is not a loadable Cuvil artifact: a file is missing or changed, or meta.json is malformed."""
 
@@ -160,6 +164,8 @@ def read_meta(folder: str | os.PathLike[str]) -> dict[str, Any]:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ArtifactError(f"{path}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise ArtifactError(f"{path}: nested too deeply to be a Cuvil meta.json") from None
     if not isinstance(meta, dict):
         raise ArtifactError(f"{path}: must hold a JSON object")
     if meta.get("format") != FORMAT:
@@ -196,6 +202,21 @@ def read_meta(folder: str | os.PathLike[str]) -> dict[str, Any]:
         if (not isinstance(name, str) or not name or name != Path(name).name or name in (".", "..", META)
                 or not isinstance(d, dict) or not isinstance(d.get("size"), int) or not isinstance(d.get("sha256"), str)):
             raise ArtifactError(f"{path}: bad \"digests\" entry {name!r}: {d!r} (a plain file name -> size, sha256)")
+    for s in meta["symbols"]:
+        if not isinstance(s, dict) or not isinstance(s.get("name"), str) or any(
+                s.get(k) is not None and (isinstance(s[k], bool) or not isinstance(s[k], int) or not lo <= s[k] < _DIM_END)
+                for k, lo in (("min", 0), ("max", 0), ("multiple_of", 1))):
+            raise ArtifactError(f"{path}: bad \"symbols\" entry {s!r} (a name, and min, max, multiple_of: "
+                                "non-negative integers or null)")
+    for key in ("inputs", "outputs"):
+        for k, spec in enumerate(meta[key]):
+            shape = spec.get("shape") if isinstance(spec, dict) else None
+            if not isinstance(shape, list):
+                raise ArtifactError(f"{path}: {key} {k} has no \"shape\" list: {spec!r:.200}")
+            for d in shape:
+                if not isinstance(d, str) and (isinstance(d, bool) or not isinstance(d, int) or not 0 <= d < _DIM_END):
+                    raise ArtifactError(f"{path}: {key} {k} ({spec.get('name')!r:.80}): dim {d!r:.40} is not a size "
+                                        f"(0 to 2**63 - 1) or a symbol expression")
     try:
         Signature.from_json(meta)
         CompileInfo.from_json(meta["compile"])

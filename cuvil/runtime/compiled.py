@@ -11,11 +11,12 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from cuvil.errors import InputError
+from cuvil.errors import CuvilError, InputError
 from cuvil.ir.assumptions import Assumption
 from cuvil.ir.graph import Graph
 from cuvil.ir.spec import TensorSpec
 from cuvil.ir.types import SymbolInfo
+from cuvil.limits import RunLimits, applied
 from cuvil.ops.common import graph_assumptions
 from cuvil.runtime.guards import bind_inputs
 from cuvil.runtime.torch_io import inputs_to_numpy, outputs_as
@@ -257,7 +258,16 @@ class CompiledModel:
             return False
         return all(a.dtype == dt and a.shape == shape for a, (dt, shape) in zip(arrays, want))
 
-    def run(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+    def run(self, inputs: Mapping[str, Any], *, max_loop_iterations: int | None = None,
+            max_output_bytes: int | None = None) -> dict[str, Any]:
+        """Run on inputs by name; the limits (off by default) bound the model's loops (cuvil/limits.py)."""
+        limits = RunLimits(max_loop_iterations, max_output_bytes)
+        if limits.any and not getattr(self._executor, "enforces_run_limits", False):
+            raise CuvilError(f"target {self.target!r} does not enforce max_loop_iterations or max_output_bytes")
+        with applied(limits):
+            return self._run(inputs)
+
+    def _run(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         missing = [n for n in self.input_names if n not in inputs]
         extra = [n for n in inputs if n not in self.input_names]
         if missing or extra:

@@ -4,7 +4,8 @@ A compiled model runs on NumPy arrays.  A caller who hands it ``torch.Tensor``
 inputs gets ``torch.Tensor`` outputs back.  Both directions go through DLPack,
 so a contiguous CPU tensor is read in place and every output is shared with
 the array the backend produced; a strided tensor is viewed as a strided
-array, and the backend makes it contiguous if its kernels need that.
+array, and the backend makes it contiguous if its kernels need that.  A tensor
+with its negative or conjugate bit set is resolved (copied) first.
 
 This module never imports torch: a caller can only hold a torch tensor if
 torch is already loaded, so the module is looked up in ``sys.modules``.
@@ -40,6 +41,10 @@ def tensor_to_numpy(t: Any, what: str = "input") -> np.ndarray:
     if t.requires_grad:
         # inference only: the graph of the tensor's history is not needed, and DLPack refuses it
         t = t.detach()
+    if t.is_neg() or t.is_conj():
+        # a lazy negation or conjugation is a bit beside the data, which DLPack shares without it:
+        # materialise it (a copy) so the model reads the values the caller sees
+        t = t.resolve_neg().resolve_conj()
     if t.dtype is torch.bfloat16:
         # DLPack in NumPy has no bfloat16: share the bits as int16 and reinterpret them
         import ml_dtypes
@@ -69,7 +74,11 @@ def inputs_to_numpy(values: Sequence[Any], names: Sequence[str]) -> tuple[list[n
             what = f"input {names[i]!r}" if i < len(names) else f"input {i}"
             arrays.append(tensor_to_numpy(v, what))
         else:
-            arrays.append(np.asarray(v))
+            try:
+                arrays.append(np.asarray(v))
+            except (ValueError, TypeError) as exc:  # a ragged nested list, or objects NumPy cannot hold
+                what = f"input {names[i]!r}" if i < len(names) else f"input {i}"
+                raise InputError(f"{what} cannot be read as an array: {exc}") from None
     return arrays, any_torch
 
 

@@ -135,3 +135,16 @@ def test_max_pool_errors(attrs: dict[str, Any], message: str) -> None:
 def test_average_pool_rejects_integers() -> None:
     with pytest.raises(CuvilError, match="element type"):
         load_onnx(_model("AveragePool", [1, 1, 4, 4], elem=TensorProto.INT32, kernel_shape=[2, 2]))
+
+
+@pytest.mark.parametrize(("op", "outputs", "attrs"), [
+    ("MaxPool", 1, {"kernel_shape": [2, 2]}),
+    ("MaxPool", 2, {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    ("AveragePool", 1, {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+])
+@pytest.mark.parametrize("target", ["ref", "native"])
+def test_an_empty_batch_gives_empty_outputs(op: str, outputs: int, attrs: dict[str, Any], target: str) -> None:
+    m = cuvil.compile(_model(op, ["batch", 2, 4, 4], outputs=outputs, **attrs), target=target)
+    got = m(np.zeros((0, 2, 4, 4), np.float32))
+    full = m(np.ones((1, 2, 4, 4), np.float32))
+    assert [g.shape for g in got] == [(0, *f.shape[1:]) for f in full]

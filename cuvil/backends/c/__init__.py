@@ -17,7 +17,7 @@ import numpy as np
 from cuvil._version import __version__
 from cuvil.backends.c import cache
 from cuvil.backends.c.codegen import CodegenOptions, GeneratedModule, generate
-from cuvil.backends.c.library import NativeModel, ThreadStats
+from cuvil.backends.c.library import MAX_RANK, NativeModel, ThreadStats
 from cuvil.backends.c.toolchain import (
     INCLUDE_RE,
     RUNTIME_DIR,
@@ -32,6 +32,7 @@ from cuvil.backends.c.toolchain import (
 from cuvil.errors import CuvilError, ModelError
 from cuvil.ir.graph import Graph
 from cuvil.log import stage
+from cuvil.runtime.artifact import ArtifactError
 from cuvil.runtime.compiled import BuildInfo
 
 _log = logging.getLogger(__name__)
@@ -107,6 +108,8 @@ def build(graph: Graph, options: BuildOptions) -> Build:
 
 class CExecutor:
     """Runs a built model library."""
+
+    enforces_run_limits = True  # cuvil_set_run_limits, around each call (cuvil/limits.py)
 
     def __init__(self, b: Build, facts: Mapping[str, Any] | None = None, *, library: Path | None = None,
                  num_threads: int | None = None, unloadable: str | None = None) -> None:
@@ -237,9 +240,45 @@ def load_executor(folder: Path, meta: Mapping[str, Any]) -> CExecutor:
         link = Path(tmp) / library.name
         link.symlink_to(library.resolve())
         facts = {k: meta[k] for k in ("backend", "files", "compiler", "rebuild", "variants") if k in meta}
-        executor = CExecutor(b, facts, library=link)
+        try:
+            executor = CExecutor(b, facts, library=link)
+        except CuvilError as exc:
+            raise ArtifactError(f"{folder}: cannot load {library.name}: {exc}") from None
     executor.library = library
+    if executor.native is not None:
+        check_library_facts(executor.native, meta, folder)
     return executor
+
+
+def check_library_facts(native: NativeModel, meta: Mapping[str, Any], folder: Path) -> None:
+    """Refuse an artifact whose meta.json disagrees with what its library says about itself.
+
+    The Python side sizes its descriptors and checks inputs from meta.json, the library reads
+    what it was generated for: a count, element type, rank or target they disagree on would be
+    read past or misread.  (A library without ``cuvil_signature``, from an older Cuvil, is
+    compared on its counts alone.)"""
+    def refuse(what: str) -> ArtifactError:
+        return ArtifactError(f"{folder}: meta.json disagrees with {native.path.name}: {what}")
+
+    for side, count in (("inputs", native.n_inputs), ("outputs", native.n_outputs)):
+        listed = meta[side]
+        for k, entry in enumerate(listed):
+            if len(entry["shape"]) > MAX_RANK:
+                raise refuse(f"{side} {k} ({entry.get('name')!r}) has rank {len(entry['shape'])}; the runtime "
+                             f"takes at most {MAX_RANK}")
+        if len(listed) != count:
+            raise refuse(f"it lists {len(listed)} {side}, the library has {count}")
+    sig = native.signature
+    if sig is None:
+        return
+    if sig.target != meta["target"]:
+        raise refuse(f"\"target\" is {meta['target']!r}, the library was built for {sig.target!r}")
+    for side, facts in (("inputs", sig.inputs), ("outputs", sig.outputs)):
+        for k, (entry, (dtype, rank)) in enumerate(zip(meta[side], facts)):
+            given = (str(entry["dtype"]), len(entry["shape"]))
+            if given != (dtype, rank):
+                raise refuse(f"{side} {k} ({entry.get('name')!r}) is listed as {given[0]} of rank {given[1]}, the "
+                             f"library's is {dtype} of rank {rank}")
 
 
 def write_meta(path: Path, meta: dict[str, object]) -> None:

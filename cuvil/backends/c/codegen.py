@@ -16,6 +16,7 @@ run-time symbols, so no op's shape logic is written twice.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -479,6 +480,16 @@ CUVIL_EXPORT int cuvil_profile_read(int64_t *out, int n) {{
 """
 
 
+def library_signature(graph: Graph, target: str) -> str:
+    """The facts a library reports about itself (``cuvil_signature()``), as JSON: its target, and the
+    element type and rank of each input and output."""
+    def side(values: Sequence[Value]) -> list[list[object]]:
+        return [[str(v.type.dtype), v.type.rank] for v in values]
+
+    return json.dumps({"target": target, "inputs": side(graph.inputs), "outputs": side(graph.outputs)},
+                      separators=(",", ":"))
+
+
 def generate(graph: Graph, options: CodegenOptions) -> GeneratedModule:
     """The C source, weights blob and line map for ``graph``."""
     missing = missing_kernels(graph)
@@ -534,6 +545,9 @@ def generate(graph: Graph, options: CodegenOptions) -> GeneratedModule:
     w.line(f"#define CUVIL_WEIGHTS_SIZE ((size_t){len(weights)})")
     w.line(f"static const int cuvil_n_inputs = {len(graph.inputs)};")
     w.line(f"static const int cuvil_n_outputs = {len(graph.outputs)};")
+    # What the library itself says it takes and returns: a loader compares it with what an
+    # artifact's meta.json claims (cuvil/backends/c/library.py), so the two cannot disagree unseen.
+    w.line(f"static const char cuvil_signature_text[] = {c_string(library_signature(graph, options.target))};")
     w.line('#include "cuvil_model_api.inc"')
     w.line("")
     w.line("static int cuvil_run_graph(const cuvil_model *m, const cuvil_tensor *inputs, cuvil_tensor *outputs, "

@@ -23,6 +23,31 @@ def _copy_into(fn: FunctionEmitter, dst: CVal, src: CVal, node: Node) -> None:
     w.line(f"memcpy({dst.ptr}, {src.ptr}, sizeof({dst.ctype}) * (size_t)cuvil_numel({dst.shape}, {dst.rank}));")
 
 
+def _check_extent(fn: FunctionEmitter, shape: str, dims: Sequence[int | None], node: Node, what: str) -> None:
+    """Fail the call unless the run-time ``shape`` has every static dim of ``dims``.
+
+    Code inside a region (and after it) is generated for the static dims its values'
+    types carry; a value that crosses the boundary with other extents would be read out
+    of bounds, so each one is checked where it crosses."""
+    for j, d in enumerate(dims):
+        if d is None:
+            continue
+        w = fn.w
+        w.line(f'if ({shape}[{j}] != {d}) {{ cuvil_fail(call, "node %s ({node.op}): {what} has %lld on axis {j} where '
+               f'{d} is expected", {c_string(node.name)}, (long long){shape}[{j}]); goto fail; }}')
+
+
+def _static_dims(c: CVal) -> list[int | None]:
+    return [c.static_dim(j) for j in range(c.rank)]
+
+
+def _limit_bytes(fn: FunctionEmitter, nbytes: str, node: Node) -> None:
+    """Fail the call when a value the loop builds would hold more than the caller's max_output_bytes."""
+    fn.w.line(f'if (cuvil_max_output_bytes && (int64_t)({nbytes}) > cuvil_max_output_bytes) {{ cuvil_fail(call, '
+              f'"node %s (loop): a value it builds would hold %lld bytes, more than max_output_bytes (%lld)", '
+              f'{c_string(node.name)}, (long long)({nbytes}), (long long)cuvil_max_output_bytes); goto fail; }}')
+
+
 def _region(fn: FunctionEmitter, g: Graph) -> None:
     fn.emit_graph(g, keep=set(g.outputs))
 
@@ -58,8 +83,10 @@ def _emit_if(fn: FunctionEmitter, node: Node, ins: Sequence[CVal | None], outs: 
         g: Graph = node.attrs[key]
         with w.block(label):
             _region(fn, g)
-            for dst, v in zip(outs, g.outputs):
-                _copy_into(fn, dst, fn.cval(v), node)
+            for k, (dst, v) in enumerate(zip(outs, g.outputs)):
+                src = fn.cval(v)
+                _check_extent(fn, src.shape, _static_dims(dst), node, f"{key} output {k}")
+                _copy_into(fn, dst, src, node)
             _release_region_outputs(fn, g)
 
 
@@ -88,12 +115,16 @@ def _emit_loop(fn: FunctionEmitter, node: Node, ins: Sequence[CVal | None], outs
             w.line(f"{dst.shape}[{j}] = {d if j > 0 and d is not None else 0};")
     b_iter, b_cond = fn.cval(body.inputs[0]), fn.cval(body.inputs[1])
     with w.block(f"for (int64_t {it} = 0; {it} < {trips} && {cond}; {it}++)"):
+        w.line(f'if (cuvil_max_loop_iterations && {it} >= cuvil_max_loop_iterations) {{ cuvil_fail(call, "node %s '
+               f'(loop): runs more than %lld iterations (max_loop_iterations)", {name}, '
+               f'(long long)cuvil_max_loop_iterations); goto fail; }}')
         fn.alloc_value(b_iter, node)
         w.line(f"{b_iter.ptr}[0] = {it};")
         fn.alloc_value(b_cond, node)
         w.line(f"{b_cond.ptr}[0] = (cuvil_bool){cond};")
-        for v, cur in zip(body.inputs[2:], outs[:n_carried]):  # the body reads the current state in place
+        for k, (v, cur) in enumerate(zip(body.inputs[2:], outs[:n_carried])):  # the body reads the state in place
             c = fn.cval(v)
+            _check_extent(fn, cur.shape, _static_dims(c), node, f"carried value {k}")
             w.line(f"{c.ptr} = {cur.ptr};")
             for j in range(c.rank):
                 w.line(f"{c.shape}[{j}] = {cur.shape}[{j}];")
@@ -101,13 +132,16 @@ def _emit_loop(fn: FunctionEmitter, node: Node, ins: Sequence[CVal | None], outs
         res = [fn.cval(v) for v in body.outputs]
         if c_in is not None:
             w.line(f"{cond} = (int){res[0].ptr}[0];")
-        for dst, src in zip(outs[:n_carried], res[1 : 1 + n_carried]):
+        for k, (dst, src) in enumerate(zip(outs[:n_carried], res[1 : 1 + n_carried])):
+            _check_extent(fn, src.shape, _static_dims(dst), node, f"body output {1 + k} (carried value {k})")
             old = fn.names.fresh("old")
             w.line(f"void *{old} = {dst.ptr};")
+            _limit_bytes(fn, f"sizeof({dst.ctype}) * cuvil_numel({src.shape}, {src.rank})", node)
             _copy_into(fn, dst, src, node)
             w.line(f"cuvil_release(call, {old});")
         for k in range(n_scan):
             dst, src = outs[n_carried + k], res[1 + n_carried + k]
+            _check_extent(fn, src.shape, _static_dims(dst)[1:], node, f"scan output {k}")
             per = fn.names.fresh("per")
             w.line(f"int64_t {per} = cuvil_numel({src.shape}, {src.rank});")
             w.line(f"if ({inner[k]} < 0) {{ {inner[k]} = {per};")
@@ -117,6 +151,7 @@ def _emit_loop(fn: FunctionEmitter, node: Node, ins: Sequence[CVal | None], outs
             checks = " || ".join([f"{dst.shape}[{j + 1}] != {src.shape}[{j}]" for j in range(src.rank)] or ["0"])
             w.line(f'if ({checks}) {{ cuvil_fail(call, "node %s (loop): scan output {k} changes shape between '
                    f'iterations", {name}); goto fail; }}')
+            _limit_bytes(fn, f"sizeof({dst.ctype}) * ({dst.shape}[0] + 1) * {per}", node)
             with w.block(f"if ({dst.shape}[0] == {caps[k]})"):
                 grown = fn.names.fresh("grown")
                 w.line(f"{caps[k]} = {caps[k]} ? 2 * {caps[k]} : 4;")

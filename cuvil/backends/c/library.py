@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import json
 import logging
 import math
 import os
@@ -27,6 +28,8 @@ import numpy as np
 from cuvil.backends.c import ctypes_map as ct
 from cuvil.errors import CuvilError
 from cuvil.ir.dtypes import DType
+from cuvil.limits import RunLimits
+from cuvil.limits import current as current_limits
 
 MAX_RANK = 8
 
@@ -102,6 +105,10 @@ def check_num_threads(num_threads: int | None) -> int:
     return num_threads
 
 
+# What every model library exports, whichever Cuvil built it (cuvil_api.h).
+_REQUIRED = ("cuvil_load", "cuvil_unload", "cuvil_run", "cuvil_free", "cuvil_num_inputs", "cuvil_num_outputs")
+
+
 class RunError(CuvilError):
     """The compiled model reported an error while running."""
 
@@ -114,6 +121,31 @@ def _address(a: np.ndarray) -> int:
         return ctypes.addressof(ctypes.c_char.from_buffer(a.data))
     except (TypeError, ValueError, BufferError):
         return int(a.ctypes.data)
+
+
+@dataclass(frozen=True)
+class LibrarySignature:
+    """What a library says about itself (``cuvil_signature``): its target, and each input's and
+    output's element type and rank."""
+
+    target: str
+    inputs: tuple[tuple[str, int], ...]
+    outputs: tuple[tuple[str, int], ...]
+
+
+def _signature(lib: ctypes.CDLL) -> LibrarySignature | None:
+    """The library's ``cuvil_signature()``, or None for a library built without it (by an older Cuvil)."""
+    fn = getattr(lib, "cuvil_signature", None)
+    if fn is None:
+        return None
+    fn.restype = ctypes.c_char_p
+    fn.argtypes = []
+    try:
+        d = json.loads(fn() or b"")
+        return LibrarySignature(str(d["target"]), *(tuple((str(t), int(r)) for t, r in d[k])
+                                                     for k in ("inputs", "outputs")))
+    except (ValueError, TypeError, KeyError) as exc:
+        raise CuvilError(f"the library's cuvil_signature() is malformed ({exc})") from None
 
 
 class CTensor(ctypes.Structure):
@@ -132,6 +164,9 @@ class NativeModel:
         self.path = library
         self.lib = ctypes.CDLL(str(library))
         lib = self.lib
+        missing = [f for f in _REQUIRED if not hasattr(lib, f)]
+        if missing:
+            raise CuvilError(f"{library.name} is not a Cuvil model library: it lacks {', '.join(missing)}")
         lib.cuvil_load.restype = ctypes.c_void_p
         lib.cuvil_load.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
         lib.cuvil_unload.argtypes = [ctypes.c_void_p]
@@ -141,8 +176,11 @@ class NativeModel:
                                   ctypes.c_size_t]
         lib.cuvil_free.argtypes = [ctypes.c_void_p]
         lib.cuvil_free.restype = None
+        lib.cuvil_num_inputs.restype = ctypes.c_int
         lib.cuvil_num_outputs.restype = ctypes.c_int
+        self.n_inputs = int(lib.cuvil_num_inputs())
         self.n_outputs = int(lib.cuvil_num_outputs())
+        self.signature = _signature(lib)
         err = ctypes.create_string_buffer(1024)
         handle = lib.cuvil_load(str(weights).encode() if weights else None, err, len(err))
         if not handle:
@@ -183,6 +221,8 @@ class NativeModel:
         return bufs
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        if len(inputs) != self.n_inputs:  # the library reads cuvil_num_inputs() descriptors, whatever it is given
+            raise RunError(f"{self.path.name} takes {self.n_inputs} inputs, given {len(inputs)}")
         arrays = [np.asarray(a, order="C") for a in inputs]  # (ascontiguousarray makes 0-D arrays 1-D)
         ins, outs, err, held = self._buffers(len(arrays))
         for k, a in enumerate(arrays):
@@ -198,7 +238,11 @@ class NativeModel:
                 held[k] = key
         if self._handle is None:
             raise CuvilError("the model was closed")
-        rc = self.lib.cuvil_run(self._handle, ins, outs, err, len(err))
+        limits = current_limits()
+        if limits.any:
+            rc = self._run_limited(limits, ins, outs, err)
+        else:
+            rc = self.lib.cuvil_run(self._handle, ins, outs, err, len(err))
         if rc != 0:
             raise RunError(err.value.decode("utf-8", errors="replace"))
         results = []
@@ -222,6 +266,20 @@ class NativeModel:
             results.append(arr)
         del arrays
         return results
+
+    def _run_limited(self, limits: RunLimits, ins: Any, outs: Any, err: Any) -> int:
+        """cuvil_run under ``limits``, which the library keeps per thread for the calls between."""
+        fn = getattr(self.lib, "cuvil_set_run_limits", None)
+        if fn is None:
+            raise CuvilError(f"{self.path.name} has no cuvil_set_run_limits (built by an older Cuvil): it cannot "
+                             "enforce max_loop_iterations or max_output_bytes")
+        fn.restype = None
+        fn.argtypes = [ctypes.c_int64, ctypes.c_int64]
+        fn(limits.max_loop_iterations or 0, limits.max_output_bytes or 0)
+        try:
+            return int(self.lib.cuvil_run(self._handle, ins, outs, err, len(err)))
+        finally:
+            fn(0, 0)
 
     def thread_stats(self) -> ThreadStats | None:
         """What the model's worker threads did since they started (``cuvil_get_thread_stats``), or None

@@ -11,6 +11,8 @@ from cuvil.ir.graph import Graph
 class RefExecutor:
     """Runs a graph with the reference interpreter."""
 
+    enforces_run_limits = True  # the loop reference reads cuvil.runtime.limits
+
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from cuvil.errors import CuvilError
 from cuvil.ir.graph import Graph, Node, Value
+from cuvil.limits import RunLimitError
 from cuvil.ops.registry import RefCtx, get
 
 Env = MutableMapping[Value, np.ndarray]
@@ -60,12 +61,22 @@ def run_node(node: Node, env: Env, *, check_types: bool = True, on_node: NodeHoo
     def region(g: Graph, region_inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
         if on_region is not None:
             on_region(node, g, region_inputs)
+        if check_types:  # the region's code is typed for what it declares: a value that crosses must match
+            for v, a in zip(g.inputs, region_inputs):
+                if a is not None:
+                    _check_crossing(node, g, v, np.asarray(a))
         return run_graph(g, region_inputs, env, check_types=check_types, on_node=on_node, on_region=on_region)
 
     # the attributes as inference sees them: a node made by a pass may leave defaults out
     ctx = RefCtx(node.op, args, opdef.fill_attrs(node.attrs), [v.type for v in node.outputs], region)
     try:
         outs = [np.asarray(o) for o in opdef.reference(ctx)]
+    except RunLimitError as exc:  # named by the innermost node that passed the limit
+        if getattr(exc, "node", None) is None:
+            named = RunLimitError(f"node {node.name!r} ({node.op}): {exc}")
+            named.node = node.name  # type: ignore[attr-defined]
+            raise named from None
+        raise
     except CuvilError:
         raise
     except Exception as exc:  # a NumPy failure names the node that caused it
@@ -79,6 +90,16 @@ def run_node(node: Node, env: Env, *, check_types: bool = True, on_node: NodeHoo
     if on_node is not None:
         on_node(node, outs)
     return outs
+
+
+def _check_crossing(node: Node, g: Graph, v: Value, a: np.ndarray) -> None:
+    shape = v.type.shape
+    if a.dtype != v.type.dtype.np or len(shape) != a.ndim or any(
+            isinstance(d, int) and d != s for d, s in zip(shape, a.shape)):
+        raise InterpreterError(
+            f"node {node.name!r} ({node.op}): region {g.name!r} input {v.name!r} is given {a.dtype}{list(a.shape)}, "
+            f"its type says {v.type}"
+        )
 
 
 def _check(node: Node, v: Value, a: np.ndarray) -> None:

@@ -14,6 +14,7 @@ one error.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -297,6 +298,35 @@ def _attr_value(a: onnx.AttributeProto) -> Any:
     raise ModelError(f"attribute {a.name!r} has an unsupported type {at.AttributeType.Name(a.type)}")
 
 
+@functools.cache
+def _schema_attr_types(domain: str, op_type: str, opset: int) -> dict[str, int] | None:
+    """The attribute types the ONNX schema of ``op_type`` (at ``opset``) declares; None without a schema."""
+    try:
+        schema = onnx.defs.get_schema(op_type, opset, domain)
+    except onnx.defs.SchemaError:
+        return None
+    # (the schema's AttrType numbers are AttributeProto's)
+    return {name: int(a.type.value) for name, a in schema.attributes.items()}  # type: ignore[attr-defined]
+
+
+def check_attribute_types(node: onnx.NodeProto, name: str, opset: int) -> None:
+    """Refuse an attribute whose type is not the one the op's ONNX schema declares (a FLOAT ``axis``).
+
+    The importers read attributes by the schema's types; checked once here, for every op of the
+    ONNX domain, rather than in each importer (custom domains have no ONNX schema)."""
+    if node.domain not in ONNX_DOMAINS:
+        return
+    declared = _schema_attr_types("", node.op_type, opset)
+    if declared is None:
+        return
+    at = onnx.AttributeProto.AttributeType
+    for a in node.attribute:
+        want = declared.get(a.name)
+        if want is not None and a.type != at.UNDEFINED and a.type != want:
+            raise ModelError(f"node {name!r} ({node.op_type}): attribute {a.name!r} is {at.Name(a.type)}, "
+                             f"the op declares it {at.Name(want)}")
+
+
 def tensor_to_array(t: onnx.TensorProto, what: str) -> np.ndarray:
     dtype_of(t.data_type, f"tensor {t.name or what!r}")
     try:
@@ -410,6 +440,7 @@ class _Converter:
             ctx = ImportCtx(self, node, node_name(node, i, prefix), scope, builder)
             imp = find_importer(node.domain, node.op_type)
             assert imp is not None  # check_supported ran first
+            check_attribute_types(node, ctx.name, ctx.opset)
             first = len(graph.nodes)
             try:
                 outs = list(imp.fn(ctx))
@@ -441,7 +472,23 @@ class _Converter:
             elem = vi.type.tensor_type.elem_type if vi.type.WhichOneof("value") == "tensor_type" else 0
             if elem and elem in _ELEM and _ELEM[elem] is not v.type.dtype:
                 raise ModelError(f"graph output {vi.name!r} is declared {_ELEM[elem]} but computes {v.type.dtype}")
+            if parent is not None:
+                _check_region_output(vi, v, prefix)
         return graph
+
+
+def _check_region_output(vi: onnx.ValueInfoProto, v: Value, prefix: str) -> None:
+    """A region's output crosses into its parent with the type computed for it; a rank or static
+    dim its declaration contradicts is a malformed model, refused here rather than trusted later."""
+    if vi.type.WhichOneof("value") != "tensor_type" or not vi.type.tensor_type.HasField("shape"):
+        return
+    dims = vi.type.tensor_type.shape.dim
+    declared = [int(d.dim_value) if d.WhichOneof("value") == "dim_value" else None for d in dims]
+    t = v.type
+    if len(declared) != t.rank or any(
+            d is not None and isinstance(c, int) and d != c for d, c in zip(declared, t.shape)):
+        shown = ", ".join("?" if d is None else str(d) for d in declared)
+        raise ModelError(f"region {prefix.rstrip('/')!r}: output {vi.name!r} is declared [{shown}] but computes {t}")
 
 
 def convert_model(proto: onnx.ModelProto, symbols: Mapping[str, SymbolInfo] | None = None) -> Graph:

@@ -146,6 +146,11 @@ def _check_graph(g: onnx.GraphProto, where: str, path: str, *, top: bool) -> Non
     for i, vi in enumerate(g.output):
         if not _text(vi.name, where, f"{path}: the name of output {i}"):
             raise ModelError(f"{where}: {path}: output {i} has no name")
+    for vi in (*g.input, *g.output, *g.value_info):
+        if vi.type.WhichOneof("value") == "tensor_type" and vi.type.tensor_type.HasField("shape"):
+            for axis, d in enumerate(vi.type.tensor_type.shape.dim):
+                if d.WhichOneof("value") == "dim_param":
+                    _text(d.dim_param, where, f"{path}: the name of dim {axis} of {vi.name!r}")
 
 
 def _text(value: object, where: str, what: str) -> str:
@@ -192,6 +197,8 @@ def _load_external(proto: onnx.ModelProto, base: Path | None, where: str) -> Non
     for t in tensors:
         info = _external_info(t, where)
         loc = info.get("location", "")
+        if "\0" in loc:  # no file name holds one (the path functions raise ValueError on it)
+            raise ModelError(f"{where}: tensor {t.name!r}: external data location {loc!r} holds a NUL byte")
         target = (root / loc).resolve()
         if not loc or os.path.isabs(loc) or root not in target.parents:
             raise ModelError(f"{where}: tensor {t.name!r}: external data location {loc!r} is outside the model's folder")

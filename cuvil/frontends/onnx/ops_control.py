@@ -1,13 +1,21 @@
-"""Importers of ONNX If and Loop as structured regions."""
+"""Importers of ONNX If and Loop as structured regions.
+
+A value that crosses into a region takes the type the region declares for it
+only where the two agree: a Loop's carried value and its body's declared input
+are unified here (a static size the body declares is kept, and the generated
+code checks it on every iteration), and refused when they disagree.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from cuvil.frontends.onnx.importer import ImportCtx, importer
+import onnx
+
+from cuvil.frontends.onnx.importer import ImportCtx, dtype_of, importer
 from cuvil.ir.dtypes import DType
 from cuvil.ir.graph import Value
-from cuvil.ir.symbolic import UNKNOWN
+from cuvil.ir.symbolic import UNKNOWN, Dim, sym
 from cuvil.ir.types import TensorType
 
 
@@ -19,6 +27,78 @@ def _if(ctx: ImportCtx) -> Sequence[Value | None]:
     return ctx.emit("if", [ctx.input(0)], {"then_branch": then_g, "else_branch": else_g}, num_outputs=n)
 
 
+def _declared(vi: onnx.ValueInfoProto, what: str) -> tuple[DType | None, tuple[Dim, ...] | None]:
+    """What a region declares for one of its inputs: element type and dims (``None``: not declared).
+
+    Symbolic dims come back as symbols for display only; they are not facts about the value."""
+    if vi.type.WhichOneof("value") != "tensor_type":
+        return None, None
+    tt = vi.type.tensor_type
+    dtype = dtype_of(tt.elem_type, what) if tt.elem_type else None
+    if not tt.HasField("shape"):
+        return dtype, None
+    dims: list[Dim] = []
+    for d in tt.shape.dim:
+        which = d.WhichOneof("value")
+        if which == "dim_value":
+            dims.append(int(d.dim_value))
+        elif which == "dim_param" and d.dim_param:
+            dims.append(sym(d.dim_param))
+        else:
+            dims.append(UNKNOWN)
+    return dtype, tuple(dims)
+
+
+def _describe(dtype: DType | None, dims: tuple[Dim, ...] | None) -> str:
+    if dims is None:
+        return f"{dtype or '?'} (shape not declared)"
+    if dtype is None:
+        return f"?[{', '.join(str(d) for d in dims)}]"
+    return str(TensorType(dtype, dims))
+
+
+def _carried_type(ctx: ImportCtx, k: int, init: Value, vi: onnx.ValueInfoProto | None) -> TensorType:
+    """The type the body sees for carried value ``k``: the initial value's, unified with the body's declaration.
+
+    A carried value may change shape between iterations, so a dim is trusted inside the
+    body only where the body declares it statically; the C checks that dim on every
+    iteration.  A static dim of the initial value that the body contradicts, another rank or
+    another element type is refused here."""
+    t = init.type
+    if vi is None:
+        return TensorType(t.dtype, tuple(UNKNOWN for _ in t.shape))
+    dtype, dims = _declared(vi, f"body input {vi.name!r}")
+
+    def refuse() -> Exception:
+        return ctx.fail(f"carried value {k} ({init.name!r}) is {t}, but the body declares its input "
+                        f"{vi.name!r} as {_describe(dtype, dims)}")
+
+    if dtype is not None and dtype is not t.dtype:
+        raise refuse()
+    if dims is None:
+        return TensorType(t.dtype, tuple(UNKNOWN for _ in t.shape))
+    if len(dims) != t.rank:
+        raise refuse()
+    out: list[Dim] = []
+    for d, s in zip(dims, t.shape):
+        if isinstance(d, int):
+            if isinstance(s, int) and s != d:
+                raise refuse()
+            out.append(d)
+        else:
+            out.append(UNKNOWN)
+    return TensorType(t.dtype, tuple(out))
+
+
+def _check_counter(ctx: ImportCtx, vi: onnx.ValueInfoProto | None, dtype: DType, what: str) -> None:
+    """The body's iteration number and condition inputs are i64 and bool; another declared element type is refused."""
+    if vi is None:
+        return
+    declared, _ = _declared(vi, f"body input {vi.name!r}")
+    if declared is not None and declared is not dtype:
+        raise ctx.fail(f"the body declares its {what} input {vi.name!r} as {declared}, but Loop passes {dtype}")
+
+
 @importer("Loop")
 def _loop(ctx: ImportCtx) -> Sequence[Value | None]:
     inputs = ctx.inputs()
@@ -28,20 +108,15 @@ def _loop(ctx: ImportCtx) -> Sequence[Value | None]:
     if any(v is None for v in carried):
         raise ctx.fail("loop-carried inputs cannot be omitted")
     body_proto = ctx.attrs.get("body")
-    declared = list(body_proto.input) if body_proto is not None else []
+    if not isinstance(body_proto, onnx.GraphProto):
+        raise ctx.fail("needs a graph attribute 'body'")
+    declared = list(body_proto.input)
+    _check_counter(ctx, declared[0] if declared else None, DType.i64, "iteration number")
+    _check_counter(ctx, declared[1] if len(declared) > 1 else None, DType.bool, "condition")
     types = [TensorType(DType.i64, ()), TensorType(DType.bool, ())]
     for k, v in enumerate(carried):
         assert v is not None
-        t = v.type
-        vi = declared[2 + k] if 2 + k < len(declared) else None
-        static = None
-        if vi is not None and vi.type.tensor_type.HasField("shape"):
-            dims = vi.type.tensor_type.shape.dim
-            if len(dims) == t.rank and all(d.WhichOneof("value") == "dim_value" for d in dims):
-                static = tuple(int(d.dim_value) for d in dims)
-        # A carried value may change shape between iterations: only a shape the
-        # body itself declares statically is trusted inside it.
-        types.append(TensorType(t.dtype, static if static is not None else tuple(UNKNOWN for _ in t.shape)))
+        types.append(_carried_type(ctx, k, v, declared[2 + k] if 2 + k < len(declared) else None))
     body = ctx.subgraph("body", types)
     n = len(ctx.node.output)
     return ctx.emit("loop", inputs, {"body": body}, num_outputs=n)

@@ -24,6 +24,10 @@ reference interpreter.
    classes no candidate drove are listed too.  Loops whose trip count and condition depend on
    no input are reported as fixed, and their other trip classes are not searched for.
    A model without control flow is skipped with that reason.
+5. A loop without a trip count (it runs until its body's condition says stop) or with a constant
+   one of ``UNBOUNDED_TRIPS`` (2^31) or more is a warning: such a loop can run until the process
+   is killed; the run options ``max_loop_iterations`` and ``max_output_bytes`` bound it
+   (cuvil/limits.py).  A trip count read from a graph input is the caller's to bound.
 """
 
 from __future__ import annotations
@@ -38,12 +42,16 @@ import numpy as np
 from cuvil.backends.ref.interpreter import run_graph
 from cuvil.errors import CuvilError
 from cuvil.ir.graph import Graph, Node, Value, reads
+from cuvil.limits import RunLimits, applied
 from cuvil.verify.base import Check, CheckResult, Status, register_check
 from cuvil.verify.checks.passes import output_errors
 
 DEFAULT_BUDGET = 48
 DEFAULT_MAX_REL_L2 = 1e-5
 DEFAULT_SEVERAL = 3
+UNBOUNDED_TRIPS = 1 << 31
+# The reference runs of the candidate search stop a loop here (cuvil/limits.py).
+SEARCH_LIMITS = RunLimits(max_loop_iterations=100_000)
 
 
 def trip_class(n: int) -> str:
@@ -126,6 +134,24 @@ def input_dependencies(graph: Graph) -> dict[Value, set[int]]:
             if u is not None:
                 deps(u)
     return memo
+
+
+def unbounded_loops(nodes: Sequence[Node], names: dict[int, str]) -> list[str]:
+    """The loops that may run without bound: no trip count, or a constant one of UNBOUNDED_TRIPS or more."""
+    from cuvil.ops.common import const_of
+
+    out = []
+    for n in nodes:
+        if n.op != "loop":
+            continue
+        m = n.inputs[0] if n.inputs else None
+        if m is None:
+            out.append(f"{names[id(n)]} (no trip count: it runs until its condition is false)")
+            continue
+        value = const_of(m)
+        if value is not None and int(np.asarray(value).reshape(-1)[0]) >= UNBOUNDED_TRIPS:
+            out.append(f"{names[id(n)]} (a trip count of {int(np.asarray(value).reshape(-1)[0])})")
+    return out
 
 
 def _controls(node: Node) -> list[Value]:
@@ -235,7 +261,8 @@ class ControlFlow(Check):
                 break
             tried += 1
             try:
-                outs, trace = traced_run(graph, inputs, names)
+                with applied(SEARCH_LIMITS):  # a candidate driving a loop without bound is dropped, not waited for
+                    outs, trace = traced_run(graph, inputs, names)
             except CuvilError as exc:
                 rejected.append(f"{label}: {exc}")
                 continue
@@ -331,12 +358,19 @@ class ControlFlow(Check):
                                 if n in first["wrong_outputs"]})
             return CheckResult(self.name, Status.FAIL, summary, target=target, figures=figures, details=details,
                                where=where, tensors=tensors)
-        status = Status.WARN if missing_branches else Status.PASS
+        unbounded = unbounded_loops(nodes, names)
+        details["unbounded_loops"] = unbounded
+        status = Status.WARN if missing_branches or unbounded else Status.PASS
         compared = "" if target == "ref" else f"; {len(kept)} covering inputs match the reference"
         summary = f"covers {cover}{compared}"
         if missing_branches:
             summary += f"; not reached: {', '.join(missing_branches)}"
+        if unbounded:
+            summary += (f"; may run without bound: {', '.join(unbounded)}; run it with max_loop_iterations "
+                        "(and max_output_bytes) to bound it")
         where = {"node": missing_branches[0].rsplit(" ", 1)[0]} if missing_branches else {}
+        if unbounded and not where:
+            where = {"node": unbounded[0].split(" (", 1)[0]}
         return CheckResult(self.name, status, summary, target=target, figures=figures, details=details, where=where)
 
     @staticmethod

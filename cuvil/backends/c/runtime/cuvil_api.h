@@ -101,6 +101,13 @@ CUVIL_EXPORT int cuvil_get_num_threads(const cuvil_model *model);
 CUVIL_EXPORT int cuvil_get_thread_stats(const cuvil_model *model, int64_t *out, int n);
 CUVIL_EXPORT int cuvil_num_inputs(void);
 CUVIL_EXPORT int cuvil_num_outputs(void);
+/* The library's own facts as JSON: {"target": ..., "inputs": [[dtype, rank], ...], "outputs": [...]}
+ * (dtype as Cuvil names it: "f32", "i64" ...). A loader compares them with what it was told. */
+CUVIL_EXPORT const char *cuvil_signature(void);
+/* Limits for the next calls made on this thread (0: none): no loop runs more than
+ * max_loop_iterations iterations, no value a loop builds holds more than max_output_bytes bytes;
+ * a call that would pass one fails. Off until set. */
+CUVIL_EXPORT void cuvil_set_run_limits(int64_t max_loop_iterations, int64_t max_output_bytes);
 CUVIL_EXPORT int cuvil_run(const cuvil_model *model, const cuvil_tensor *inputs, cuvil_tensor *outputs, char *err,
                            size_t errlen);
 CUVIL_EXPORT void cuvil_free(void *data);

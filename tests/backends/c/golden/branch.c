@@ -39,6 +39,7 @@ struct cuvil_model { const unsigned char *weights; size_t size; unsigned char *o
 #define CUVIL_WEIGHTS_SIZE ((size_t)0)
 static const int cuvil_n_inputs = 2;
 static const int cuvil_n_outputs = 1;
+static const char cuvil_signature_text[] = "{\"target\":\"generic\",\"inputs\":[[\"bool\",0],[\"f32\",1]],\"outputs\":[[\"f32\",1]]}";
 #include "cuvil_model_api.inc"
 
 static int cuvil_run_graph(const cuvil_model *m, const cuvil_tensor *inputs, cuvil_tensor *outputs, char *err, size_t errlen) {
@@ -82,6 +83,7 @@ static int cuvil_run_graph(const cuvil_model *m, const cuvil_tensor *inputs, cuv
                     cuvil_parallel_range(n0, (double)n0 * (double)(sizeof(float) + sizeof(float)), 0.0, cuvil_flat_92251d026a9b58c5, &flat0);
                 }
             }
+            if (v3_s[0] != 3) { cuvil_fail(call, "node %s (if): then_branch output 0 has %lld on axis 0 where 3 is expected", "if", (long long)v3_s[0]); goto fail; }
             v2_s[0] = v3_s[0];
             v2 = (float *)cuvil_alloc(call, cuvil_nbytes((int64_t)sizeof(float), v2_s, 1));
             if (!v2) { cuvil_fail(call, "node %s: out of memory", "if"); goto fail; }
@@ -103,6 +105,7 @@ static int cuvil_run_graph(const cuvil_model *m, const cuvil_tensor *inputs, cuv
                     cuvil_parallel_range(n1, (double)n1 * (double)(sizeof(float) + sizeof(float) + sizeof(float)), 0.0, cuvil_flat_9221d3687d2c88d3, &flat1);
                 }
             }
+            if (v4_s[0] != 3) { cuvil_fail(call, "node %s (if): else_branch output 0 has %lld on axis 0 where 3 is expected", "if", (long long)v4_s[0]); goto fail; }
             v2_s[0] = v4_s[0];
             v2 = (float *)cuvil_alloc(call, cuvil_nbytes((int64_t)sizeof(float), v2_s, 1));
             if (!v2) { cuvil_fail(call, "node %s: out of memory", "if"); goto fail; }
