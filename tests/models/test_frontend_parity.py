@@ -18,7 +18,7 @@ from cuvil.frontends.onnx import load_onnx
 from cuvil.frontends.torch import load_torch
 from cuvil.passes import PassManager, default_pipeline
 from tests.models.exported import ModelStore
-from tests.models.zoo import CASES
+from tests.support.zoo.networks import CASES
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning", "ignore::DeprecationWarning")
 

@@ -1,6 +1,6 @@
 """End-to-end: PyTorch networks exported to ONNX, compiled for the reference target, checked against onnxruntime.
 
-Each model is built in plain PyTorch (tests/models/zoo.py), exported once per
+Each model is built in plain PyTorch (tests/support/zoo/networks.py), exported once per
 session (exported.py), compiled with ``cuvil.compile(path, target="ref")`` and
 run on seeded inputs.  The oracle is onnxruntime on the same ONNX file: every
 fp32 output must be within a relative L2 error of 1e-5.  Eager PyTorch is a

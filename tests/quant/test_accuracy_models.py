@@ -1,4 +1,4 @@
-"""int8, fp16 and bf16 accuracy on the model-test networks (tests/models/zoo.py), against their float32 builds.
+"""int8, fp16 and bf16 accuracy on the model-test networks (tests/support/zoo/networks.py), against their float32 builds.
 
 What issue 7 asks of each reduced build, measured here on native builds:
 
@@ -44,7 +44,7 @@ import cuvil
 torch = pytest.importorskip("torch")
 
 from tests.backends.c.emulated import emulated, simde_include  # noqa: E402
-from tests.models.zoo import mobilenet_v2, resnet18, transformer_encoder  # noqa: E402
+from tests.support.zoo.networks import mobilenet_v2, resnet18, transformer_encoder  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -288,7 +288,7 @@ def test_transformer_products_fuse_from_torch_export(tmp_path: object) -> None:
     takes its bias, GELU and residual add as epilogues."""
     from collections import Counter
 
-    from tests.models.zoo import transformer_encoder
+    from tests.support.zoo.networks import transformer_encoder
 
     model = transformer_encoder()
     tokens = torch.randint(0, 100, (1, 16), generator=torch.Generator().manual_seed(0))

@@ -26,7 +26,7 @@ from cuvil.frontends.torch.aten.common import types_agree  # noqa: E402
 from cuvil.ir.dtypes import DType  # noqa: E402
 from cuvil.ir.symbolic import UNKNOWN, sym  # noqa: E402
 from cuvil.ir.types import TensorType  # noqa: E402
-from tests.frontends.torch import zoo  # noqa: E402
+from tests.support.zoo import families as zoo  # noqa: E402
 
 RTOL_L2 = 1e-5
 
