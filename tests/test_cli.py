@@ -11,7 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 EXAMPLE = REPO / "cuvil" / "examples" / "tiny_cnn.onnx"
 

@@ -17,7 +17,7 @@ import pytest
 from cuvil.frontends.onnx import load_onnx
 from cuvil.frontends.torch import load_torch
 from cuvil.passes import PassManager, default_pipeline
-from tests.models.exported import ModelStore
+from tests.support.exported import ModelStore
 from tests.support.zoo.networks import CASES
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning", "ignore::DeprecationWarning")

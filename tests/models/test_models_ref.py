@@ -15,7 +15,7 @@ import pytest
 
 import cuvil
 from cuvil.ir.symbolic import DimExpr
-from tests.models.exported import ModelStore, assert_outputs_close
+from tests.support.exported import ModelStore, assert_outputs_close
 
 TOL_ORT = 1e-5  # Cuvil ref vs onnxruntime on the same graph
 # vs eager PyTorch: other kernels, and a graph the exporter rewrote (batch norm folded into Conv); the

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import cuvil
-from tests.backends.c.emulated import emulated, simde_include
-from tests.models.exported import ModelStore, assert_outputs_close
+from tests.support.emulated import emulated, simde_include
+from tests.support.exported import ModelStore, assert_outputs_close
 
 TOL_ORT = 1e-5
 
@@ -71,7 +71,7 @@ def test_symbolic_batch_one_build(models: ModelStore, cache: Path, name: str, ta
 def test_model_on_avx512_under_emulation_matches_onnxruntime(models: ModelStore, cache: Path, tmp_path: Path,
                                                               name: str) -> None:
     """The x86_avx512 build's kernels, run under emulation where this CPU lacks AVX-512
-    (tests/backends/c/emulated.py)."""
+    (tests/support/emulated.py)."""
     em = models.get(name)
     m = emulated(cuvil.compile(em.path, target="x86_avx512", cache_dir=str(cache)), tmp_path)
     arrays = em.inputs(1)

@@ -19,7 +19,7 @@ from cuvil.errors import CuvilError
 from cuvil.verify.base import Status, all_checks
 from cuvil.verify.context import ModelSource, VerifyContext
 from cuvil.verify.runner import GROUP_ORDER
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 TINY_CNN = REPO / "cuvil" / "examples" / "tiny_cnn.onnx"
 

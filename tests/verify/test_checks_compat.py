@@ -25,7 +25,7 @@ from cuvil.api import import_model
 from cuvil.backends.c.kernels.custom import CustomKernel, register_custom_kernel
 from cuvil.verify.base import CheckResult, Status, get_check
 from cuvil.verify.context import ModelSource, VerifyContext
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 TINY = str(REPO / "cuvil" / "examples" / "tiny_cnn.onnx")
 

@@ -25,7 +25,7 @@ from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
 import cuvil
-from tests.backends.c.test_conv_kernels import make_model, vi
+from tests.support.c_conv_kernels import make_model, vi
 
 RNG = np.random.default_rng(11)
 PIPELINE = ("canonicalize,fold-constants,cse,dce,fold-batchnorm,convert-layout{convs=all},"

@@ -20,7 +20,7 @@ from onnx import helper, numpy_helper
 
 import cuvil
 from cuvil.backends.c.kernels.conv_algorithm import ConvAlgorithmError, ConvShape, choose, estimate
-from tests.backends.c.test_conv_kernels import make_model, vi
+from tests.support.c_conv_kernels import make_model, vi
 
 RNG = np.random.default_rng(11)
 
