@@ -87,7 +87,7 @@ def samples() -> dict[str, list[str]]:
 @pytest.mark.parametrize("op", sorted(cuvil.ops.all_ops()))
 def test_reference_agrees_with_inference(op: str) -> None:
     if op in COVERED_ELSEWHERE:
-        return
+        pytest.skip(f"{op} is checked in {COVERED_ELSEWHERE[op]}")
     cases = samples().get(op)
     assert cases, f"op {op!r} has no single-op conformance sample; add one or a dedicated test"
     for case in cases:
