@@ -20,7 +20,9 @@ from cuvil.passes import PassManager, default_pipeline
 from tests.support.exported import ModelStore
 from tests.support.zoo.networks import CASES
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning", "ignore::DeprecationWarning")
+# every test exports a zoo model through both front ends and compiles it (tens of seconds each)
+pytestmark = [pytest.mark.slow,
+              pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning", "ignore::DeprecationWarning")]
 
 
 def _ops(graph: object) -> Counter[str]:

@@ -58,7 +58,7 @@ def test_unoptimized_export_matches_onnxruntime(models: ModelStore) -> None:
 
 DYNAMIC = [
     "mlp",
-    "transformer",
+    pytest.param("transformer", marks=pytest.mark.slow),  # its dynamic export takes seconds
     pytest.param("torch_encoder", marks=pytest.mark.slow),  # batch flows through Shape/Slice/Concat/Reshape
     pytest.param("mobilenet_v2", marks=pytest.mark.slow),
 ]

@@ -14,6 +14,10 @@ import cuvil
 from tests.support.emulated import emulated, simde_include
 from tests.support.exported import ModelStore, assert_outputs_close
 
+# every test here builds a whole model for a C or wasm32 target (or under AVX-512 emulation): seconds to
+# tens of seconds each, the slow tier
+pytestmark = pytest.mark.slow
+
 TOL_ORT = 1e-5
 
 
