@@ -107,6 +107,7 @@ def test_ptq_runs_a_float_classifier_as_an_int8_product(tmp_path: Path) -> None:
     assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 0.05
 
 
+@pytest.mark.slow  # quantizes and builds a residual network: tens of seconds
 def test_ptq_runs_residual_adds_and_max_pool_on_int8(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     data = [(rng.standard_normal((1, 3, 20, 20)).astype(np.float32),) for _ in range(64)]
