@@ -15,7 +15,10 @@ from tests.support.emulated import emulated, simde_include
 from tests.support.int8_conv_graph import conv_graph
 from tests.support.sanitizers import assert_clean_under_sanitizers
 
-pytestmark = pytest.mark.skipif(simde_include() is None, reason="simde-py (SIMDe's headers) is not installed")
+# every test builds kernel graphs against SIMDe's emulated intrinsics, which compile and run many
+# times slower than the real instructions (20 to 60 s each): the slow tier
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(simde_include() is None, reason="simde-py (SIMDe's headers) is not installed")]
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "cuvil" / "examples" / "tiny_cnn.onnx"

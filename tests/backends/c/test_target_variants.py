@@ -19,6 +19,9 @@ from cuvil.backends.c.toolchain import TARGET_ISA, TARGET_VARIANTS, cpu_flags
 from cuvil.errors import CuvilError, ModelError
 from tests.support.int8_conv_graph import conv_graph
 
+# every test builds the int8 convolution graph with its variant libraries (one compile each): 15 to 30 s
+pytestmark = pytest.mark.slow
+
 EXAMPLE = Path(__file__).resolve().parents[3] / "cuvil" / "examples" / "tiny_cnn.onnx"
 VARIANTS = {v.name: v for v in TARGET_VARIANTS["x86_avx512"]}
 
