@@ -62,6 +62,7 @@ repeats = 2
 """
 
 
+@pytest.mark.slow  # every check on a model, each of its builds: about a minute
 def test_every_check_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                 capsys: pytest.CaptureFixture[str]) -> None:
     import cuvil.frontends.torch as frontend

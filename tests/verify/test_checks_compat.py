@@ -208,6 +208,7 @@ def test_dynamic_shapes_unbounded_symbol_warns_with_a_suggestion(context: Contex
 
 
 # ---- precision, reproducibility, cross-target ----------------------------------------------------------------
+@pytest.mark.slow  # builds a model for several targets, precisions and thread counts: tens of seconds
 def test_precision_reproducibility_cross_target_pass(context: Context) -> None:
     # cross-target's default list adds native and wasm32 (when its toolchain imports); two targets keep this fast
     ctx = context(TINY, ["ref", "generic"], checks={"cross-target": {"targets": ["ref", "generic"]}})
