@@ -7,7 +7,7 @@ the reference interpreter and the C compiler), ``--models resnet18,bert_tiny --b
 
 What it measures, and how:
 
-1. Every model is built in plain PyTorch (``models.py``) and exported once per batch size to ONNX
+1. Every model is built in plain PyTorch (``tests/support/zoo/networks.py``, ``BENCHMARKS``) and exported once per batch size to ONNX
    with ``zoo.export_onnx`` (opset 18, static shapes), exactly as ``zoo.py`` exports it; Cuvil and
    onnxruntime both read that file.
 2. Cuvil compiles it for ``native`` with the default pipeline (``default_pipeline("native")``) run
@@ -59,6 +59,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))  # the repository root: the zoo's networks are tests/support/zoo
 
 from zoo import export_onnx, load_average, machine_header, ort_session  # noqa: E402
 
@@ -125,10 +126,9 @@ def within(value: float | None, goal: float) -> bool:
 def measure(name: str, batch: int, folder: Path, cache: Path) -> Row:
     """Exports one zoo model at one batch size, compiles it under numeric-each, checks it against
     onnxruntime and reads its memory plan."""
-    from models import ZOO
-
     import cuvil
     from cuvil.passes import NumericEach, PassManager, default_pipeline, relative_l2
+    from tests.support.zoo.networks import BENCHMARKS as ZOO
 
     row = Row(name, batch)
     folder.mkdir(parents=True, exist_ok=True)
@@ -252,9 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     models = list(QUICK[0]) if args.quick else args.models.split(",")
     batches = list(QUICK[1]) if args.quick else [int(b) for b in args.batches.split(",")]
 
-    from models import ZOO
-
     import cuvil
+    from tests.support.zoo.networks import BENCHMARKS as ZOO
 
     unknown = [m for m in models if m not in ZOO]
     if unknown:

@@ -7,7 +7,7 @@ a few rounds and test inputs: a smoke run; the int8 builds still calibrate on 12
 
 How it measures, and why:
 
-1. Every model is built in plain PyTorch (``models.py``) and exported once to ONNX at batch 1
+1. Every model is built in plain PyTorch (``tests/support/zoo/networks.py``, ``BENCHMARKS``) and exported once to ONNX at batch 1
    (opset 18, static shapes, as ``zoo.py`` does); every variant starts from that one file.
 2. Inputs have structure, not white noise: a quantizer calibrated on white noise sees ranges no
    real image produces.  Each image is the sum of two octaves of Gaussian noise drawn on coarse
@@ -68,6 +68,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))  # the repository root: the zoo's networks are tests/support/zoo
 
 from zoo import export_onnx, interleave, load_average, machine_header, ort_session, percentile, rel_l2  # noqa: E402
 
@@ -242,7 +243,7 @@ def accuracy(res: VariantResult, got: np.ndarray, ref: np.ndarray) -> None:
 
 
 def run_model(name: str, threads: list[int], args: argparse.Namespace, work: Path) -> list[Row]:
-    from models import ZOO
+    from tests.support.zoo.networks import BENCHMARKS as ZOO
 
     folder = work / name
     folder.mkdir(parents=True, exist_ok=True)

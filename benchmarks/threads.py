@@ -6,7 +6,7 @@ Usage: ``python benchmarks/threads.py [--threads 2] [--reps 20] [--no-resnet]``.
 Every multi-thread result is checked bitwise against the single-thread one before it is timed.
 Timings are medians; the ResNet-18 runs of Cuvil and onnxruntime (1 and N intra-op threads) are
 interleaved in one process, so both see the same machine state.  The ResNet-18 part needs torch
-and onnxruntime (it exports ``tests/models/zoo.py``'s ResNet-18 as ``tests/models/exported.py`` does).
+and onnxruntime (it exports ``tests/support/zoo/networks.py``'s ResNet-18 as ``tests/support/exported.py`` does).
 """
 
 from __future__ import annotations
@@ -152,8 +152,8 @@ def resnet_section(threads: int, reps: int, cache: str, folder: Path) -> None:
     import torch
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from tests.models.exported import OPSET
-    from tests.models.zoo import CASES
+    from tests.support.exported import OPSET
+    from tests.support.zoo.networks import CASES
 
     case = CASES["resnet18"]
     module = case.build()
@@ -187,7 +187,7 @@ def resnet_section(threads: int, reps: int, cache: str, folder: Path) -> None:
             t0 = time.perf_counter()
             fn()
             times[k].append(time.perf_counter() - t0)
-    print(f"\nResNet-18 (tests/models/zoo.py), batch 1, interleaved, {reps} rounds; "
+    print(f"\nResNet-18 (tests/support/zoo/networks.py), batch 1, interleaved, {reps} rounds; "
           f"cuvil vs onnxruntime relative L2 {err:.2e}")
     med = {k: statistics.median(v) for k, v in times.items()}
     for k, v in times.items():

@@ -6,7 +6,7 @@ thread, a few rounds: a smoke run), ``--json FILE`` (every figure, for the proje
 
 How it measures, and why:
 
-1. Every model is built in plain PyTorch (``models.py``), exported once per batch size to ONNX
+1. Every model is built in plain PyTorch (``tests/support/zoo/networks.py``, ``BENCHMARKS``), exported once per batch size to ONNX
    (``torch.onnx.export(dynamo=True)``, opset 18, static shapes), and Cuvil and onnxruntime both
    run that same ONNX file.  PyTorch eager and torch.compile run the module itself.
 2. Cuvil: ``cuvil.compile(onnx, target="native")`` with a benchmark-private build cache; when
@@ -322,8 +322,8 @@ def probe(runtime: str, model: str, batch: int, threads: int, folder: Path) -> N
     else:
         import torch
 
-        sys.path.insert(0, str(HERE))
-        from models import ZOO
+        sys.path.insert(0, str(HERE.parent))  # the repository root: the networks are tests/support/zoo
+        from tests.support.zoo.networks import BENCHMARKS as ZOO
 
         torch.set_num_threads(threads)
         tensors = [torch.from_numpy(a) for a in arrays]
@@ -432,10 +432,9 @@ def run_zoo(args: argparse.Namespace, models: list[str], batches: list[int], thr
             work: Path) -> int:
     import torch
 
-    sys.path.insert(0, str(HERE))
-    from models import ZOO
-
+    sys.path.insert(0, str(HERE.parent))  # the repository root: the networks are tests/support/zoo
     import cuvil
+    from tests.support.zoo.networks import BENCHMARKS as ZOO
 
     unknown = [m for m in models if m not in ZOO]
     if unknown:

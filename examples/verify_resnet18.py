@@ -1,6 +1,6 @@
 """ResNet-18 for ``cuvil verify examples/verify_resnet18.py:resnet18``: plain PyTorch, batch symbolic in 1..8.
 
-The network is the benchmark zoo's (benchmarks/models.py: seeded weights, randomised
+The network is the benchmark zoo's (tests/support/zoo/networks.py: seeded weights, randomised
 batch-norm statistics so that folding them wrongly shows), on 224x224 images.
 """
 
@@ -14,7 +14,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.models import ZOO  # the repository root is on the path above
+from tests.support.zoo.networks import BENCHMARKS as ZOO  # the repository root is on the path above
 
 
 def resnet18() -> tuple[torch.nn.Module, list[torch.Tensor], dict[str, Any]]:

@@ -1,45 +1,13 @@
-"""Shared test fixtures and locations."""
+"""Fixtures every test directory may use, and the suite's command-line options (``--update-golden``).
+Shared helpers and locations live in tests/support."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from cuvil.verify.runner import target_unavailable
-
-REPO = Path(__file__).resolve().parents[1]
-NODE_TESTS = REPO.parent / "shared" / "onnx-node-tests" / "node"
-
-
-def runnable(*targets: str) -> list[Any]:
-    """``targets`` as pytest parameters, each skipped where this machine cannot run it (a C target
-    whose instructions this CPU lacks, wasm32 without its packages), with the reason."""
-    return [pytest.param(t, marks=pytest.mark.skipif(target_unavailable(t) is not None,
-                                                     reason=f"{t}: {target_unavailable(t)}")) for t in targets]
-
-
-def assert_clean_under_sanitizers(code: str, *args: str) -> None:
-    """Runs ``code`` (with ``args``) in a Python child with AddressSanitizer and UBSan preloaded, for
-    the libraries it builds with their checks; the child must print "clean", and no sanitizer may
-    report.  Skips where the C compiler has no sanitizer runtimes."""
-    if shutil.which("cc") is None:
-        pytest.skip("no C compiler")
-    libs = [subprocess.run(["cc", f"-print-file-name={n}"], capture_output=True, text=True).stdout.strip()
-            for n in ("libasan.so", "libubsan.so")]
-    if not all(os.path.isabs(p) for p in libs):
-        pytest.skip("the C compiler has no sanitizer runtimes")
-    env = dict(os.environ, LD_PRELOAD=":".join(libs), ASAN_OPTIONS="detect_leaks=0:abort_on_error=0",
-               UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1", PYTHONPATH=str(REPO))
-    r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=REPO, env=env,
-                       timeout=900)
-    assert r.returncode == 0 and "clean" in r.stdout, r.stderr[-3000:]
-    assert "AddressSanitizer" not in r.stderr and "runtime error:" not in r.stderr, r.stderr[-3000:]
+from tests.support.paths import NODE_TESTS
 
 
 @pytest.fixture(scope="session")

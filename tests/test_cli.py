@@ -11,7 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 EXAMPLE = REPO / "cuvil" / "examples" / "tiny_cnn.onnx"
 
@@ -27,13 +27,20 @@ def readme_commands() -> list[str]:
     return [ln for ln in block.group(1).splitlines() if ln.strip() and not ln.startswith("#")]
 
 
-def test_readme_gives_two_commands_and_ci_runs_the_test_one() -> None:
+def test_readme_gives_two_commands_and_ci_runs_the_test_one_in_tiers() -> None:
     main_job, tests = readme_commands()
     assert "pip install" in main_job and "cuvil" in main_job
     assert "pip install" in tests and "pytest" in tests
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    at = []
     for part in tests.split("&&"):
         assert part.strip() in ci, f"{part.strip()!r} is not what .ci/run runs"
+        at.append(ci.index(part.strip()))
+    assert at == sorted(at), ".ci/run runs the README's commands in another order"
+    # the tiers: fast, then slow, both in parallel, then serial alone
+    tiers = [p.strip() for p in tests.split("&&") if "pytest" in p]
+    assert [t.rsplit(" -m ", 1)[1] for t in tiers] == ['"not slow and not serial"', '"slow and not serial"', "serial"]
+    assert all("-n auto" in t for t in tiers[:2]) and "-n " not in tiers[2]
 
 
 def test_readme_main_job_runs(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from onnx import TensorProto, helper
 
 import cuvil
 from cuvil.cli import parse_dim
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 
 def cuvil_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

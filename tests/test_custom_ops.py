@@ -24,7 +24,7 @@ from cuvil.ir.graph import Graph
 from cuvil.ir.symbolic import sym
 from cuvil.ir.types import SymbolInfo, TensorType
 from cuvil.ops import registry
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 TOL = 1e-5
 

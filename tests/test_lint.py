@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 
 def test_ruff_clean() -> None:

@@ -80,9 +80,12 @@ class WeightsExecutor(Protocol):
 
 @runtime_checkable
 class ThreadStatsExecutor(Protocol):
-    """An executor whose library counts what its worker threads did (the native C backend)."""
+    """An executor whose library counts what its worker threads did and takes a split policy (the native C
+    backend)."""
 
     def thread_stats(self) -> Any: ...
+
+    def set_split_policy(self, policy: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -215,6 +218,17 @@ class CompiledModel:
         those calls did or did not gain from more threads."""
         ex = self._executor
         return ex.thread_stats() if isinstance(ex, ThreadStatsExecutor) else None
+
+    def set_split_policy(self, policy: str) -> None:
+        """How calls split their kernels' work over the model's threads: "auto" (the default: the
+        cost model declines regions too small to pay, or while the workers answer slowly) or
+        "always" (every region that can split does, whatever the machine's load: which regions
+        thread is then deterministic, for tests).  Only the native C backend has threads to split
+        over; elsewhere this raises ``CuvilError``.  Not while calls run."""
+        ex = self._executor
+        if not isinstance(ex, ThreadStatsExecutor):
+            raise CuvilError(f"the {self.target} backend runs no threads: it has no split policy")
+        ex.set_split_policy(policy)
 
     def __call__(self, *arrays: Any) -> list[Any]:
         """Run on inputs in graph-input order: NumPy arrays (or array-likes) or torch tensors.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.models.exported import ModelStore
+from tests.support.exported import ModelStore
 
 
 @pytest.fixture(scope="session")

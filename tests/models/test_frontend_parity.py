@@ -17,10 +17,12 @@ import pytest
 from cuvil.frontends.onnx import load_onnx
 from cuvil.frontends.torch import load_torch
 from cuvil.passes import PassManager, default_pipeline
-from tests.models.exported import ModelStore
-from tests.models.zoo import CASES
+from tests.support.exported import ModelStore
+from tests.support.zoo.networks import CASES
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning", "ignore::DeprecationWarning")
+# every test exports a zoo model through both front ends and compiles it (tens of seconds each)
+pytestmark = [pytest.mark.slow,
+              pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning", "ignore::DeprecationWarning")]
 
 
 def _ops(graph: object) -> Counter[str]:

@@ -1,6 +1,6 @@
 """End-to-end: PyTorch networks exported to ONNX, compiled for the reference target, checked against onnxruntime.
 
-Each model is built in plain PyTorch (tests/models/zoo.py), exported once per
+Each model is built in plain PyTorch (tests/support/zoo/networks.py), exported once per
 session (exported.py), compiled with ``cuvil.compile(path, target="ref")`` and
 run on seeded inputs.  The oracle is onnxruntime on the same ONNX file: every
 fp32 output must be within a relative L2 error of 1e-5.  Eager PyTorch is a
@@ -15,7 +15,7 @@ import pytest
 
 import cuvil
 from cuvil.ir.symbolic import DimExpr
-from tests.models.exported import ModelStore, assert_outputs_close
+from tests.support.exported import ModelStore, assert_outputs_close
 
 TOL_ORT = 1e-5  # Cuvil ref vs onnxruntime on the same graph
 # vs eager PyTorch: other kernels, and a graph the exporter rewrote (batch norm folded into Conv); the
@@ -58,7 +58,7 @@ def test_unoptimized_export_matches_onnxruntime(models: ModelStore) -> None:
 
 DYNAMIC = [
     "mlp",
-    "transformer",
+    pytest.param("transformer", marks=pytest.mark.slow),  # its dynamic export takes seconds
     pytest.param("torch_encoder", marks=pytest.mark.slow),  # batch flows through Shape/Slice/Concat/Reshape
     pytest.param("mobilenet_v2", marks=pytest.mark.slow),
 ]

@@ -11,8 +11,12 @@ from pathlib import Path
 import pytest
 
 import cuvil
-from tests.backends.c.emulated import emulated, simde_include
-from tests.models.exported import ModelStore, assert_outputs_close
+from tests.support.emulated import emulated, simde_include
+from tests.support.exported import ModelStore, assert_outputs_close
+
+# every test here builds a whole model for a C or wasm32 target (or under AVX-512 emulation): seconds to
+# tens of seconds each, the slow tier
+pytestmark = pytest.mark.slow
 
 TOL_ORT = 1e-5
 
@@ -71,7 +75,7 @@ def test_symbolic_batch_one_build(models: ModelStore, cache: Path, name: str, ta
 def test_model_on_avx512_under_emulation_matches_onnxruntime(models: ModelStore, cache: Path, tmp_path: Path,
                                                               name: str) -> None:
     """The x86_avx512 build's kernels, run under emulation where this CPU lacks AVX-512
-    (tests/backends/c/emulated.py)."""
+    (tests/support/emulated.py)."""
     em = models.get(name)
     m = emulated(cuvil.compile(em.path, target="x86_avx512", cache_dir=str(cache)), tmp_path)
     arrays = em.inputs(1)

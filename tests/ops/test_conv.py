@@ -165,6 +165,7 @@ def test_conv_rejects_integer_input() -> None:
         load_onnx(model)
 
 
+@pytest.mark.serial  # it times the machine: run alone, after the parallel tiers
 def test_conv_reference_is_vectorised() -> None:
     # ResNet's stem at 224 x 224 must run at NumPy speed (no Python loop over pixels).
     rng = np.random.default_rng(4)

@@ -10,7 +10,7 @@ from cuvil.errors import CuvilError, ShapeError
 from cuvil.ir.dtypes import DType
 from cuvil.ir.symbolic import UNKNOWN, sym
 from cuvil.ir.types import TensorType
-from tests.ops.test_shape import check_ort, f32, i64, infer, one_node, run_cuvil
+from tests.support.single_node import check_ort, f32, i64, infer, one_node, run_cuvil
 
 B, N = sym("b"), sym("n")
 

@@ -12,7 +12,7 @@ from cuvil.ir.dtypes import DType
 from cuvil.ir.symbolic import sym
 from cuvil.ir.types import TensorType
 from cuvil.ops.linalg import parse_equation
-from tests.ops.test_reduce import check_against_ort, make_model, run_cuvil
+from tests.support.reduce_models import check_against_ort, make_model, run_cuvil
 
 RNG = np.random.default_rng(2)
 

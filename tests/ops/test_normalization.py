@@ -11,7 +11,7 @@ from cuvil.ir.builder import Builder
 from cuvil.ir.dtypes import DType
 from cuvil.ir.symbolic import sym
 from cuvil.ir.types import TensorType
-from tests.ops.test_reduce import check_against_ort, make_model, run_cuvil
+from tests.support.reduce_models import check_against_ort, make_model, run_cuvil
 
 RNG = np.random.default_rng(1)
 

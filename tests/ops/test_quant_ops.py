@@ -16,7 +16,7 @@ from cuvil.frontends.onnx import load_onnx
 from cuvil.ir.builder import Builder
 from cuvil.ir.dtypes import DType
 from cuvil.ir.types import TensorType
-from tests.conftest import runnable
+from tests.support.targets import runnable
 
 _ELEM = {np.uint8: TensorProto.UINT8, np.int8: TensorProto.INT8, np.int16: TensorProto.INT16, np.uint16: TensorProto.UINT16}
 

@@ -11,7 +11,7 @@ from cuvil.errors import CuvilError, ModelError, ShapeError
 from cuvil.ir.dtypes import DType
 from cuvil.ir.symbolic import UNKNOWN, ceildiv, sym
 from cuvil.ir.types import SymbolInfo, TensorType
-from tests.ops.test_shape import check_ort, f32, i64, infer, one_node, run_cuvil
+from tests.support.single_node import check_ort, f32, i64, infer, one_node, run_cuvil
 
 B, H = sym("b"), sym("h")
 INT_MAX = 2**31 - 1
@@ -213,7 +213,7 @@ def test_range_matches_ort(start: float, limit: float, delta: float, dtype: type
     ins = {"a": np.array(start, dtype), "b": np.array(limit, dtype), "c": np.array(delta, dtype)}
     model = one_node("Range", ins, opset=11)
     got = run_cuvil(model, ins)
-    from tests.ops.test_shape import run_ort
+    from tests.support.single_node import run_ort
 
     want = run_ort(model, ins, got)
     assert got[0].dtype == want[0].dtype and got[0].shape == want[0].shape

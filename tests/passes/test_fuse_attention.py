@@ -20,7 +20,7 @@ from onnx import helper as h
 import cuvil
 from cuvil.frontends.onnx import load_onnx
 from cuvil.passes import NumericEach, PassManager, VerifyEach, default_pipeline
-from tests.conftest import NODE_TESTS
+from tests.support.paths import NODE_TESTS
 
 
 def _vi(name: str, shape: list[int], dt: int = T.FLOAT) -> onnx.ValueInfoProto:
@@ -174,15 +174,15 @@ def test_attention_reference_agrees_with_inference(case: str) -> None:
     from cuvil.backends.ref.interpreter import run_graph
     from cuvil.conformance import case_dirs, load_case
     from cuvil.ir.symbolic import evaluate, is_unknown
-    from tests.ops.test_registry import _randomized, _symbolic
+    from tests.support.node_cases import randomized_inputs, symbolic_dims
 
     (folder,) = [c for c in case_dirs(str(NODE_TESTS)) if Path(c).name == case]
     model, inputs, _ = load_case(folder)
     assert isinstance(model, onnx.ModelProto)
-    data = _randomized(inputs, seed=len(case))
+    data = randomized_inputs(inputs, seed=len(case))
     with np.errstate(all="ignore"):
         static_out = run_graph(load_onnx(model), data, check_types=True)
-    sym_model, env = _symbolic(model)
+    sym_model, env = symbolic_dims(model)
     sg = load_onnx(sym_model)
     assert env
     with np.errstate(all="ignore"):

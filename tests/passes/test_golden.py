@@ -3,8 +3,12 @@
 After an intended change to a pass, rewrite the expected texts with
 ``python -m pytest tests/passes/test_golden.py --update-golden`` and review the diff.
 Every case also checks, with the reference interpreter on seeded inputs, that
-the pass changed no output by a single bit, that it kept the signature and
-valid IR (the manager's instruments), and that it is idempotent.
+the pass changed no output by a single bit (or, for a pass that rewrites arithmetic
+into an op that rounds differently, by more than its ``TOLERANCE``), that it kept
+the signature and valid IR (the manager's instruments), and that it is idempotent.
+Every registered pass of Cuvil has golden cases (test passes that test modules
+register are not Cuvil's); ``plan-memory``'s are memory plans (``golden_plan/``,
+tests/passes/test_plan_memory.py).
 """
 
 from __future__ import annotations
@@ -16,10 +20,16 @@ import pytest
 import cuvil.ops  # noqa: F401  (registers the op set)
 from cuvil.ir.parser import parse_graph
 from cuvil.ir.printer import print_graph
-from cuvil.passes import NumericEach, PassManager, VerifyEach, get_pass
+from cuvil.passes import NumericEach, PassManager, VerifyEach, all_passes
 
 GOLDEN = Path(__file__).parent / "golden"
 CASES = sorted(GOLDEN.glob("*/*.before.cir"))
+# passes whose golden cases are not IR before and after: where they are
+ELSEWHERE = {"plan-memory": (Path(__file__).parent / "golden_plan", "*.cir")}
+# relative L2 error a pass may introduce on a case's outputs: folding a batch norm into the
+# convolution's weights rounds them once; gelu and layer_norm compute what the written-out
+# chains compute, rounded differently (each pass's own tests bound it the same way)
+TOLERANCE = {"fold-batchnorm": 1e-6, "recognize-gelu": 1e-6, "recognize-layernorm": 1e-6}
 
 
 def _run(pipeline: str, text: str) -> tuple[str, PassManager]:
@@ -29,9 +39,14 @@ def _run(pipeline: str, text: str) -> tuple[str, PassManager]:
 
 
 def test_every_pass_has_golden_cases() -> None:
-    for name in ("canonicalize", "dce", "cse", "fold-constants"):
-        get_pass(name)
-        assert any(GOLDEN.glob(f"{name}/*.before.cir")), f"no golden case for {name}"
+    passes = sorted(name for name, cls in all_passes().items() if cls.__module__.startswith("cuvil."))
+    assert {"canonicalize", "dce", "cse", "fold-constants", "plan-memory"} <= set(passes)  # the registry is read
+    missing = []
+    for name in passes:
+        folder, pattern = ELSEWHERE.get(name, (GOLDEN / name, "*.before.cir"))
+        if not any(folder.glob(pattern)):
+            missing.append(name)
+    assert not missing, f"no golden case for {', '.join(missing)} (add {GOLDEN}/<pass>/<case>.before.cir)"
 
 
 @pytest.mark.parametrize("before", CASES, ids=lambda p: f"{p.parent.name}/{p.name.removesuffix('.before.cir')}")
@@ -49,7 +64,8 @@ def test_pass_output_matches_golden(before: Path, update_golden: bool) -> None:
     assert record.changed, f"{pass_name} did nothing on {before.name}: the case tests nothing"
     assert record.verified
     assert not record.notes, record.notes  # the interpreter ran before and after
-    assert record.errors is not None and all(e == 0.0 for e in record.errors.values()), record.errors
+    limit = TOLERANCE.get(pass_name, 0.0)
+    assert record.errors is not None and all(e <= limit for e in record.errors.values()), record.errors
 
     again, pm2 = _run(pass_name, text)
     assert again == text, f"{pass_name} is not idempotent on {after.name}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from cuvil.passes import (
     PipelineError,
     Timing,
     VerifyEach,
+    instruments,
     register_pass,
     relative_l2,
 )
@@ -186,7 +188,22 @@ def test_dump_ir_writes_numbered_parsable_dumps(tmp_path: Path) -> None:
     assert pm.report is not None and pm.report.records[1].dump == str(out / "002-cse.cir")
 
 
-def test_timing_counts_the_pass_alone() -> None:
+def test_timing_counts_the_pass_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Clock:
+        """perf_counter and sleep on a clock only sleeping moves: what Timing reads is exact."""
+
+        now = 0.0
+
+        def perf_counter(self) -> float:
+            return self.now
+
+        def sleep(self, seconds: float) -> None:
+            self.now += seconds
+
+    clock = Clock()
+    monkeypatch.setattr(instruments, "time", clock)  # what Timing reads
+    monkeypatch.setattr(sys.modules[__name__], "time", clock)  # what test-sleep and Slow sleep on
+
     class Slow(Instrument):
         def before_pass(self, p: Pass, graph: Graph, record: PassRecord) -> None:
             time.sleep(0.5)
@@ -194,8 +211,8 @@ def test_timing_counts_the_pass_alone() -> None:
     pm = PassManager("test-sleep{seconds=0.05}", instruments=[Timing(), Slow()])
     pm.run(parse_graph(MODEL))
     assert pm.report is not None
-    seconds = pm.report.records[0].seconds
-    assert seconds is not None and 0.04 < seconds < 0.45  # the 0.5 s the other instrument slept is not in it
+    # the pass's 0.05 s, not the 0.5 s the other instrument slept
+    assert pm.report.records[0].seconds == pytest.approx(0.05)
 
 
 def test_bisecting_with_the_limit_pins_the_pass() -> None:

@@ -32,7 +32,7 @@ from cuvil.passes import (
     register_pass,
 )
 from cuvil.passes.rewrite import copy_graph
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 EXAMPLE = REPO / "cuvil" / "examples" / "tiny_cnn.onnx"
 

@@ -1,4 +1,4 @@
-"""int8, fp16 and bf16 accuracy on the model-test networks (tests/models/zoo.py), against their float32 builds.
+"""int8, fp16 and bf16 accuracy on the model-test networks (tests/support/zoo/networks.py), against their float32 builds.
 
 What issue 7 asks of each reduced build, measured here on native builds:
 
@@ -43,8 +43,8 @@ import cuvil
 
 torch = pytest.importorskip("torch")
 
-from tests.backends.c.emulated import emulated, simde_include  # noqa: E402
-from tests.models.zoo import mobilenet_v2, resnet18, transformer_encoder  # noqa: E402
+from tests.support.emulated import emulated, simde_include  # noqa: E402
+from tests.support.zoo.networks import mobilenet_v2, resnet18, transformer_encoder  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -159,7 +159,7 @@ def test_cnn_int8_top1_agrees_with_fp32(classifier: Classifier, build_cache: str
 def test_cnn_int8_for_avx512_vnni_and_int16_pairs_agree(classifier: Classifier, build_cache: str,
                                                         tmp_path: Path) -> None:
     """The x86_avx512 int8 build, its base library (int16 pairs) and its VNNI one, run under
-    emulation (tests/backends/c/emulated.py): the same bytes out of both, and top-1 agreement with
+    emulation (tests/support/emulated.py): the same bytes out of both, and top-1 agreement with
     float32 as for the native build."""
     q8 = cuvil.compile(classifier.program, "x86_avx512", cache_dir=build_cache, quant_dtype="int8",
                        calibration_dataset=classifier.calibration)

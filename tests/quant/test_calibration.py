@@ -296,6 +296,7 @@ def test_without_a_c_compiler_the_reference_runs_it_and_says_so(caplog: pytest.L
     assert runner["runner"] == "reference" and "no C compiler" in runner["why"] and "/nonexistent/cc" in runner["why"]
 
 
+@pytest.mark.slow  # calibrates and builds a model twice: tens of seconds
 def test_calibration_build_is_cached_in_the_compiles_cache_dir(tmp_path: Path) -> None:
     import cuvil
 

@@ -281,6 +281,7 @@ def _convs(dtype: DType, weights: list[np.ndarray] | None) -> Graph:
     return b.graph
 
 
+@pytest.mark.slow  # every convolution path built in f16 or bf16 for the C targets: tens of seconds
 @pytest.mark.parametrize("dtype", [DType.f16, DType.bf16])
 def test_half_conv_kernels(dtype: DType, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """f16/bf16 convolutions (bf16 dot products on native where the CPU has AVX512_BF16, the float32
@@ -323,6 +324,7 @@ def _verify_context(graph: Graph, tmp_path: Path) -> object:
                          work_dir=tmp_path, config={"checks": {}})
 
 
+@pytest.mark.slow  # verifies a model through fp16 and bf16 builds: tens of seconds
 def test_verify_precision_checks_fp16_and_bf16(tmp_path: Path) -> None:
     import cuvil.verify.checks  # noqa: F401  (registers the checks)
     from cuvil.verify.base import Status, get_check

@@ -334,11 +334,11 @@ def _class_data(n: int, seed: int, protos: np.ndarray) -> tuple[np.ndarray, np.n
 
 
 def test_cnn_top1_agreement_with_fp32(tmp_path: Path) -> None:
-    """CIFAR CNN (benchmarks/models.py) on images of 10 classes (smooth prototypes plus noise), its last layer
+    """CIFAR CNN (the zoo's benchmark network) on images of 10 classes (smooth prototypes plus noise), its last layer
     fitted by ridge regression so that its top-1 is meaningful; 128 calibration images, 300 test images,
     fp32 and int8 both native builds."""
     torch = pytest.importorskip("torch")
-    from benchmarks.models import ZOO
+    from tests.support.zoo.networks import BENCHMARKS as ZOO
 
     model = ZOO["cifar_cnn"].build()
     rng = np.random.default_rng(0)
@@ -372,7 +372,7 @@ def test_cnn_top1_agreement_with_fp32(tmp_path: Path) -> None:
 @pytest.mark.parametrize("reduce_range", [False, True])
 def test_transformer_encoder_output_snr(reduce_range: bool) -> None:
     torch = pytest.importorskip("torch")
-    from tests.models.zoo import transformer_encoder
+    from tests.support.zoo.networks import transformer_encoder
 
     rng = np.random.default_rng(0)
     tokens = [(rng.integers(0, 100, (1, 16)),) for _ in range(160)]

@@ -15,7 +15,7 @@ from onnx import TensorProto, helper
 
 import cuvil
 from cuvil.runtime.artifact import ArtifactError
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 EXAMPLE_C = REPO / "examples" / "c" / "run_model.c"
 

@@ -11,7 +11,7 @@ import pytest
 
 import cuvil
 from cuvil.runtime.compiled import BuildInfo
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 EXAMPLE = REPO / "cuvil" / "examples" / "tiny_cnn.onnx"
 

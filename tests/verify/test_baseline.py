@@ -13,7 +13,6 @@ from cuvil.verify.base import CheckResult, Status, VerifyError
 from cuvil.verify.baseline import compare, compare_figure, load_baseline, save_baseline
 from cuvil.verify.config import BaselineConfig, Margin, parse_config
 from cuvil.verify.report import Report
-from tests.verify.test_runner import mlp, test_checks  # noqa: F401  (fixtures)
 
 
 def report(figures: dict[str, float], check: str = "latency") -> Report:
@@ -67,7 +66,7 @@ def test_a_report_json_is_a_baseline_too(tmp_path: Path) -> None:
         load_baseline(tmp_path / "bad.json")
 
 
-def test_verify_with_baseline_end_to_end(test_checks: None, mlp: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_verify_with_baseline_end_to_end(test_checks: None, mlp: Path, tmp_path: Path) -> None:
     fast = {"checks": {"t-figures": {"figures": {"median_ms": 1.0, "arena_bytes": 4096}}}}
     first = verify(str(mlp), checks=["t-figures"], targets=["ref"], config=fast,
                          save_baseline=tmp_path / "base.json")

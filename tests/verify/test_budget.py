@@ -19,7 +19,7 @@ from cuvil.errors import CuvilError
 from cuvil.verify.base import Status, all_checks
 from cuvil.verify.context import ModelSource, VerifyContext
 from cuvil.verify.runner import GROUP_ORDER
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 TINY_CNN = REPO / "cuvil" / "examples" / "tiny_cnn.onnx"
 
@@ -62,6 +62,7 @@ repeats = 2
 """
 
 
+@pytest.mark.slow  # every check on a model, each of its builds: about a minute
 def test_every_check_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                 capsys: pytest.CaptureFixture[str]) -> None:
     import cuvil.frontends.torch as frontend

@@ -25,7 +25,7 @@ from cuvil.api import import_model
 from cuvil.backends.c.kernels.custom import CustomKernel, register_custom_kernel
 from cuvil.verify.base import CheckResult, Status, get_check
 from cuvil.verify.context import ModelSource, VerifyContext
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 TINY = str(REPO / "cuvil" / "examples" / "tiny_cnn.onnx")
 
@@ -208,6 +208,7 @@ def test_dynamic_shapes_unbounded_symbol_warns_with_a_suggestion(context: Contex
 
 
 # ---- precision, reproducibility, cross-target ----------------------------------------------------------------
+@pytest.mark.slow  # builds a model for several targets, precisions and thread counts: tens of seconds
 def test_precision_reproducibility_cross_target_pass(context: Context) -> None:
     # cross-target's default list adds native and wasm32 (when its toolchain imports); two targets keep this fast
     ctx = context(TINY, ["ref", "generic"], checks={"cross-target": {"targets": ["ref", "generic"]}})

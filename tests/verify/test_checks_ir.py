@@ -31,7 +31,7 @@ from cuvil.passes import base as passes_base
 from cuvil.verify.base import Status
 from cuvil.verify.render.json import write_json
 from cuvil.verify.report import Report
-from tests.conftest import REPO
+from tests.support.paths import REPO
 from tests.verify.models import context, f32, if_on_sum, onnx_model, residual_softmax, run
 
 TINY_CNN = REPO / "cuvil" / "examples" / "tiny_cnn.onnx"

@@ -22,7 +22,7 @@ import cuvil.verify.checks  # registers the checks
 from cuvil import Arg, OpSchema
 from cuvil.backends.c.kernel import _KERNELS, Kernel, KernelCtx
 from cuvil.verify.base import Status
-from tests.conftest import REPO
+from tests.support.paths import REPO
 from tests.verify.models import context, run
 
 TINY_CNN = REPO / "cuvil" / "examples" / "tiny_cnn.onnx"

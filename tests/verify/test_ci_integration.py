@@ -31,7 +31,7 @@ import pytest
 import yaml
 from onnx import TensorProto, helper
 
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 pytest_plugins = ["pytester"]
 

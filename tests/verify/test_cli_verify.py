@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 
 from cuvil.cli import main
-from tests.verify.test_runner import mlp, test_checks, write_mlp  # noqa: F401  (fixtures)
 
 
-def test_exit_0_when_everything_passes(test_checks: None, mlp: Path, tmp_path: Path,  # noqa: F811
+def test_exit_0_when_everything_passes(test_checks: None, mlp: Path, tmp_path: Path,
                                        capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
     code = main(["verify", str(mlp), "--checks", "t-agree,t-warn", "--targets", "ref", "--report-dir", str(out)])
@@ -27,7 +26,7 @@ def test_exit_0_when_everything_passes(test_checks: None, mlp: Path, tmp_path: P
     assert [r["check"] for r in data["results"]] == ["t-agree", "t-warn"]
 
 
-def test_exit_1_on_failure_or_strict_warning(test_checks: None, mlp: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_exit_1_on_failure_or_strict_warning(test_checks: None, mlp: Path, tmp_path: Path) -> None:
     assert main(["verify", str(mlp), "--checks", "t-warn", "--targets", "ref", "-q"]) == 0
     assert main(["verify", str(mlp), "--checks", "t-warn", "--targets", "ref", "-q", "--strict"]) == 1
     assert main(["verify", str(mlp), "--checks", "t-crash", "--targets", "ref", "-q"]) == 1
@@ -36,7 +35,7 @@ def test_exit_1_on_failure_or_strict_warning(test_checks: None, mlp: Path, tmp_p
     assert main(["verify", str(mlp), "--config", str(cfg), "-q"]) == 1
 
 
-def test_baseline_flags(test_checks: None, mlp: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_baseline_flags(test_checks: None, mlp: Path, tmp_path: Path) -> None:
     base = tmp_path / "b.json"
     args = ["verify", str(mlp), "--checks", "t-figures", "--targets", "ref", "-q"]
     assert main([*args, "--save-baseline", str(base)]) == 0
@@ -53,7 +52,7 @@ def test_baseline_flags(test_checks: None, mlp: Path, tmp_path: Path) -> None:  
     (["--baseline", "/nonexistent/b.json"], "cannot read the baseline"),
     (["--subject", "tensorrt"], "unknown subject 'tensorrt'"),
 ])
-def test_exit_2_on_usage_errors(test_checks: None, mlp: Path, argv: list[str], message: str,  # noqa: F811
+def test_exit_2_on_usage_errors(test_checks: None, mlp: Path, argv: list[str], message: str,
                                 capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["verify", str(mlp), "--targets", "ref", *argv]) == 2
     err = capsys.readouterr().err

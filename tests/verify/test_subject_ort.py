@@ -16,7 +16,7 @@ from cuvil.cli import main
 from cuvil.verify.base import Status, VerifyError
 from cuvil.verify.config import parse_size
 from cuvil.verify.onnxruntime_subject import APPLIES
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 TINY_CNN = REPO / "cuvil" / "examples" / "tiny_cnn.onnx"
 

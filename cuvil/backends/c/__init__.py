@@ -146,6 +146,9 @@ class CExecutor:
     def thread_stats(self) -> ThreadStats | None:
         return None if self.native is None else self.native.thread_stats()
 
+    def set_split_policy(self, policy: str) -> None:
+        self._loaded().set_split_policy(policy)
+
     # what an artifact (cuvil/runtime/artifact.py) needs --------------------------
     def artifact_files(self) -> dict[str, Path]:
         """Every file a saved artifact holds, by its name there: source, headers, library, weights."""

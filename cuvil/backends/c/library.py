@@ -108,6 +108,9 @@ def check_num_threads(num_threads: int | None) -> int:
 # What every model library exports, whichever Cuvil built it (cuvil_api.h).
 _REQUIRED = ("cuvil_load", "cuvil_unload", "cuvil_run", "cuvil_free", "cuvil_num_inputs", "cuvil_num_outputs")
 
+# cuvil_set_split_policy's policies (cuvil_threads.h: CUVIL_SPLIT_AUTO, CUVIL_SPLIT_ALWAYS)
+SPLIT_POLICIES: dict[str, int] = {"auto": 0, "always": 1}
+
 
 class RunError(CuvilError):
     """The compiled model reported an error while running."""
@@ -207,6 +210,36 @@ class NativeModel:
         if fn(self._handle, n, err, len(err)) != 0:
             raise CuvilError(f"cannot run {n} threads: {err.value.decode(errors='replace')}")
         self.num_threads = n
+
+    def set_split_policy(self, policy: str) -> None:
+        """How calls split their kernels' work over the threads (``cuvil_set_split_policy``): "auto"
+        (the default) lets the cost model decline regions too small, or while workers are slow to
+        answer; "always" splits every region that can be split, so which regions thread does not
+        depend on timing or machine load (for tests).  Not while calls run."""
+        code = SPLIT_POLICIES.get(policy)
+        if code is None:
+            raise CuvilError(f"split policy must be one of {', '.join(SPLIT_POLICIES)}, not {policy!r}")
+        if self._handle is None:
+            raise CuvilError("the model was closed")
+        fn = getattr(self.lib, "cuvil_set_split_policy", None)
+        if fn is None:
+            raise CuvilError(f"{self.path} has no cuvil_set_split_policy (built by an older Cuvil)")
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_int]
+        if fn(self._handle, code) != 0:
+            raise CuvilError(f"cannot set the split policy {policy!r}")
+
+    def split_policy(self) -> str | None:
+        """The split policy now in force, or None for a library built without one."""
+        if self._handle is None:
+            raise CuvilError("the model was closed")
+        fn = getattr(self.lib, "cuvil_get_split_policy", None)
+        if fn is None:
+            return None
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_void_p]
+        code = int(fn(self._handle))
+        return next((name for name, c in SPLIT_POLICIES.items() if c == code), None)
 
     def _buffers(self, n_in: int) -> tuple[ctypes.Array[CTensor], ctypes.Array[CTensor], ctypes.Array[ctypes.c_char],
                                           list[Any]]:

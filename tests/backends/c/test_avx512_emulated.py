@@ -11,11 +11,14 @@ import pytest
 
 import cuvil
 from cuvil.backends.c.toolchain import TARGET_VARIANTS
-from tests.backends.c.emulated import emulated, simde_include
-from tests.conftest import assert_clean_under_sanitizers
-from tests.quant.test_int8_kernels import _conv_graph
+from tests.support.emulated import emulated, simde_include
+from tests.support.int8_conv_graph import conv_graph
+from tests.support.sanitizers import assert_clean_under_sanitizers
 
-pytestmark = pytest.mark.skipif(simde_include() is None, reason="simde-py (SIMDe's headers) is not installed")
+# every test builds kernel graphs against SIMDe's emulated intrinsics, which compile and run many
+# times slower than the real instructions (20 to 60 s each): the slow tier
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(simde_include() is None, reason="simde-py (SIMDe's headers) is not installed")]
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "cuvil" / "examples" / "tiny_cnn.onnx"
@@ -30,7 +33,7 @@ def _rel_l2(got: np.ndarray, want: np.ndarray) -> float:
 
 @pytest.mark.parametrize("features", [(), FEATURES["avx512vnni"]], ids=["model.so", "model.avx512vnni.so"])
 def test_int8_kernels_match_the_reference_bit_for_bit(features: tuple[str, ...], tmp_path: Path) -> None:
-    graph, inputs = _conv_graph()
+    graph, inputs = conv_graph()
     want = cuvil.compile(graph, "ref").run(inputs)
     m = cuvil.compile(graph, "x86_avx512", passes="", cache_dir=str(tmp_path / "cache"))
     got = emulated(m, tmp_path / "emu", features).run(inputs)
@@ -59,8 +62,8 @@ from pathlib import Path
 import cuvil
 from cuvil.backends.c import Build, CExecutor
 from cuvil.runtime.compiled import CompiledModel
-from tests.backends.c.emulated import build_emulated
-from tests.quant.test_int8_kernels import run_twice_against_the_reference
+from tests.support.emulated import build_emulated
+from tests.support.int8_conv_graph import run_twice_against_the_reference
 
 def build(graph):
     work = Path(sys.argv[1])

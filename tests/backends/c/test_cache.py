@@ -143,7 +143,7 @@ def test_the_same_model_hits_across_processes(tmp_path: Path) -> None:
 @pytest.mark.serial
 def test_resnet18_compile_time(tmp_path_factory: pytest.TempPathFactory) -> None:
     """ResNet-18 for native: under 10 s from a cold cache, under 0.5 s from the cache (both measured here)."""
-    from tests.models.exported import ModelStore
+    from tests.support.exported import ModelStore
 
     model = ModelStore(tmp_path_factory.mktemp("zoo")).get("resnet18")
     root = str(tmp_path_factory.mktemp("cache"))

@@ -3,68 +3,20 @@
 Symbolic batch and image dims run at two shapes; groups, depthwise, dilations, strides, SAME
 padding, 1x1 (the no-im2col path), 1-D and 3-D, f64 and f16; the run-time shape checks (with
 their messages).  Builds must compile without warnings on the generic and native targets.
-The helpers here are shared by the pooling and resize kernel tests.
+The helpers are tests/support/c_conv_kernels.py, shared with the pooling and resize kernel tests.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto as T
-from onnx import helper, numpy_helper
+from onnx import helper
 
-import cuvil
-from cuvil.errors import CuvilError
-
-OPSET = 20
-RNG = np.random.default_rng(3)
-
-
-def vi(name: str, elem: int, shape: Sequence[int | str] | None) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(name, elem, None if shape is None else list(shape))
-
-
-def make_model(nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto], outputs: Sequence[str],
-               inits: Sequence[onnx.TensorProto] = ()) -> onnx.ModelProto:
-    g = helper.make_graph(nodes, "g", inputs, [onnx.ValueInfoProto(name=o) for o in outputs], list(inits))
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)])
-
-
-def compare(model: onnx.ModelProto, feeds: Sequence[Sequence[np.ndarray]], tmp: Path, target: str = "generic",
-            rtol: float = 1e-5, atol: float = 1e-5) -> cuvil.CompiledModel:
-    """The C build agrees with the reference (same dtype and shape; values within tolerance)."""
-    c = cuvil.compile(model, target=target, cache_dir=str(tmp / "cache"))
-    assert c.build_info.warnings == ""  # type: ignore[union-attr]
-    ref = cuvil.compile(model, target="ref")
-    for xs in feeds:
-        got, want = c(*xs), ref(*xs)
-        assert len(got) == len(want)
-        for i, (g, w) in enumerate(zip(got, want)):
-            assert g.dtype == w.dtype and g.shape == w.shape, (i, g.dtype, g.shape, w.dtype, w.shape)
-            if w.dtype.kind in "iub":
-                np.testing.assert_array_equal(g, w, err_msg=f"output {i}")
-            else:
-                np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol,
-                                           err_msg=f"output {i}")
-    return c
-
-
-def fails(model: cuvil.CompiledModel, xs: Sequence[np.ndarray], message: str) -> None:
-    with pytest.raises(CuvilError, match=message):
-        model(*xs)
-
-
-def randn(*shape: int, dtype: type[np.generic] = np.float32) -> np.ndarray:
-    return RNG.standard_normal(shape).astype(dtype)
-
-
-def weight(name: str, *shape: int, dtype: type[np.generic] = np.float32) -> onnx.TensorProto:
-    return numpy_helper.from_array(randn(*shape, dtype=dtype), name)
-
+from tests.support.c_conv_kernels import compare, fails, make_model, randn, vi, weight
 
 # conv --------------------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from onnx import helper, numpy_helper
 
 import cuvil
 from cuvil.passes.manager import default_pipeline
-from tests.backends.c.test_conv_kernels import make_model, randn, vi
+from tests.support.c_conv_kernels import make_model, randn, vi
 
 
 def weight(name: str, *shape: int) -> object:

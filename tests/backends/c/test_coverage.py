@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 import cuvil
 import cuvil.ops
 from cuvil.backends.c.kernel import kernel_ops
-from tests.conftest import runnable
+from tests.support.targets import runnable
 
 HANDLED_BY_CODEGEN = {"constant", "if", "loop"}  # weights, and regions emitted inline
 

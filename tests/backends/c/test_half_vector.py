@@ -15,9 +15,7 @@ import pytest
 from onnx import helper
 
 import cuvil
-from tests.backends.c.test_reduce_kernels import F16, F32, cache, make_model
-
-__all__ = ["cache"]
+from tests.support.c_reduce_kernels import F16, F32, make_model
 
 TARGETS = ("native", "generic")
 

@@ -16,7 +16,7 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper
 
-from tests.backends.c.test_shape_kernels import RNG, compare, const, fails, make_model, randn, vi
+from tests.support.c_shape_kernels import RNG, compare, const, fails, make_model, randn, vi
 
 
 def test_gather_family(tmp_path: Path) -> None:

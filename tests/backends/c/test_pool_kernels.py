@@ -15,7 +15,7 @@ from onnx import TensorProto as T
 from onnx import helper
 
 import cuvil
-from tests.backends.c.test_conv_kernels import compare, fails, make_model, randn, vi
+from tests.support.c_conv_kernels import compare, fails, make_model, randn, vi
 
 
 def test_max_and_average_pool(tmp_path: Path) -> None:

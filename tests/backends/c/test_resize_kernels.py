@@ -14,7 +14,7 @@ import numpy as np
 from onnx import TensorProto as T
 from onnx import helper
 
-from tests.backends.c.test_conv_kernels import compare, fails, make_model, randn, vi
+from tests.support.c_conv_kernels import compare, fails, make_model, randn, vi
 
 
 def _f32(*v: float) -> np.ndarray:

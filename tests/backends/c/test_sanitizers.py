@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 # One or two cases per kernel family: elementwise and broadcasting, reductions, softmax,
 # normalisation, matmul/gemm, conv, pooling, resize, pad, shape ops, gather/scatter, control flow.

@@ -17,7 +17,10 @@ import pytest
 import cuvil
 from cuvil.backends.c.toolchain import TARGET_ISA, TARGET_VARIANTS, cpu_flags
 from cuvil.errors import CuvilError, ModelError
-from tests.quant.test_int8_kernels import _conv_graph
+from tests.support.int8_conv_graph import conv_graph
+
+# every test builds the int8 convolution graph with its variant libraries (one compile each): 15 to 30 s
+pytestmark = pytest.mark.slow
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "cuvil" / "examples" / "tiny_cnn.onnx"
 VARIANTS = {v.name: v for v in TARGET_VARIANTS["x86_avx512"]}
@@ -31,7 +34,7 @@ def _instructions(library: Path, *mnemonics: str) -> dict[str, int]:
 
 
 def _int8(cache: Path) -> cuvil.CompiledModel:
-    graph, _ = _conv_graph()
+    graph, _ = conv_graph()
     return cuvil.compile(graph, "x86_avx512", passes="", cache_dir=str(cache))
 
 
@@ -63,7 +66,7 @@ def test_a_cpu_with_vnni_loads_the_vnni_library(tmp_path: Path, monkeypatch: pyt
     """Here the CPU Cuvil sees has AVX-512 and VNNI.  Where the real one has them too, the VNNI
     library runs, bit for bit as the reference; elsewhere loading it is refused by the library's own
     CPU check, which names the library that was picked."""
-    graph, inputs = _conv_graph()
+    graph, inputs = conv_graph()
     real = _cpu_runs("avx512vnni")
     monkeypatch.setattr("cuvil.backends.c.toolchain.cpu_flags",
                         lambda: frozenset(TARGET_ISA["x86_avx512"]) | VARIANTS["avx512vnni"].features)

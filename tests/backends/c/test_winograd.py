@@ -20,7 +20,7 @@ from onnx import helper, numpy_helper
 
 import cuvil
 from cuvil.backends.c.kernels.conv_algorithm import ConvAlgorithmError, ConvShape, choose, estimate
-from tests.backends.c.test_conv_kernels import make_model, vi
+from tests.support.c_conv_kernels import make_model, vi
 
 RNG = np.random.default_rng(11)
 
@@ -262,7 +262,7 @@ def test_only_the_tile_sizes_a_model_runs_are_compiled(cache: str) -> None:
     none = cuvil.compile(model, target="native", cache_dir=cache, conv_algorithm="im2col").build_info
     assert none is not None and "CUVIL_WINO_TILES" not in none.source.read_text()
     if shutil.which("nm") is None:
-        return
+        pytest.skip("nm is not installed: which Winograd tasks the library holds is not checked")
     symbols = subprocess.run(["nm", str(info.library)], capture_output=True, text=True, check=True).stdout
     tasks = set(re.findall(r"\bcuvil_wino_task(\d)\b", symbols))
     assert tasks == {"2", "6"}

@@ -23,6 +23,7 @@ from cuvil.backends.c.toolchain import RUNTIME_DIR  # noqa: E402
 from cuvil.backends.wasm import runtime  # noqa: E402
 from cuvil.backends.wasm.toolchain import BASE_FLAGS, Zig, zig_global_cache  # noqa: E402
 from cuvil.errors import CuvilError, InputError  # noqa: E402
+from tests.support.wasm_models import assert_same, elementwise_inputs, elementwise_model, make_model  # noqa: E402
 
 F32, F16, I32, I64, BOOL = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.INT32, TensorProto.INT64, TensorProto.BOOL
 
@@ -33,57 +34,16 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(tmp_path_factory.mktemp("wasm-cache"))
 
 
-def _model(nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto], outputs: list[onnx.ValueInfoProto],
-           inits: list[onnx.TensorProto] | None = None) -> onnx.ModelProto:
-    g = helper.make_graph(nodes, "g", inputs, outputs, inits or [])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-
-
-def _elementwise() -> onnx.ModelProto:
-    """Add/Mul/Sub/Neg with a symbolic dim, broadcasting, a weight, f16 and int32."""
-    vi = helper.make_tensor_value_info
-    w = helper.make_tensor("w", F32, [3], [0.5, -2.0, 3.25])
-    nodes = [
-        helper.make_node("Add", ["x", "y"], ["s"]),
-        helper.make_node("Mul", ["s", "w"], ["p"]),
-        helper.make_node("Neg", ["p"], ["out"]),
-        helper.make_node("Mul", ["h", "h"], ["hh"]),
-        helper.make_node("Sub", ["i", "j"], ["ij"]),
-    ]
-    return _model(nodes,
-                  [vi("x", F32, ["n", 3]), vi("y", F32, [1, 3]), vi("h", F16, ["n"]), vi("i", I32, ["n", 1]),
-                   vi("j", I32, [4])],
-                  [vi("out", F32, ["n", 3]), vi("hh", F16, ["n"]), vi("ij", I32, ["n", 4])], [w])
-
-
-def _inputs(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
-    return {
-        "x": rng.standard_normal((n, 3)).astype(np.float32),
-        "y": rng.standard_normal((1, 3)).astype(np.float32),
-        "h": rng.standard_normal(n).astype(np.float16),
-        "i": rng.integers(-100, 100, (n, 1)).astype(np.int32),
-        "j": rng.integers(-100, 100, 4).astype(np.int32),
-    }
-
-
 @pytest.fixture(scope="session")
 def elementwise(cache: str) -> cuvil.CompiledModel:
-    return cuvil.compile(_elementwise(), target="wasm32", cache_dir=cache)
-
-
-def _assert_same(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> None:
-    assert got.keys() == want.keys()
-    for name in want:
-        assert got[name].dtype == want[name].dtype, name
-        assert got[name].shape == want[name].shape, name
-        np.testing.assert_allclose(got[name].astype(np.float64), want[name].astype(np.float64), rtol=1e-6, err_msg=name)
+    return cuvil.compile(elementwise_model(), target="wasm32", cache_dir=cache)
 
 
 @pytest.mark.parametrize("n", [5, 1, 0])
 def test_matches_ref_at_several_shapes(elementwise: cuvil.CompiledModel, n: int) -> None:
-    ref = cuvil.compile(_elementwise(), target="ref")
-    feeds = _inputs(np.random.default_rng(n), n)
-    _assert_same(elementwise.run(feeds), ref.run(feeds))
+    ref = cuvil.compile(elementwise_model(), target="ref")
+    feeds = elementwise_inputs(np.random.default_rng(n), n)
+    assert_same(elementwise.run(feeds), ref.run(feeds))
     assert [a.shape for a in elementwise(*feeds.values())] == [(n, 3), (n,), (n, 4)]
 
 
@@ -92,7 +52,7 @@ def test_build_is_cached_and_clean(elementwise: cuvil.CompiledModel, cache: str)
     assert b is not None and b.library.is_file() and b.weights.is_file() and b.source.is_file()
     assert b.warnings == ""
     assert any(zig_global_cache(Path(cache)).iterdir())  # zig's own cache: wasi-libc and compiler-rt
-    again = cuvil.compile(_elementwise(), target="wasm32", cache_dir=cache)
+    again = cuvil.compile(elementwise_model(), target="wasm32", cache_dir=cache)
     assert again.build_info is not None and again.build_info.cached and again.build_info.folder == b.folder
 
 
@@ -108,26 +68,26 @@ def test_zig_cache_is_the_machines_unless_it_cannot_be_written(monkeypatch: pyte
 
 
 def test_c_check_reports_bad_shape(elementwise: cuvil.CompiledModel) -> None:
-    feeds = _inputs(np.random.default_rng(0), 2)
+    feeds = elementwise_inputs(np.random.default_rng(0), 2)
     feeds["x"] = np.zeros((2, 4), np.float32)
     with pytest.raises(InputError):  # the Python guard
         elementwise.run(feeds)
     with pytest.raises(RunError, match=r"input x: dim 1 must be 3, got 4"):  # the module's own check
         elementwise._executor.run(list(feeds.values()), {})
-    feeds = _inputs(np.random.default_rng(0), 2)
+    feeds = elementwise_inputs(np.random.default_rng(0), 2)
     feeds["h"] = np.zeros(3, np.float16)
     with pytest.raises(RunError, match=r"input h: dim 0 is n=3, but an earlier input gave 2"):
         elementwise._executor.run(list(feeds.values()), {})
     with pytest.raises(InputError, match="takes 5 inputs, got 1"):
         elementwise._executor.run([feeds["x"]], {})
     # The instance is still usable after reporting errors.
-    ok = _inputs(np.random.default_rng(1), 3)
-    _assert_same(elementwise.run(ok), cuvil.compile(_elementwise(), target="ref").run(ok))
+    ok = elementwise_inputs(np.random.default_rng(1), 3)
+    assert_same(elementwise.run(ok), cuvil.compile(elementwise_model(), target="ref").run(ok))
 
 
 def test_threads_get_bitwise_identical_results(elementwise: cuvil.CompiledModel) -> None:
     rng = np.random.default_rng(7)
-    cases = [_inputs(rng, n) for n in (1, 2, 3, 5, 8, 13, 21, 34)]
+    cases = [elementwise_inputs(rng, n) for n in (1, 2, 3, 5, 8, 13, 21, 34)]
     serial = [elementwise.run(c) for c in cases]
     results: dict[tuple[int, int], dict[str, np.ndarray]] = {}
     errors: list[BaseException] = []
@@ -170,7 +130,7 @@ def _control_flow() -> onnx.ModelProto:
         helper.make_node("If", ["cond"], ["picked"], then_branch=then_g, else_branch=else_g),
         helper.make_node("Loop", ["trips", "keep_going", "x"], ["summed"], body=body),
     ]
-    return _model(nodes, [vi("cond", BOOL, []), vi("trips", I64, []), vi("keep_going", BOOL, []), vi("x", F32, ["n"])],
+    return make_model(nodes, [vi("cond", BOOL, []), vi("trips", I64, []), vi("keep_going", BOOL, []), vi("x", F32, ["n"])],
                   [vi("picked", F32, ["n"]), vi("summed", F32, ["n"])])
 
 
@@ -181,7 +141,7 @@ def test_if_and_loop(cache: str) -> None:
     for cond, trips, n in ((True, 3, 4), (False, 0, 7), (True, 5, 0)):
         feeds = {"cond": np.array(cond), "trips": np.array(trips, np.int64), "keep_going": np.array(True),
                  "x": rng.standard_normal(n).astype(np.float32)}
-        _assert_same(m.run(feeds), ref.run(feeds))
+        assert_same(m.run(feeds), ref.run(feeds))
 
 
 def test_tensor_record_layout_on_wasm32(cache: str, tmp_path: Path) -> None:
@@ -225,7 +185,7 @@ def test_module_exports_the_api_and_needs_no_system(elementwise: cuvil.CompiledM
 
 def test_wasm32_rejects_native_options() -> None:
     with pytest.raises(CuvilError, match="wasm32 builds with zig cc"):
-        cuvil.compile(_elementwise(), target="wasm32", cc="gcc")
+        cuvil.compile(elementwise_model(), target="wasm32", cc="gcc")
 
 
 def test_python_host_example_in_docs(cache: str) -> None:
@@ -236,7 +196,7 @@ def test_python_host_example_in_docs(cache: str) -> None:
     exec(compile(code, "docs/wasm.md", "exec"), scope)  # the documented example itself
     vi = helper.make_tensor_value_info
     w = helper.make_tensor("w", F32, [2, 1], [1.5, -4.0])
-    model = _model([helper.make_node("Mul", ["x", "w"], ["y"]), helper.make_node("Neg", ["x"], ["z"])],
+    model = make_model([helper.make_node("Mul", ["x", "w"], ["y"]), helper.make_node("Neg", ["x"], ["z"])],
                    [vi("x", F32, ["n"])], [vi("y", F32, [2, "n"]), vi("z", F32, ["n"])], [w])
     m = cuvil.compile(model, target="wasm32", cache_dir=cache)
     x = np.arange(5, dtype=np.float32)
@@ -252,7 +212,7 @@ def test_python_host_example_in_docs(cache: str) -> None:
 def test_tensor_beyond_the_32_bit_address_space_is_a_clean_error(cache: str) -> None:
     """size_t is 32 bits on wasm32: a 16 GiB intermediate must fail as out of memory, not wrap to a small buffer."""
     vi = helper.make_tensor_value_info
-    model = _model([helper.make_node("Expand", ["x", "s"], ["y"]), helper.make_node("ReduceSum", ["y"], ["z"], keepdims=0)],
+    model = make_model([helper.make_node("Expand", ["x", "s"], ["y"]), helper.make_node("ReduceSum", ["y"], ["z"], keepdims=0)],
                    [vi("x", F32, [1]), vi("s", I64, [2])], [vi("z", F32, [])])
     m = cuvil.compile(model, target="wasm32", cache_dir=cache)
     one = np.ones(1, np.float32)
@@ -269,8 +229,8 @@ def test_saved_artifact_loads_and_rebuilds(elementwise: cuvil.CompiledModel, cac
     assert {"meta.json", "model.c", "model.wasm", "weights.bin", "cuvil_api.h", "cuvil_rt.h"} <= set(names)
     loaded = cuvil.load(folder)
     assert loaded.target == "wasm32"
-    feeds = _inputs(np.random.default_rng(11), 6)
-    _assert_same(loaded.run(feeds), elementwise.run(feeds))
+    feeds = elementwise_inputs(np.random.default_rng(11), 6)
+    assert_same(loaded.run(feeds), elementwise.run(feeds))
     meta = json.loads((folder / "meta.json").read_text())
     assert meta["backend"] == "wasm" and meta["files"]["library"] == "model.wasm"
     rebuild = meta["rebuild"].split()
@@ -287,18 +247,18 @@ import numpy as np
 import pytest
 import cuvil
 from cuvil.backends.c.library import RunError
-from tests.backends.wasm.test_wasm import _assert_same, _elementwise, _inputs
+from tests.support.wasm_models import assert_same, elementwise_model, elementwise_inputs
 
-m = cuvil.compile(_elementwise(), target="wasm32", cache_dir=sys.argv[1])
+m = cuvil.compile(elementwise_model(), target="wasm32", cache_dir=sys.argv[1])
 model = m._executor.model
-feeds = _inputs(np.random.default_rng(5), 3)
+feeds = elementwise_inputs(np.random.default_rng(5), 3)
 want = m.run(feeds)
 broken = model._instance()
 broken.handle = 0xFFFFFFF0  # a model pointer past the end of memory: reading the weights traps
 with pytest.raises(RunError, match="trapped"):
     m.run(feeds)
 assert model._instance() is not broken
-_assert_same(m.run(feeds), want)
+assert_same(m.run(feeds), want)
 print("trap handled")
 """
 

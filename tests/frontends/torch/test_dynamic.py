@@ -15,6 +15,10 @@ from torch.export import Dim
 import cuvil
 from cuvil.ir.symbolic import sym
 
+# every test exports the encoder with dynamic shapes (the module's fixture also builds it natively):
+# tens of seconds in all, the slow tier
+pytestmark = pytest.mark.slow
+
 FEATURES = 32
 TOL = 1e-5  # relative L2, fp32
 

@@ -254,6 +254,7 @@ def test_compile_notes_survive_json() -> None:
     assert cuvil.CompileInfo.from_json({k: v for k, v in info.to_json().items() if k != "notes"}).notes == ()
 
 
+@pytest.mark.slow  # exports a model of real size and builds it: tens of seconds
 def test_large_linear_weights_are_not_transposed_per_call(tmp_path: object) -> None:
     """``nn.Linear`` over a sequence and ``x @ w.T`` are matmuls of a transposed weight (core ATen
     would give ``addmm(bias, x, permute(weight))``); no transpose may be left to run on every call,
@@ -282,13 +283,14 @@ def test_large_linear_weights_are_not_transposed_per_call(tmp_path: object) -> N
     np.testing.assert_allclose(m(x.numpy())[0], want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow  # exports a model of real size and builds it: tens of seconds
 def test_transformer_products_fuse_from_torch_export(tmp_path: object) -> None:
     """Linear layers over sequences and attention's batched products reach the fusion passes whole
     (not as reshape -> addmm/bmm -> reshape): attention is one op per layer, and every product
     takes its bias, GELU and residual add as epilogues."""
     from collections import Counter
 
-    from tests.models.zoo import transformer_encoder
+    from tests.support.zoo.networks import transformer_encoder
 
     model = transformer_encoder()
     tokens = torch.randint(0, 100, (1, 16), generator=torch.Generator().manual_seed(0))
@@ -303,6 +305,7 @@ def test_transformer_products_fuse_from_torch_export(tmp_path: object) -> None:
     assert np.linalg.norm(got - want) <= 1e-5 * np.linalg.norm(want)
 
 
+@pytest.mark.slow  # exports a model of real size and builds it: tens of seconds
 def test_a_tied_output_layer_is_not_transposed_per_call(tmp_path: object) -> None:
     """An output layer sharing the embedding's weight (above fold-constants' size cap): the weight
     is read as it is by the lookup and transposed by the product; the transpose folds."""

@@ -26,7 +26,7 @@ from cuvil.frontends.torch.aten.common import types_agree  # noqa: E402
 from cuvil.ir.dtypes import DType  # noqa: E402
 from cuvil.ir.symbolic import UNKNOWN, sym  # noqa: E402
 from cuvil.ir.types import TensorType  # noqa: E402
-from tests.frontends.torch import zoo  # noqa: E402
+from tests.support.zoo import families as zoo  # noqa: E402
 
 RTOL_L2 = 1e-5
 
@@ -74,7 +74,9 @@ def compile_model(model: nn.Module, args: tuple[Any, ...], target: str, cache_di
 MODEL_NAMES = list(zoo.MODELS)
 
 
-@pytest.mark.parametrize("name", MODEL_NAMES)
+# the two convolutional families take the longest to export and run (seconds each): the slow tier
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in ("resnet18", "mobilenet_v2") else n
+                                  for n in MODEL_NAMES])
 def test_model_matches_eager_ref(name: str, cache_dir: str) -> None:
     model, args = zoo.MODELS[name]()
     assert_matches_eager(model, args, compile_model(model, args, "ref", cache_dir))

@@ -85,6 +85,14 @@ CUVIL_EXPORT void cuvil_unload(cuvil_model *model);
  * in err (the model then runs single-threaded). Not to be called while cuvil_run runs on the model. */
 CUVIL_EXPORT int cuvil_set_num_threads(cuvil_model *model, int n, char *err, size_t errlen);
 CUVIL_EXPORT int cuvil_get_num_threads(const cuvil_model *model);
+/* How calls split their kernels' work over the threads: 0 (the default) lets the cost model decide
+ * region by region (a region too small, or workers recently slow to join, runs on the calling
+ * thread); 1 splits every region that can be split, whatever its size and however slowly the
+ * workers answer, so which regions run threaded does not depend on timing (for tests; slower for
+ * small regions).  Returns 0, or -1 for a null model or an unknown policy.  Not to be called while
+ * cuvil_run runs on the model. */
+CUVIL_EXPORT int cuvil_set_split_policy(cuvil_model *model, int policy);
+CUVIL_EXPORT int cuvil_get_split_policy(const cuvil_model *model);
 /* What the model's worker threads did since cuvil_set_num_threads started them, for finding out why a
  * call did not run faster on more threads.  Writes the first n of these numbers to out and returns
  * how many there are (CUVIL_THREAD_STATS), or -1 for a null model:

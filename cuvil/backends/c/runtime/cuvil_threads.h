@@ -32,6 +32,10 @@
  * On a machine whose cores are busy with other work, workers start late or are preempted, that
  * wait grows, and short regions stop being split; each region run serially for that reason
  * lets the estimate decay, so splitting is tried again once the machine is quieter.
+ * The model's split policy (cuvil_set_split_policy) can turn the cost model off: under
+ * CUVIL_SPLIT_ALWAYS every region a kernel offers to split runs on the pool whatever its size or
+ * the workers' recent waits, so which regions thread no longer depends on timing or machine load
+ * (tests that check the threaded kernels rely on it; it is not a speed setting).
  *
  * Which thread runs which task.  A region's tasks are cut into one contiguous range per thread;
  * each thread runs its own range first, in order, then takes what is left of the others' (a late
@@ -122,6 +126,11 @@
  * that average decays by for each region the cost model runs on one thread. */
 #define CUVIL_WAIT_EMA 0.25
 #define CUVIL_WAIT_DECAY 0.97
+
+/* The model's split policy: CUVIL_SPLIT_AUTO asks the cost model; CUVIL_SPLIT_ALWAYS splits every
+ * region a kernel can split (one thread per region: no threads, no split). */
+#define CUVIL_SPLIT_AUTO 0
+#define CUVIL_SPLIT_ALWAYS 1
 
 /* A task of a parallel region; `tid` in [0, threads of the region) names the thread running it
  * (for per-thread scratch), never what it computes. */
@@ -223,6 +232,7 @@ typedef struct cuvil_pool cuvil_pool;
 /* What a loaded model shares among the calls on it. */
 struct cuvil_shared {
     int num_threads;
+    int split_policy; /* CUVIL_SPLIT_AUTO or CUVIL_SPLIT_ALWAYS; kept across cuvil_shared_set_threads */
     const unsigned char *weights; /* operands inside [weights, weights + size) never change */
     size_t size;
     cuvil_cache_entry *cache[CUVIL_CACHE_BUCKETS];
@@ -577,6 +587,7 @@ static CUVIL_UNUSED int cuvil_parallel_worth(double ns) {
     const cuvil_exec *e = cuvil_cur_exec;
     if (!e || !e->pool) return 0;
     cuvil_pool *p = e->pool;
+    if (p->shared->split_policy == CUVIL_SPLIT_ALWAYS) return 1;
     /* Workers this call woke as it started count as awake: until they run, the caller takes the
      * tasks itself (an idle vCPU can take a millisecond to run again; declining every region
      * until then would run the call's first part single-threaded). */

@@ -1,12 +1,16 @@
-"""Small plain-PyTorch models with the real structure of the families the torch front end must cover.
+"""The zoo's small models: the real structure of each family the torch front end must cover.
 
 Each builder returns ``(model, example_args)``: the model seeded and in eval
-mode, the example inputs seeded too.  Sizes are small so a test exports and
+mode, the example inputs seeded too (a seeding of their own, not ``networks``':
+the global seed, then batch-norm statistics drawn uniformly).  Sizes are small so a test exports and
 compiles each in seconds, but every model keeps the layers and data flow of
 its family (BasicBlocks with downsampling shortcuts, inverted residuals with
 depthwise convs and ReLU6, a ViT's conv patch embedding with class token and
 position embedding, BERT's additive attention mask from an int mask, GPT's
-causal ``scaled_dot_product_attention``, stacked LSTM/GRU, an MLP).
+causal ``scaled_dot_product_attention``, stacked LSTM/GRU, an MLP).  ResNet-18 is
+``networks.ResNet`` at width 8; the MobileNetV2 here has its own block table but
+``networks``' inverted residual block.  ``SelfAttention`` here goes through
+``F.scaled_dot_product_attention``, unlike ``networks.SelfAttention`` (matmuls written out).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from tests.support.zoo.networks import InvertedResidual, ResNet, conv_bn_relu6
 
 Built = tuple[nn.Module, tuple[Any, ...]]
 
@@ -37,87 +43,30 @@ def _randomize_norm_stats(model: nn.Module) -> None:
                 m.bias.uniform_(-0.2, 0.2)
 
 
-# ResNet ----------------------------------------------------------------------------------------
-class BasicBlock(nn.Module):
-    def __init__(self, cin: int, cout: int, stride: int) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(cout)
-        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
-        self.down: nn.Module | None = None
-        if stride != 1 or cin != cout:
-            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = F.relu(self.bn1(self.conv1(x)))
-        y = self.bn2(self.conv2(y))
-        return F.relu(y + (x if self.down is None else self.down(x)))
-
-
-class ResNet18(nn.Module):
-    """ResNet-18's layout (stem conv 7x7/2 + maxpool, 4 stages of 2 BasicBlocks, avgpool, fc), narrower."""
-
-    def __init__(self, width: int = 8, num_classes: int = 10) -> None:
-        super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, width, 7, 2, 3, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
-                                  nn.MaxPool2d(3, 2, 1))
-        layers: list[nn.Module] = []
-        cin = width
-        for i, cout in enumerate([width, 2 * width, 4 * width, 8 * width]):
-            stride = 1 if i == 0 else 2
-            layers += [BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1)]
-            cin = cout
-        self.layers = nn.Sequential(*layers)
-        self.pool = nn.AdaptiveAvgPool2d(1)
-        self.fc = nn.Linear(cin, num_classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(torch.flatten(self.pool(self.layers(self.stem(x))), 1))
-
-
+# ResNet-18 and MobileNetV2: the networks' classes, narrower --------------------------------------
 def resnet18() -> Built:
+    """ResNet-18's layout (stem conv 7x7/2 + maxpool, 4 stages of 2 BasicBlocks, avgpool, fc), width 8."""
     g = _seeded(0)
-    m = ResNet18()
+    m = ResNet((2, 2, 2, 2), num_classes=10, width=8)
     _randomize_norm_stats(m)
     return m.eval(), (torch.randn(2, 3, 64, 64, generator=g),)
 
 
-# MobileNetV2 -------------------------------------------------------------------------------------
-def _conv_bn_relu6(cin: int, cout: int, k: int, stride: int, groups: int = 1) -> nn.Sequential:
-    return nn.Sequential(nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups, bias=False), nn.BatchNorm2d(cout),
-                         nn.ReLU6())
-
-
-class InvertedResidual(nn.Module):
-    def __init__(self, cin: int, cout: int, stride: int, expand: int) -> None:
-        super().__init__()
-        hidden = cin * expand
-        self.use_res = stride == 1 and cin == cout
-        layers: list[nn.Module] = []
-        if expand != 1:
-            layers.append(_conv_bn_relu6(cin, hidden, 1, 1))
-        layers += [_conv_bn_relu6(hidden, hidden, 3, stride, groups=hidden),
-                   nn.Conv2d(hidden, cout, 1, bias=False), nn.BatchNorm2d(cout)]
-        self.conv = nn.Sequential(*layers)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.conv(x) if self.use_res else self.conv(x)
-
-
-class MobileNetV2(nn.Module):
-    """MobileNetV2's structure (t, c, n, s settings, narrower and shallower), dropout + linear classifier."""
+class SmallMobileNetV2(nn.Module):
+    """MobileNetV2's structure (t, c, n, s settings, narrower and shallower than the paper's, so not
+    ``networks.MobileNetV2`` at some width), average pool by ``F.adaptive_avg_pool2d``, dropout + linear
+    classifier."""
 
     def __init__(self, num_classes: int = 10) -> None:
         super().__init__()
         settings = [(1, 8, 1, 1), (6, 12, 2, 2), (6, 16, 2, 2), (6, 24, 1, 1)]
-        layers: list[nn.Module] = [_conv_bn_relu6(3, 8, 3, 2)]
+        layers: list[nn.Module] = [conv_bn_relu6(3, 8, 3, 2)]
         cin = 8
         for t, c, n, s in settings:
             for i in range(n):
                 layers.append(InvertedResidual(cin, c, s if i == 0 else 1, t))
                 cin = c
-        layers.append(_conv_bn_relu6(cin, 64, 1, 1))
+        layers.append(conv_bn_relu6(cin, 64, 1, 1))
         self.features = nn.Sequential(*layers)
         self.classifier = nn.Sequential(nn.Dropout(0.2), nn.Linear(64, num_classes))
 
@@ -129,7 +78,7 @@ class MobileNetV2(nn.Module):
 
 def mobilenet_v2() -> Built:
     g = _seeded(1)
-    m = MobileNetV2()
+    m = SmallMobileNetV2()
     _randomize_norm_stats(m)
     return m.eval(), (torch.randn(2, 3, 32, 32, generator=g),)
 

@@ -27,7 +27,7 @@ import onnx
 import onnxruntime as ort
 import torch
 
-from tests.models.zoo import CASES, ModelCase
+from tests.support.zoo.networks import CASES, ModelCase
 
 OPSET = 18
 
