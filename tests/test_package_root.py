@@ -11,7 +11,7 @@ import types
 import pytest
 
 import cuvil
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 
 def run(code: str) -> str:

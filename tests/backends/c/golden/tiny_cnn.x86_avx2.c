@@ -42,6 +42,7 @@ struct cuvil_model { const unsigned char *weights; size_t size; unsigned char *o
 #define CUVIL_WEIGHTS_SIZE ((size_t)6304)
 static const int cuvil_n_inputs = 1;
 static const int cuvil_n_outputs = 1;
+static const char cuvil_signature_text[] = "{\"target\":\"x86_avx2\",\"inputs\":[[\"f32\",4]],\"outputs\":[[\"f32\",2]]}";
 #include "cuvil_model_api.inc"
 
 static int cuvil_run_graph(const cuvil_model *m, const cuvil_tensor *inputs, cuvil_tensor *outputs, char *err, size_t errlen) {
