@@ -32,7 +32,6 @@ from cuvil.passes.instruments import (
     PipelineError,
     Timing,
     VerifyEach,
-    relative_l2,
 )
 from cuvil.passes.layout import ConvertLayout
 from cuvil.passes.manager import PassManager, default_pipeline, format_pipeline, parse_pipeline
@@ -74,5 +73,4 @@ __all__ = [
     "get_pass",
     "parse_pipeline",
     "register_pass",
-    "relative_l2",
 ]

@@ -44,21 +44,11 @@ import numpy as np
 
 from cuvil.ir.dtypes import DType
 from cuvil.ir.graph import Graph, Node, Value
+from cuvil.metrics import compare
 from cuvil.verify.base import Check, CheckResult, Status, VerifyError, register_check
 
 DEFAULT_THRESHOLD = 1e-4
 _FLOAT = (DType.f32, DType.f64)
-
-
-def relative_l2(got: np.ndarray, want: np.ndarray) -> float:
-    """||got - want|| / ||want|| in float64 (0 when both are zero; inf on a shape mismatch)."""
-    if got.shape != want.shape:
-        return float("inf")
-    a, b = got.astype(np.float64), want.astype(np.float64)
-    diff, norm = float(np.linalg.norm(a - b)), float(np.linalg.norm(b))
-    if not np.isfinite(diff):
-        return float("inf") if not np.array_equal(np.isnan(a), np.isnan(b)) else 0.0
-    return diff / norm if norm > 0 else (0.0 if diff == 0 else float("inf"))
 
 
 def tap_points(graph: Graph) -> list[tuple[Node, Value]]:
@@ -284,15 +274,15 @@ class Layerwise(Check):
                 continue
             want = oracle[value]
             mine = got[value]
-            err = relative_l2(mine, want)
+            c = compare(mine, want)
+            err = c.rel_l2
             limit = per_layer.get(value, threshold)
             entry = {
                 "layer": len(series), "value": value, "source_node": source, "cuvil_node": node, "op": op,
-                "rel_l2": err,
-                "max_abs": float(np.max(np.abs(mine.astype(np.float64) - want.astype(np.float64))))
-                if mine.shape == want.shape and mine.size else 0.0,
-                "threshold": limit, "shape": list(mine.shape),
+                "rel_l2": err, "max_abs": c.max_abs, "threshold": limit, "shape": list(mine.shape),
             }
+            if c.problem is not None:
+                entry["problem"] = c.problem
             series.append(entry)
             if first is None and not err <= limit:
                 first = entry
