@@ -16,16 +16,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from cuvil.metrics import relative_l2
 from cuvil.verify import base, verify
 from cuvil.verify.base import Check, CheckResult, Status, VerifyError
 from cuvil.verify.config import find_config, load_config, parse_config
 from cuvil.verify.runner import Progress, load_builtin_checks, resolve_targets, select_checks
-
-
-def rel_l2(a: np.ndarray, b: np.ndarray) -> float:
-    d = np.linalg.norm(a.astype(np.float64) - b.astype(np.float64))
-    n = np.linalg.norm(b.astype(np.float64))
-    return float(d / n) if n else float(d)
 
 
 class AgreesWithReference(Check):
@@ -42,7 +37,7 @@ class AgreesWithReference(Check):
         for t in ctx.targets:
             m = ctx.compiled(t)
             got = m(*inputs)
-            errs = {n: rel_l2(g, w) for n, g, w in zip(m.output_names, got, want)}
+            errs = {n: relative_l2(g, w) for n, g, w in zip(m.output_names, got, want)}
             worst = max(errs, key=lambda n: errs[n])
             ok = errs[worst] <= limit
             out.append(CheckResult(
