@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from cuvil.backends.c.toolchain import Compiler, build_library
+from cuvil.metrics import max_abs_error
 
 HARNESS = r"""
 #include "cuvil_gemm.h"
@@ -66,7 +67,7 @@ def run(dll: ctypes.CDLL, m: int, n: int, k: int, reps: int, transpose_a: bool =
 
     call(1)
     want = a.astype(np.float64) @ b.astype(np.float64)
-    err = float(np.max(np.abs(c - want)) / (np.max(np.abs(want)) + 1e-30))
+    err = max_abs_error(c, want) / (float(np.max(np.abs(want))) + 1e-30)
     if err > 1e-4:
         raise AssertionError(f"cuvil_sgemm {m}x{n}x{k}: relative error {err:.2e}")
     t0 = time.perf_counter()

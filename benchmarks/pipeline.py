@@ -13,7 +13,7 @@ What it measures, and how:
 2. Cuvil compiles it for ``native`` with the default pipeline (``default_pipeline("native")``) run
    by a ``PassManager`` carrying the ``NumericEach`` instrument.  That instrument runs the reference
    interpreter on the graph as imported and again after every pass, and records for each pass the
-   relative L2 error (``cuvil.passes.relative_l2``: float64 norms of the float32 outputs) between
+   relative L2 error (``cuvil.metrics.relative_l2``: float64 norms of the float32 outputs) between
    the outputs after the pass and the outputs before it; the per-pass records are the manager's
    ``PassReport``.  Per row the table shows the largest of those errors (over passes and outputs),
    the pass it belongs to (``-`` when every pass left the outputs bit-for-bit unchanged), how many
@@ -54,8 +54,6 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -127,7 +125,8 @@ def measure(name: str, batch: int, folder: Path, cache: Path) -> Row:
     """Exports one zoo model at one batch size, compiles it under numeric-each, checks it against
     onnxruntime and reads its memory plan."""
     import cuvil
-    from cuvil.passes import NumericEach, PassManager, default_pipeline, relative_l2
+    from cuvil.metrics import relative_l2
+    from cuvil.passes import NumericEach, PassManager, default_pipeline
     from tests.support.zoo.networks import BENCHMARKS as ZOO
 
     row = Row(name, batch)
@@ -158,7 +157,7 @@ def measure(name: str, batch: int, folder: Path, cache: Path) -> Row:
     sess = ort_session(onnx_path, 1)
     want = sess.run(None, {i.name: a for i, a in zip(sess.get_inputs(), arrays)})
     got = m(*arrays)
-    row.ort_rel_l2 = largest({str(i): relative_l2(np.asarray(w), np.asarray(g))
+    row.ort_rel_l2 = largest({str(i): relative_l2(g, w)
                               for i, (w, g) in enumerate(zip(want, got))})
 
     plan = m.memory_plan

@@ -70,7 +70,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))  # the repository root: the zoo's networks are tests/support/zoo
 
-from zoo import export_onnx, interleave, load_average, machine_header, ort_session, percentile, rel_l2  # noqa: E402
+from zoo import export_onnx, interleave, load_average, machine_header, ort_session, percentile  # noqa: E402
+
+from cuvil.metrics import relative_l2  # noqa: E402
 
 MODELS = ("resnet18", "mobilenet_v2")
 VARIANTS = ("cuvil-fp32", "cuvil-fp16", "cuvil-bf16", "cuvil-int8", "cuvil-int8-w8", "ort-fp32", "ort-int8")
@@ -237,8 +239,8 @@ def describe(e: BaseException) -> str:
 def accuracy(res: VariantResult, got: np.ndarray, ref: np.ndarray) -> None:
     if not np.all(np.isfinite(got)):
         res.error = f"non-finite outputs ({int(np.sum(~np.isfinite(got)))} of {got.size} logits)"
-    res.rel_l2 = rel_l2(got, ref)
-    res.worst_rel_l2 = max(rel_l2(g, r) for g, r in zip(got, ref))
+    res.rel_l2 = relative_l2(got, ref)
+    res.worst_rel_l2 = max(relative_l2(g, r) for g, r in zip(got, ref))
     res.top1 = float(np.mean(np.argmax(got, axis=-1) == np.argmax(ref, axis=-1)))
 
 

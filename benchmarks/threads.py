@@ -26,6 +26,7 @@ import numpy as np
 
 import cuvil
 from cuvil.backends.c.toolchain import Compiler, build_library
+from cuvil.metrics import relative_l2
 
 HARNESS = r"""
 #include <time.h>
@@ -178,7 +179,7 @@ def resnet_section(threads: int, reps: int, cache: str, folder: Path) -> None:
         outputs[f"ort {t}t"] = sess.run(None, {name: x})[0]
     assert np.array_equal(outputs["cuvil 1t"], outputs[f"cuvil {threads}t"])
     ref = outputs["ort 1t"].astype(np.float64)
-    err = np.linalg.norm(outputs["cuvil 1t"] - ref) / np.linalg.norm(ref)
+    err = relative_l2(outputs["cuvil 1t"], ref)
     times: dict[str, list[float]] = {k: [] for k in runners}
     for fn in runners.values():
         fn()

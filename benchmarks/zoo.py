@@ -68,6 +68,8 @@ from typing import Any
 
 import numpy as np
 
+from cuvil.metrics import relative_l2
+
 HERE = Path(__file__).resolve().parent
 RUNTIMES = ("cuvil", "onnxruntime", "eager", "torch.compile")
 WRONG = 1e-3  # relative L2 against onnxruntime above which a runtime's latency is not reported
@@ -135,12 +137,6 @@ def percentile(xs: list[float], q: float) -> float:
     pos = (len(s) - 1) * q
     lo, hi = math.floor(pos), math.ceil(pos)
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
-
-
-def rel_l2(actual: np.ndarray, expected: np.ndarray) -> float:
-    a, b = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
-    denom = float(np.linalg.norm(b))
-    return float(np.linalg.norm(a - b)) / denom if denom else float(np.linalg.norm(a - b))
 
 
 @dataclass
@@ -250,7 +246,7 @@ def run_config(name: str, batch: int, threads: int, onnx_path: Path, source: Any
     for rt, call in list(calls.items()):
         out = call()
         got = torch_outputs(out) if rt in ("eager", "torch.compile") else [np.asarray(o) for o in out]
-        err = max(rel_l2(g, w) for g, w in zip(got, want))
+        err = max(relative_l2(g, w) for g, w in zip(got, want))
         result.timings[rt] = Timing(rel_l2=err)
         if not err <= WRONG:  # also catches NaN
             result.timings[rt].error = f"wrong result: relative L2 {err:.2e} against onnxruntime"

@@ -3,7 +3,8 @@
 Layers, lowest first (``ALLOWED`` says which layers each one may import; a layer always imports
 itself):
 
-- ``base``: the version, errors, logging set-up, planted faults, run limits, the callable-package loader.
+- ``base``: the version, errors, logging set-up, planted faults, run limits, error figures
+  (``cuvil.metrics``), the callable-package loader.
 - ``ir``: the IR and the op declarations that type it (``cuvil.ir``, ``cuvil.ops``): one layer, since
   the IR's parser, printer, verifier and builder read the op registry and node inference at module
   level, and the declarations are written in the IR's types.  Within the layer the declarations
@@ -60,6 +61,7 @@ LAYER_OF: dict[str, str] = {
     "cuvil.log": "base",
     "cuvil.faults": "base",
     "cuvil.limits": "base",
+    "cuvil.metrics": "base",
     "cuvil.ir": "ir",
     "cuvil.ops": "ir",
     "cuvil.options": "options",

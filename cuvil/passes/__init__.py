@@ -33,7 +33,6 @@ from cuvil.passes.instruments import (
     PipelineError,
     Timing,
     VerifyEach,
-    relative_l2,
 )
 from cuvil.passes.layout import ConvertLayout
 from cuvil.passes.manager import (
@@ -81,6 +80,5 @@ __all__ = [
     "get_pass",
     "parse_pipeline",
     "register_pass",
-    "relative_l2",
     "standard_pipeline",
 ]

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from cuvil.ir.graph import Graph
+from cuvil.metrics import relative_l2
 from cuvil.passes.base import PassError
 
 if TYPE_CHECKING:
@@ -173,29 +174,9 @@ def _listing(problems: Sequence[str], limit: int = 10) -> str:
     return f"{len(problems)} problem(s): " + "; ".join(problems[:limit]) + more
 
 
-def relative_l2(reference: np.ndarray, actual: np.ndarray) -> float:
-    """``||actual - reference|| / ||reference||`` in float64, over elements that are not equal
-    non-finite values (NaN where the reference has NaN, the same infinity); a NaN or infinity
-    where the reference has another value is an infinite error, and so is any difference from
-    an all-zero reference.  Shapes that differ are an infinite error."""
-    if reference.shape != actual.shape:
-        return float("inf")
-    a = np.asarray(reference, dtype=np.float64)
-    b = np.asarray(actual, dtype=np.float64)
-    same = (np.isnan(a) & np.isnan(b)) | (np.isinf(a) & (a == b))
-    a, b = a[~same], b[~same]
-    if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
-        return float("inf")
-    diff = float(np.linalg.norm(a - b))
-    if diff == 0.0:
-        return 0.0
-    norm = float(np.linalg.norm(a))
-    return diff / norm if norm > 0.0 else float("inf")
-
-
 class NumericEach(Instrument):
     """Runs the reference interpreter on seeded inputs before the first pass and after every
-    pass, and records the relative L2 error (:func:`relative_l2`) each pass introduced on each
+    pass, and records the relative L2 error (:func:`cuvil.metrics.relative_l2`) each pass introduced on each
     output, and the error accumulated since the input graph.
 
     Inputs are ``inputs`` when given (in graph-input order), else seeded random arrays from
@@ -253,8 +234,8 @@ class NumericEach(Instrument):
             self._current = None  # later passes have nothing sound to be compared with
             self._check(record)
             return
-        record.errors = {n: relative_l2(b, a) for n, b, a in zip(names, self._current, outs)}
-        record.total_errors = {n: relative_l2(b, a) for n, b, a in zip(names, self._original, outs)}
+        record.errors = {n: relative_l2(a, b) for n, b, a in zip(names, self._current, outs)}
+        record.total_errors = {n: relative_l2(a, b) for n, b, a in zip(names, self._original, outs)}
         self._current = outs
         self._check(record)
 

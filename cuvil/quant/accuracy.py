@@ -6,7 +6,8 @@ reduced-precision node's output keeps the float32 value's name), so each value o
 top graph that the float32 graph also has, with the same shape, is one layer of the report.  Values
 a pass adds (casts, rounded weights, named ``NAME.f16`` and so on) have no float32 counterpart and
 are not layers.  Errors are summed over all samples: relative L2 and SNR over the concatenation,
-max abs error over every element.
+max abs error over every element, under the comparison policy of :mod:`cuvil.metrics` (a NaN or
+infinity on one side only is an infinite error; matching ones are left out).
 
 An int8 graph's integer values are layers too, when the caller says which float32 value each one
 quantizes and at what scale and zero point (``dequantize``): a folded integer kernel's output
@@ -35,6 +36,7 @@ from cuvil.backends.ref.interpreter import run_graph
 from cuvil.errors import CuvilError, InputError
 from cuvil.ir.dtypes import DType, is_float_np, max_finite
 from cuvil.ir.graph import Graph, Node
+from cuvil.metrics import Comparison, compare
 from cuvil.passes.convert_precision import PrecisionOverflowError
 
 if TYPE_CHECKING:
@@ -196,7 +198,7 @@ def _compare(reference: Graph, candidate: Graph, samples: Iterable[Sequence[np.n
     producers = {o.name: n for n in candidate.nodes for o in n.outputs if n.op != "constant"}
     nodes = {o.name: n for n in candidate.walk() for o in n.outputs}
     reduced = {name: (nodes[name], dt) for name, dt in reduced_values(candidate).items()}
-    sums: dict[str, list[float]] = {}  # name -> [err2, ref2, max_abs]
+    sums: dict[str, Comparison] = {}  # summed over the samples: the figures of the concatenation
     peaks = {k: v for k, v in (peaks or {}).items() if k in reduced}
     n_samples = 0
     for sample in samples:
@@ -222,23 +224,14 @@ def _compare(reference: Graph, candidate: Graph, samples: Iterable[Sequence[np.n
                 g = (g.astype(np.float64) - dq.zero_point) * dq.scale
             if g is None or w is None or g.shape != w.shape or not _float(g) or not _float(w):
                 continue
-            g64, w64 = g.astype(np.float64), w.astype(np.float64)
-            ok = np.isfinite(w64)
-            diff = np.where(ok, g64 - w64, 0.0)
-            s = sums.setdefault(name, [0.0, 0.0, 0.0])
-            bad = bool(np.any(ok & ~np.isfinite(g64)))
-            s[0] += math.inf if bad else float(np.sum(diff * diff))
-            s[1] += float(np.sum(np.where(ok, w64, 0.0) ** 2))
-            s[2] = max(s[2], math.inf if bad else float(np.max(np.abs(diff), initial=0.0)))
+            sums[name] = sums.get(name, Comparison()) + compare(g, w)
     layers = []
     for name, node in producers.items():
         if name not in sums:
             continue
-        err2, ref2, max_abs = sums[name]
-        rel = math.sqrt(err2 / ref2) if ref2 > 0 else (0.0 if err2 == 0 else math.inf)
-        snr = math.inf if err2 == 0 else (10 * math.log10(ref2 / err2) if ref2 > 0 and math.isfinite(err2) else -math.inf)
+        c = sums[name]
         dtype = next((o.type.dtype.value for o in node.outputs if o.name == name), "")
-        layers.append(LayerError(name, node.name, node.op, dtype, rel, snr, max_abs))
+        layers.append(LayerError(name, node.name, node.op, dtype, c.rel_l2, c.snr_db, c.max_abs))
     overflows = []
     for name, peak in peaks.items():
         node, dt = reduced[name]

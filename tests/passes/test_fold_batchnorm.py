@@ -18,14 +18,10 @@ from cuvil.ir.parser import parse_graph
 from cuvil.ir.printer import print_graph
 from cuvil.ir.types import TensorType
 from cuvil.ir.verify import verify
+from cuvil.metrics import relative_l2
 from cuvil.passes.fold_batchnorm import FoldBatchNorm
 
 F32 = DType.f32
-
-
-def rel_l2(a: np.ndarray, b: np.ndarray) -> float:
-    a64, b64 = a.astype(np.float64), b.astype(np.float64)
-    return float(np.linalg.norm(a64 - b64) / np.linalg.norm(b64))
 
 
 def _bn(b: Builder, x: Value, c: int, rng: np.random.Generator, eps: float = 1e-5) -> Value:
@@ -39,7 +35,7 @@ def _fold(g: Graph, data: list[np.ndarray]) -> float:
     assert FoldBatchNorm().run(g).changed
     verify(g)
     assert "batch_norm" not in [n.op for n in g.nodes]
-    return rel_l2(run_graph(g, data)[0], before)
+    return relative_l2(run_graph(g, data)[0], before)
 
 
 def test_golden() -> None:
@@ -132,4 +128,4 @@ def test_resnet_block_native_error(tmp_path: object) -> None:
     before = run_graph(g, data)[0]
     assert _fold(g, data) <= 1e-6
     out = cuvil.compile(g, target="native", cache_dir=str(tmp_path))(*data)[0]
-    assert rel_l2(out, before) <= 1e-5  # folding (1e-6) plus the C kernels' own summation order
+    assert relative_l2(out, before) <= 1e-5  # folding (1e-6) plus the C kernels' own summation order

@@ -24,16 +24,12 @@ from cuvil.ir.printer import print_graph
 from cuvil.ir.symbolic import sym
 from cuvil.ir.types import SymbolInfo, TensorType
 from cuvil.ir.verify import verify
+from cuvil.metrics import relative_l2
 from cuvil.ops.registry import ELEMENTWISE
 from cuvil.passes.fuse_elementwise import FuseElementwise, RecognizeGelu
 from cuvil.passes.fuse_epilogue import FuseEpilogue
 
 F32 = DType.f32
-
-
-def rel_l2(a: np.ndarray, b: np.ndarray) -> float:
-    a64, b64 = a.astype(np.float64), b.astype(np.float64)
-    return float(np.linalg.norm(a64 - b64) / max(np.linalg.norm(b64), 1e-30))
 
 
 def inputs_for(g: Graph, seed: int = 0) -> list[np.ndarray]:
@@ -163,7 +159,7 @@ def test_gelu_patterns_become_gelu(variant: str) -> None:
     assert run_pass(RecognizeGelu(), g)
     assert [n.op for n in g.nodes] == ["gelu"]  # the pattern's constants are gone too
     after = run_graph(g, data)[0]
-    assert rel_l2(after, before) <= 1e-6
+    assert relative_l2(after, before) <= 1e-6
 
 
 def test_gelu_pattern_with_a_shared_intermediate_stays() -> None:
@@ -330,13 +326,13 @@ def test_reference_fused_equals_unfused() -> None:
     unfused = run_graph(g, data)[0]
     run_pass(RecognizeGelu(), g)
     before = run_graph(g, data)[0]
-    assert rel_l2(before, unfused) <= 1e-6  # gelu's erfc form rounds differently from the written-out one
+    assert relative_l2(before, unfused) <= 1e-6  # gelu's erfc form rounds differently from the written-out one
     run_pass(FuseEpilogue(), g)
     run_pass(FuseElementwise(), g)
     # conv + channel bias + residual + relu6; depthwise conv + hard_swish; matmul + bias + GELU (recognised);
     # gemm + sigmoid; and the elementwise tail reading the sigmoid twice
     assert ops_of(g) == ["fused_conv", "fused_conv", "reshape", "fused_matmul", "fused_gemm", "fused_elementwise"]
-    assert rel_l2(run_graph(g, data)[0], before) == 0.0  # fused regions run the very same ops
+    assert relative_l2(run_graph(g, data)[0], before) == 0.0  # fused regions run the very same ops
 
 
 def test_native_fused_matches_unfused(tmp_path: object) -> None:
@@ -347,8 +343,8 @@ def test_native_fused_matches_unfused(tmp_path: object) -> None:
     fused_model = cuvil.compile(g, target="native", cache_dir=str(tmp_path))
     fused = fused_model(*data)[0]
     ref = run_graph(g, data)[0]
-    assert rel_l2(fused, unfused) <= 1e-6
-    assert rel_l2(fused, ref) <= 1e-5
+    assert relative_l2(fused, unfused) <= 1e-6
+    assert relative_l2(fused, ref) <= 1e-5
 
 
 def test_native_fused_gelu_epilogue_and_symbolic_rows(tmp_path: object) -> None:
@@ -371,5 +367,5 @@ def test_native_fused_gelu_epilogue_and_symbolic_rows(tmp_path: object) -> None:
     (node,) = [n for n in g.nodes if n.op == "fused_matmul"]
     assert [n.op for n in node.attrs["epilogue"].nodes] == ["add", "gelu"]
     out = cuvil.compile(g, target="native", cache_dir=str(tmp_path))(*data)[0]
-    assert rel_l2(run_graph(g, data)[0], before) <= 1e-6
-    assert rel_l2(out, before) <= 1e-6
+    assert relative_l2(run_graph(g, data)[0], before) <= 1e-6
+    assert relative_l2(out, before) <= 1e-6

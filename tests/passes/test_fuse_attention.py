@@ -19,6 +19,7 @@ from onnx import helper as h
 
 import cuvil
 from cuvil.frontends.onnx import load_onnx
+from cuvil.metrics import relative_l2
 from cuvil.passes import NumericEach, PassManager, VerifyEach, default_pipeline
 from tests.support.paths import NODE_TESTS
 
@@ -111,10 +112,6 @@ def _feeds(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
     return feeds
 
 
-def _rel(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.linalg.norm((a - b).ravel()) / np.linalg.norm(b.ravel()))
-
-
 def test_fused_attention_kernel_matches_unfused(tmp_path: Path) -> None:
     # 70 queries and keys: partial query blocks and a partial key block; 2 batches, a [b, 1, 1, s] mask
     model = _attention_subgraph(2, 3, 70, 24, [2, 1, 1, 70])
@@ -122,7 +119,7 @@ def test_fused_attention_kernel_matches_unfused(tmp_path: Path) -> None:
     ref = cuvil.compile(model, target="ref").run(feeds)["y"]
     fused = cuvil.compile(model, target="native", cache_dir=str(tmp_path), num_threads=1)
     assert any(n.op == "attention" for n in fused.graph.nodes)
-    assert _rel(fused.run(feeds)["y"], ref) <= 1e-5
+    assert relative_l2(fused.run(feeds)["y"], ref) <= 1e-5
     unfused = cuvil.compile(model, target="native", cache_dir=str(tmp_path), enable_fusion=False, num_threads=1)
     assert not any(n.op == "attention" for n in unfused.graph.nodes)
     # across thread counts the results are bitwise the same
@@ -141,10 +138,10 @@ def test_onnx_attention_long_causal_gqa(tmp_path: Path) -> None:
     feeds = _feeds(model, seed=3)
     ref = cuvil.compile(model, target="ref").run(feeds)
     got = cuvil.compile(model, target="native", cache_dir=str(tmp_path), num_threads=1).run(feeds)
-    assert _rel(got["y"], ref["y"]) <= 1e-5
+    assert relative_l2(got["y"], ref["y"]) <= 1e-5
     finite = np.isfinite(ref["qk"])
     np.testing.assert_array_equal(np.isfinite(got["qk"]), finite)
-    assert _rel(got["qk"][finite], ref["qk"][finite]) <= 1e-5
+    assert relative_l2(got["qk"][finite], ref["qk"][finite]) <= 1e-5
 
 
 def test_default_pipeline_has_the_passes() -> None:

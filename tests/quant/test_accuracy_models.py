@@ -40,6 +40,7 @@ import numpy as np
 import pytest
 
 import cuvil
+from cuvil.metrics import relative_l2, snr_db
 
 torch = pytest.importorskip("torch")
 
@@ -61,16 +62,6 @@ AVX512_IMAGES = 32  # test images the emulated x86_avx512 int8 builds run (as th
 @pytest.fixture(scope="module")
 def build_cache(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(tmp_path_factory.mktemp("build-cache"))
-
-
-def _rel_l2(got: np.ndarray, want: np.ndarray) -> float:
-    g, w = got.astype(np.float64), want.astype(np.float64)
-    return float(np.linalg.norm(g - w) / np.linalg.norm(w))
-
-
-def _snr_db(got: np.ndarray, want: np.ndarray) -> float:
-    g, w = got.astype(np.float64), want.astype(np.float64)
-    return float(10.0 * np.log10(np.sum(w * w) / np.sum((g - w) ** 2)))
 
 
 def _in_batches(model: Any, x: np.ndarray, batch: int = 50) -> np.ndarray:
@@ -178,12 +169,12 @@ def test_cnn_reduced_precision_within_1e_2(classifier: Classifier, precision: st
                       calibration_dataset=classifier.calibration)
     x = classifier.test[:REDUCED_SAMPLES]
     want = _in_batches(classifier.fp32, x)
-    err = _rel_l2(_in_batches(m, x), want)
+    err = relative_l2(_in_batches(m, x), want)
     assert 0.0 < err <= MAX_REDUCED_REL_L2, f"{classifier.name} {precision}: relative L2 {err:.3g}"
     if precision == "bf16":  # no worse than the framework's own bf16 model
         with torch.no_grad():
             theirs = copy.deepcopy(classifier.module).to(torch.bfloat16)(torch.from_numpy(x).to(torch.bfloat16))
-        torch_err = _rel_l2(theirs.float().numpy(), want)
+        torch_err = relative_l2(theirs.float().numpy(), want)
         assert err <= torch_err, f"{classifier.name} bf16: relative L2 {err:.3g}, PyTorch's bf16 {torch_err:.3g}"
 
 
@@ -216,7 +207,7 @@ def test_encoder_int8_output_snr(encoder: Encoder, build_cache: str) -> None:
     q8 = cuvil.compile(encoder.program, "native", cache_dir=build_cache, quant_dtype="int8",
                        calibration_dataset=encoder.calibration)
     assert q8.graph is not None and any(n.op.startswith("qlinear_") for n in q8.graph.nodes)
-    snr = _snr_db(_outputs(q8, encoder.test), _outputs(encoder.fp32, encoder.test))
+    snr = snr_db(_outputs(q8, encoder.test), _outputs(encoder.fp32, encoder.test))
     assert snr >= MIN_SNR_DB, f"int8 output SNR {snr:.1f} dB"
 
 
@@ -225,5 +216,5 @@ def test_encoder_reduced_precision_within_1e_2(encoder: Encoder, precision: str,
     m = cuvil.compile(encoder.program, "native", cache_dir=build_cache, precision=precision,
                       calibration_dataset=encoder.calibration)
     tokens = encoder.test[:REDUCED_SAMPLES]
-    err = _rel_l2(_outputs(m, tokens), _outputs(encoder.fp32, tokens))
+    err = relative_l2(_outputs(m, tokens), _outputs(encoder.fp32, tokens))
     assert 0.0 < err <= MAX_REDUCED_REL_L2, f"{precision}: relative L2 {err:.3g}"

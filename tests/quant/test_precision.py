@@ -20,16 +20,13 @@ from cuvil.ir.parser import parse_graph
 from cuvil.ir.printer import print_graph
 from cuvil.ir.types import TensorType
 from cuvil.ir.verify import verify
+from cuvil.metrics import relative_l2
 from cuvil.passes import DeadCodeElimination, PassError, PassManager
 from cuvil.passes.convert_precision import ConvertPrecision
 from cuvil.quant import PrecisionOverflowError, layer_errors
 from cuvil.quant.accuracy import PrecisionReport
 
 F32 = DType.f32
-
-
-def rel_l2(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.linalg.norm(a.astype(np.float64) - b) / np.linalg.norm(b.astype(np.float64)))
 
 
 def test_golden() -> None:
@@ -181,7 +178,7 @@ def test_layer_errors_match_values_by_name() -> None:
     # Against a direct computation of the same figure for the reduced gemm output h.
     want = np.concatenate([_trace(g, s)["h"].ravel() for s in samples])
     got = np.concatenate([_trace(low, s)["h"].ravel() for s in samples])
-    assert errs["h"].rel_l2 == pytest.approx(rel_l2(got, want), rel=1e-9)
+    assert errs["h"].rel_l2 == pytest.approx(relative_l2(got, want), rel=1e-9)
     assert errs["h"].op == "gemm" and errs["h"].dtype == "f16"
     assert 0 < errs["h"].rel_l2 < 2e-3 and errs["h"].snr_db > 50
 
@@ -201,7 +198,7 @@ def test_targets_match_reference(target: str, precision: str, tmp_path: Path) ->
     m = cuvil.compile(_mlp(), target, precision=precision, cache_dir=str(tmp_path))
     (got,) = m(x)
     assert got.dtype == np.float32
-    assert rel_l2(got, want) < 1e-2
+    assert relative_l2(got, want) < 1e-2
     ulp = 2.0 ** (-10 if precision == "fp16" else -7)  # the reduced types' relative rounding step
     np.testing.assert_allclose(got, ref_low, rtol=4 * ulp, atol=4 * ulp * float(np.max(np.abs(ref_low))))
 

@@ -11,13 +11,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from cuvil.metrics import relative_l2
 from cuvil.verify.base import Check, CheckResult, Status
-
-
-def rel_l2(a: np.ndarray, b: np.ndarray) -> float:
-    d = np.linalg.norm(a.astype(np.float64) - b.astype(np.float64))
-    n = np.linalg.norm(b.astype(np.float64))
-    return float(d / n) if n else float(d)
 
 
 class AgreesWithReference(Check):
@@ -34,7 +29,7 @@ class AgreesWithReference(Check):
         for t in ctx.targets:
             m = ctx.compiled(t)
             got = m(*inputs)
-            errs = {n: rel_l2(g, w) for n, g, w in zip(m.output_names, got, want)}
+            errs = {n: relative_l2(g, w) for n, g, w in zip(m.output_names, got, want)}
             worst = max(errs, key=lambda n: errs[n])
             ok = errs[worst] <= limit
             out.append(CheckResult(

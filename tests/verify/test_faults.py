@@ -170,3 +170,33 @@ def test_conv_stride_in_a_pytorch_model_names_its_fx_node_and_module(tmp_path: P
     assert r.status is Status.FAIL and "PyTorch eager" in r.summary
     assert r.where["source_node"] == "relu (1)" and r.where["layer"] == clean.details["series"][0]["value"], r.where
     assert "model.c:" in r.where["code"], r.where
+
+
+def conv_with_a_nan_channel() -> onnx.ModelProto:
+    """x[1,3,33] -> conv (1-D: kernel 3, stride 2, pad 1) -> y[1,8,17], the bias of output channel 0 NaN.
+
+    Channel 0 of the layer is NaN in every build and in the reference, at the same places; the other
+    channels are finite, so an error there must show however many NaNs the two sides share.  (1-D:
+    the layout pass leaves it in NCHW, the kernel conv-stride is planted in.)"""
+    bias = (np.random.default_rng(2).standard_normal(8) * 0.3).astype(np.float32)
+    bias[0] = np.nan
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y"], name="conv", strides=[2], pads=[1, 1])]
+    return onnx_model(nodes, [f32("x", [1, 3, 33])], [f32("y", [1, 8, 17])],
+                      [_weights("w", 8, 3, 3, seed=1), numpy_helper.from_array(bias, "b")])
+
+
+def test_layerwise_catches_an_error_beside_nans_both_sides_share(tmp_path: Path, cache: str) -> None:
+    """A NaN at the same place in the compiled layer and in its oracle is left out of the comparison, not
+    taken for agreement of the whole layer: conv-stride's error in the finite channels is caught."""
+    clean = _run("layerwise", conv_with_a_nan_channel, tmp_path, cache, None)
+    assert clean.status is Status.PASS, clean.summary
+    (layer,) = clean.details["series"]
+    assert layer["value"] == "y" and layer["rel_l2"] < 1e-6, layer  # the shared NaNs agree
+    caught = _run("layerwise", conv_with_a_nan_channel, tmp_path, cache, "conv-stride")
+    assert caught.status is Status.FAIL, caught.summary
+    (layer,) = caught.details["series"]
+    assert 1e-2 < layer["rel_l2"] < np.inf and 0 < layer["max_abs"] < np.inf, layer
+    assert caught.where["layer"] == "y" and caught.where["node"] == "conv", caught.where
+    got, want = caught.tensors["y.compiled"], caught.tensors["y.oracle"]
+    assert np.isnan(got[0, 0]).all() and np.isnan(want[0, 0]).all()  # NaNs on both sides, at the same places
+    assert np.isfinite(got[0, 1:]).all() and np.isfinite(want[0, 1:]).all()

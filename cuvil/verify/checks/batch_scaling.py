@@ -61,9 +61,9 @@ import numpy as np
 
 from cuvil.ir.graph import Graph, Value
 from cuvil.ir.symbolic import DimExpr, evaluate, sym
+from cuvil.metrics import relative_l2
 from cuvil.verify.base import Check, CheckResult, Status, register_check
 from cuvil.verify.checks.latency import measure
-from cuvil.verify.checks.layerwise import relative_l2
 
 DEFAULTS: dict[str, Any] = {"max_batch": 64, "memory_limit": "1G", "knee_gain": 0.05, "tolerance": 1e-5,
                             "min_runs": 5, "min_seconds": 0.1, "warmup": 1}

@@ -14,13 +14,13 @@ nothing is left out silently.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from cuvil.errors import CuvilError
+from cuvil.metrics import drift
 from cuvil.verify.base import Check, CheckResult, Status, register_check
 from cuvil.verify.checks.precision import output_node, wide_reference
 
@@ -33,20 +33,6 @@ def default_targets() -> tuple[str, ...]:
     from cuvil.backends.registry import backends
 
     return tuple(b.name for b in backends() if not b.required_features())
-
-
-def drift(a: np.ndarray, b: np.ndarray, ref: np.ndarray) -> float:
-    """``||a - b|| / ||ref||`` in float64 (0 for two empty or identical tensors, inf for a shape or NaN mismatch)."""
-    a64, b64, r64 = (np.asarray(x, np.float64) for x in (a, b, ref))
-    if a64.shape != b64.shape:
-        return math.inf
-    if np.array_equal(a64, b64, equal_nan=True):
-        return 0.0
-    if not (np.all(np.isfinite(a64)) and np.all(np.isfinite(b64))):
-        return math.inf
-    norm = float(np.linalg.norm(r64[np.isfinite(r64)])) if r64.shape == a64.shape else 0.0
-    err = float(np.linalg.norm(a64 - b64))
-    return err / norm if norm > 0 else math.inf
 
 
 @register_check

@@ -28,8 +28,8 @@ from cuvil.errors import CuvilError, InputError
 from cuvil.ir.samples import default_symbol_value
 from cuvil.ir.symbolic import evaluate, free_symbols
 from cuvil.ir.types import SymbolInfo
+from cuvil.metrics import error_figures
 from cuvil.verify.base import Check, CheckResult, Status, register_check
-from cuvil.verify.checks.precision import error_figures
 
 
 def input_elements(specs: Sequence[Any], symbols: Mapping[str, SymbolInfo], values: Mapping[str, int]) -> int:

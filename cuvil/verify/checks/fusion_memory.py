@@ -34,6 +34,7 @@ import numpy as np
 
 from cuvil.errors import CuvilError
 from cuvil.ir.graph import Graph, Node, Value
+from cuvil.metrics import compare
 from cuvil.passes import Pass, PassManager, all_passes, format_pipeline, parse_pipeline
 from cuvil.pipeline import Pipeline, build_pipeline
 from cuvil.verify.base import Check, CheckResult, Status, register_check
@@ -264,11 +265,14 @@ class FusionMemory(Check):
 
 
 def _diff_stats(a: np.ndarray, b: np.ndarray) -> dict[str, Any]:
-    """How two tensors differ: the number of unequal elements (NaN equals NaN) and the largest finite difference."""
+    """How two tensors differ: the number of unequal elements (NaN equals NaN) and the largest difference
+    (:func:`cuvil.metrics.compare`: infinite, with the reason, where a non-finite value is on one side only)."""
     if a.shape != b.shape:
         return {"shapes": [list(a.shape), list(b.shape)]}
     x, y = a.astype(np.float64), b.astype(np.float64)
     unequal = ~((x == y) | (np.isnan(x) & np.isnan(y)))
-    finite = unequal & np.isfinite(x) & np.isfinite(y)
-    return {"differing_elements": int(unequal.sum()), "elements": int(a.size),
-            "max_abs_finite": float(np.abs(x - y)[finite].max()) if finite.any() else 0.0}
+    c = compare(x, y)
+    stats: dict[str, Any] = {"differing_elements": int(unequal.sum()), "elements": int(a.size), "max_abs": c.max_abs}
+    if c.problem is not None:
+        stats["problem"] = c.problem
+    return stats

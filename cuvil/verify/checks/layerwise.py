@@ -20,7 +20,15 @@ Oracles, by the model's origin:
 - Cuvil graphs: the reference interpreter computing in float64 on the imported
   graph (values by name).
 
+When the model's framework is not installed (an ONNX model without
+onnxruntime), the oracle is the float64 reference interpreter instead, and the
+result says so (``details["oracle_fallback"]`` and the summary): a missing
+optional dependency changes the oracle, it does not fail the check.
+
 Layers without an oracle value (values Cuvil introduced) are not compared.
+Errors follow :mod:`cuvil.metrics`: a NaN or infinity at the same place in both
+tensors is left out and the rest compared; one on one side only is an infinite
+error.
 
 For the onnxruntime subject, the layers are the tensors ORT's optimised graph
 still computes (its fusion boundaries), tapped in the optimised model it saved,
@@ -38,27 +46,39 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from cuvil.ir.dtypes import DType
 from cuvil.ir.graph import Graph, Node, Value
+from cuvil.metrics import compare
 from cuvil.verify.base import Check, CheckResult, Status, VerifyError, register_check
 
 DEFAULT_THRESHOLD = 1e-4
+REFERENCE_ORACLE = "reference interpreter (float64)"
 _FLOAT = (DType.f32, DType.f64)
 
 
-def relative_l2(got: np.ndarray, want: np.ndarray) -> float:
-    """||got - want|| / ||want|| in float64 (0 when both are zero; inf on a shape mismatch)."""
-    if got.shape != want.shape:
-        return float("inf")
-    a, b = got.astype(np.float64), want.astype(np.float64)
-    diff, norm = float(np.linalg.norm(a - b)), float(np.linalg.norm(b))
-    if not np.isfinite(diff):
-        return float("inf") if not np.array_equal(np.isnan(a), np.isnan(b)) else 0.0
-    return diff / norm if norm > 0 else (0.0 if diff == 0 else float("inf"))
+@dataclass(frozen=True)
+class Oracle:
+    """The oracle's value of each layer by Cuvil value name, the source node of each, the oracle's name,
+    and, when it is not the model's own framework because that is not installed, why."""
+
+    values: Mapping[str, np.ndarray]
+    sources: Mapping[str, str]
+    name: str
+    fallback: str | None = None
+
+    @property
+    def label(self) -> str:
+        """The oracle as a summary names it."""
+        return self.name if self.fallback is None else f"{self.name}, as {self.fallback}"
+
+
+def _missing(framework: str, exc: ImportError) -> str:
+    return f"{framework} is not installed ({type(exc).__name__}: {exc})"
 
 
 def tap_points(graph: Graph) -> list[tuple[Node, Value]]:
@@ -198,47 +218,61 @@ class Layerwise(Check):
         threshold = float(cfg.get("threshold", DEFAULT_THRESHOLD))
         per_layer = {str(k): float(v) for k, v in dict(cfg.get("thresholds", {})).items()}
         inputs = ctx.inputs()
-        oracles: dict[str, tuple[dict[str, np.ndarray], dict[str, str], str]] = {}
+        oracles: dict[str, Oracle] = {}
         results = []
         for target in ctx.targets:
             t0 = time.perf_counter()
             base = ctx.compiled(target)
             if callable(getattr(base, "tapped", None)):
-                layers, got, changed, oracle, oracle_name = self._session(ctx, base, inputs, oracles)
+                layers, got, changed, oracle = self._session(ctx, base, inputs, oracles)
             elif base.graph is None:
                 results.append(CheckResult(self.name, Status.SKIP, "the build keeps no graph to tap", target=target))
                 continue
             else:
-                layers, got, changed, oracle, oracle_name = self._build(ctx, target, base, inputs, oracles)
-            result = self._judge(target, layers, got, changed, oracle, oracle_name, threshold, per_layer, base)
+                layers, got, changed, oracle = self._build(ctx, target, base, inputs, oracles)
+            result = self._judge(target, layers, got, changed, oracle, threshold, per_layer, base)
             result.seconds = time.perf_counter() - t0
             results.append(result)
         return results
 
     def _oracle(self, ctx: Any, names: Sequence[str], inputs: Sequence[np.ndarray],
-                cache: dict[str, tuple[dict[str, np.ndarray], dict[str, str], str]], *, framework: bool = True
-                ) -> tuple[dict[str, np.ndarray], dict[str, str], str]:
-        """Oracle values by Cuvil value name, the source node of each, and the oracle's name
-        (``framework=False``: the float64 reference even for an ONNX model, as onnxruntime is the subject)."""
+                cache: dict[str, Oracle], *, framework: bool = True) -> Oracle:
+        """The oracle's values of the layers (``framework=False``: the float64 reference even for an
+        ONNX model, as onnxruntime is the subject).  A source framework that is not installed is not
+        an error: the float64 reference interpreter is the oracle, and the result says why."""
         ref = ctx.compiled("ref")
         kind = ctx.source.kind
+        feed = dict(zip(ref.input_names, inputs))
         if kind == "onnx" and framework:
-            values, producers = onnx_intermediates(ctx.source.model, names, dict(zip(ref.input_names, inputs)))
-            return values, producers, "onnxruntime"
+            if "onnx-fallback" not in cache:  # onnxruntime is asked again for each target's tap names
+                try:
+                    values, producers = onnx_intermediates(ctx.source.model, names, feed)
+                    return Oracle(values, producers, "onnxruntime")
+                except ImportError as exc:
+                    cache["onnx-fallback"] = self._reference(ctx, inputs, _missing("onnxruntime", exc))
+            return cache["onnx-fallback"]
         if "all" not in cache:
             if kind == "torch":
-                imp = ctx.torch_import
-                fx, modules = torch_intermediates(imp.program, dict(zip(ref.input_names, inputs)))
-                values = {v: fx[n] for v, n in imp.value_sources.items() if n in fx}
-                sources = {v: (f"{n} ({modules[n]})" if modules.get(n) else n) for v, n in imp.value_sources.items()}
-                cache["all"] = (values, sources, "PyTorch eager")
+                try:
+                    imp = ctx.torch_import
+                    fx, modules = torch_intermediates(imp.program, feed)
+                except ImportError as exc:
+                    cache["all"] = self._reference(ctx, inputs, _missing("PyTorch", exc))
+                else:
+                    values = {v: fx[n] for v, n in imp.value_sources.items() if n in fx}
+                    sources = {v: (f"{n} ({modules[n]})" if modules.get(n) else n) for v, n in imp.value_sources.items()}
+                    cache["all"] = Oracle(values, sources, "PyTorch eager")
             else:
-                values, producers = reference_intermediates(ctx.graph, inputs)
-                cache["all"] = (values, producers, "reference interpreter (float64)")
+                cache["all"] = self._reference(ctx, inputs)
         return cache["all"]
 
+    @staticmethod
+    def _reference(ctx: Any, inputs: Sequence[np.ndarray], fallback: str | None = None) -> Oracle:
+        values, producers = reference_intermediates(ctx.graph, inputs)
+        return Oracle(values, producers, REFERENCE_ORACLE, fallback)
+
     def _build(self, ctx: Any, target: str, base: Any, inputs: list[np.ndarray],
-               cache: dict[str, tuple[dict[str, np.ndarray], dict[str, str], str]]) -> tuple[Any, ...]:
+               cache: dict[str, Oracle]) -> tuple[Any, ...]:
         """A Cuvil build tapped at its top-level nodes' outputs (the graph compiled with no passes)."""
         import cuvil
 
@@ -253,51 +287,53 @@ class Layerwise(Check):
         got = {v.name: a for v, a in zip(graph.outputs, plain_out)}
         got.update(zip(extra, tapped_out[n_out:]))
         points = tap_points(graph)
-        oracle, producers, oracle_name = self._oracle(ctx, [v.name for _, v in points], inputs, cache)
-        layers = [(v.name, n.name, n.op, producers.get(v.name)) for n, v in points]
-        return layers, got, changed, oracle, oracle_name
+        oracle = self._oracle(ctx, [v.name for _, v in points], inputs, cache)
+        layers = [(v.name, n.name, n.op, oracle.sources.get(v.name)) for n, v in points]
+        return layers, got, changed, oracle
 
-    def _session(self, ctx: Any, base: Any, inputs: list[np.ndarray],
-                 cache: dict[str, tuple[dict[str, np.ndarray], dict[str, str], str]]) -> tuple[Any, ...]:
+    def _session(self, ctx: Any, base: Any, inputs: list[np.ndarray], cache: dict[str, Oracle]) -> tuple[Any, ...]:
         """A runtime session tapped at the tensors its optimised graph computes (the onnxruntime subject)."""
-        oracle, producers, oracle_name = self._oracle(ctx, [], inputs, cache, framework=False)
+        oracle = self._oracle(ctx, [], inputs, cache, framework=False)
         floats = {v.name for v in ctx.graph.outputs} | {v.name for _, v in tap_points(ctx.graph)}
-        computed = [(t, node, op) for t, node, op in base.computed_tensors() if t in floats and t in oracle]
+        computed = [(t, node, op) for t, node, op in base.computed_tensors() if t in floats and t in oracle.values]
         sess, out_names = base.tapped([t for t, _, _ in computed])
         feed = dict(zip(base.input_names, inputs))
         tapped_out = dict(zip(out_names, (np.asarray(a) for a in sess.run(None, feed))))
         plain_out = dict(zip(base.output_names, base(*inputs)))
         changed = [n for n, a in plain_out.items() if a.shape != tapped_out[n].shape or a.tobytes() != tapped_out[n].tobytes()]
-        layers = [(t, node, op, producers.get(t)) for t, node, op in computed]
-        return layers, {**tapped_out, **plain_out}, changed, oracle, oracle_name
+        layers = [(t, node, op, oracle.sources.get(t)) for t, node, op in computed]
+        return layers, {**tapped_out, **plain_out}, changed, oracle
 
     def _judge(self, target: str, layers: Sequence[tuple[str, str, str, str | None]], got: Mapping[str, np.ndarray],
-               changed: list[str], oracle: Mapping[str, np.ndarray], oracle_name: str, threshold: float,
-               per_layer: Mapping[str, float], base: Any) -> CheckResult:
+               changed: list[str], oracle: Oracle, threshold: float, per_layer: Mapping[str, float], base: Any
+               ) -> CheckResult:
+        oracle_name = oracle.label
         series: list[dict[str, Any]] = []
         first: dict[str, Any] | None = None
         for value, node, op, source in layers:
-            if value not in oracle or value not in got:
+            if value not in oracle.values or value not in got:
                 continue
-            want = oracle[value]
+            want = oracle.values[value]
             mine = got[value]
-            err = relative_l2(mine, want)
+            c = compare(mine, want)
+            err = c.rel_l2
             limit = per_layer.get(value, threshold)
             entry = {
                 "layer": len(series), "value": value, "source_node": source, "cuvil_node": node, "op": op,
-                "rel_l2": err,
-                "max_abs": float(np.max(np.abs(mine.astype(np.float64) - want.astype(np.float64))))
-                if mine.shape == want.shape and mine.size else 0.0,
-                "threshold": limit, "shape": list(mine.shape),
+                "rel_l2": err, "max_abs": c.max_abs, "threshold": limit, "shape": list(mine.shape),
             }
+            if c.problem is not None:
+                entry["problem"] = c.problem
             series.append(entry)
             if first is None and not err <= limit:
                 first = entry
         figures = {"layers": float(len(series)),
                    "max_rel_l2": max((e["rel_l2"] for e in series), default=0.0),
                    "tap_mismatches": float(len(changed))}
-        details: dict[str, Any] = {"series": series, "oracle": oracle_name, "tapped_values": len(layers),
+        details: dict[str, Any] = {"series": series, "oracle": oracle.name, "tapped_values": len(layers),
                                    "tap_changed_outputs": changed}
+        if oracle.fallback is not None:
+            details["oracle_fallback"] = oracle.fallback
         where: dict[str, str] = {}
         tensors: dict[str, np.ndarray] = {}
         node_kind = "Cuvil node" if base.graph is not None else f"{target} node"
@@ -307,7 +343,7 @@ class Layerwise(Check):
                      "source_node": str(first["source_node"])}
             if loc:
                 where["code"] = loc
-            tensors = {f"{first['value']}.compiled": got[first["value"]], f"{first['value']}.oracle": oracle[first["value"]]}
+            tensors = {f"{first['value']}.compiled": got[first["value"]], f"{first['value']}.oracle": oracle.values[first["value"]]}
             at = f", {loc}" if loc else ""
             status, summary = Status.FAIL, (
                 f"layer {first['layer']} ({first['value']!r}, source node {first['source_node']!r}, {node_kind} "

@@ -30,7 +30,6 @@ what it promises.
 
 from __future__ import annotations
 
-import math
 import os
 import subprocess
 import sys
@@ -41,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from cuvil.errors import CuvilError
+from cuvil.metrics import error_figures
 from cuvil.verify.base import Check, CheckResult, Status, register_check
 from cuvil.verify.checks.precision_int8 import ENABLE_HINT, Int8Settings, int8_settings, judge_int8, judged_feeds
 
@@ -55,33 +55,6 @@ def _is_c(target: str) -> bool:
 
     backend = find_backend(target)
     return backend is not None and backend.is_c
-
-
-# ---- error figures -------------------------------------------------------------------------------------------
-def error_figures(got: np.ndarray, want: np.ndarray) -> dict[str, float]:
-    """Relative L2 error, max abs error and SNR (dB) of ``got`` against the reference ``want``.
-
-    Computed in float64.  A shape mismatch, or a NaN or infinity that the reference does not have at
-    the same place, is an infinite error."""
-    g = np.asarray(got)
-    w = np.asarray(want)
-    if g.shape != w.shape:
-        return {"rel_l2": math.inf, "max_abs": math.inf, "snr_db": -math.inf}
-    g64 = g.astype(np.float64)
-    w64 = w.astype(np.float64)
-    fin_g, fin_w = np.isfinite(g64), np.isfinite(w64)
-    same_nonfinite = (~fin_g & ~fin_w) & ((np.isnan(g64) & np.isnan(w64)) | (g64 == w64))
-    if np.any((fin_g != fin_w) | (~fin_g & ~same_nonfinite)):
-        return {"rel_l2": math.inf, "max_abs": math.inf, "snr_db": -math.inf}
-    both = fin_g & fin_w
-    diff = np.where(both, g64 - w64, 0.0)
-    ref = np.where(both, w64, 0.0)
-    err2 = float(np.sum(diff * diff))
-    ref2 = float(np.sum(ref * ref))
-    rel = math.sqrt(err2 / ref2) if ref2 > 0 else (0.0 if err2 == 0 else math.inf)
-    max_abs = float(np.max(np.abs(diff))) if diff.size else 0.0
-    snr = math.inf if err2 == 0 else (10.0 * math.log10(ref2 / err2) if ref2 > 0 else -math.inf)
-    return {"rel_l2": rel, "max_abs": max_abs, "snr_db": snr}
 
 
 def first_bit_difference(a: np.ndarray, b: np.ndarray) -> str | None:

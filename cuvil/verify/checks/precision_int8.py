@@ -45,6 +45,7 @@ import numpy as np
 
 from cuvil.errors import CuvilError
 from cuvil.ir.dtypes import is_float_np
+from cuvil.metrics import error_figures
 from cuvil.verify.base import VerifyError
 
 WORST_LAYERS = 5
@@ -206,8 +207,6 @@ def judge_int8(model: Any, fp32: Any, feeds: Sequence[Sequence[np.ndarray]], nam
 
 def _output_row(name: str, got: list[np.ndarray], want: list[np.ndarray], settings: Int8Settings,
                 node: str) -> dict[str, Any]:
-    from cuvil.verify.checks.precision import error_figures
-
     w0 = want[0]
     row: dict[str, Any] = {"output": name, "node": node}
     if not is_float_np(w0.dtype):

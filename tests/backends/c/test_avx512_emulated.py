@@ -11,6 +11,7 @@ import pytest
 
 import cuvil
 from cuvil.backends.c.toolchain import TARGET_VARIANTS
+from cuvil.metrics import relative_l2
 from tests.support.emulated import emulated, simde_include
 from tests.support.int8_conv_graph import conv_graph
 from tests.support.sanitizers import assert_clean_under_sanitizers
@@ -24,11 +25,6 @@ REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "cuvil" / "examples" / "tiny_cnn.onnx"
 # the CPU features each variant library of x86_avx512 is built for (model.avx512vnni.so, ...)
 FEATURES = {v.name: tuple(sorted(v.features)) for v in TARGET_VARIANTS["x86_avx512"]}
-
-
-def _rel_l2(got: np.ndarray, want: np.ndarray) -> float:
-    want = want.astype(np.float64)
-    return float(np.linalg.norm(got.astype(np.float64) - want) / max(np.linalg.norm(want), 1e-30))
 
 
 @pytest.mark.parametrize("features", [(), FEATURES["avx512vnni"]], ids=["model.so", "model.avx512vnni.so"])
@@ -53,7 +49,7 @@ def test_float_kernels_match_the_reference(precision: str, features: tuple[str, 
     want = cuvil.compile(str(EXAMPLE), "ref")(x)[0]
     m = cuvil.compile(str(EXAMPLE), "x86_avx512", precision=precision, cache_dir=str(tmp_path / "cache"))
     got = emulated(m, tmp_path / "emu", features)(x)[0]
-    assert got.shape == want.shape and _rel_l2(got, want) <= tol
+    assert got.shape == want.shape and relative_l2(got, want) <= tol
 
 
 _SANITIZED_CHILD = """

@@ -12,14 +12,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import cuvil
+from cuvil.metrics import relative_l2
 from tests.backends.c.c_program import run_c_program
 
 # float32 products of depth <= 1100 against float64: relative L2 well within this.
 REL_L2 = 1e-5
-
-
-def _rel_l2(got: np.ndarray, want: np.ndarray) -> float:
-    return float(np.linalg.norm(got.astype(np.float64) - want) / max(np.linalg.norm(want), 1e-30))
 
 
 def _model(nodes: list[onnx.NodeProto], inputs: list[tuple[str, list[int]]], inits: dict[str, np.ndarray],
@@ -69,7 +66,7 @@ def test_small_products_match_float64(tmp_path: Path, const_b: bool) -> None:
             assert np.array_equal(x, y), shape
         runs.append(first)
     for shape, got, got2, want in zip(SHAPES, runs[0], runs[1], wants):
-        assert _rel_l2(got, want) <= REL_L2, shape
+        assert relative_l2(got, want) <= REL_L2, shape
         assert np.array_equal(got2, got), f"{shape}: num_threads=2 differs from num_threads=1"
 
 
@@ -83,7 +80,7 @@ def test_small_gemm_with_transposed_weights_alpha_and_bias(tmp_path: Path) -> No
                    [("x", [1, 300])], {"w": w, "c": c}, [("y", [1, 130])])
     got = cuvil.compile(model, "native", cache_dir=str(tmp_path))(x)[0]
     want = 0.5 * (x.astype(np.float64) @ w.T.astype(np.float64)) + 2.0 * c
-    assert _rel_l2(got, want) <= REL_L2
+    assert relative_l2(got, want) <= REL_L2
 
 
 # ---- epilogues in the tile ---------------------------------------------------------------------
@@ -117,7 +114,7 @@ def test_tile_epilogues_are_bitwise_the_unfused_kernels(tmp_path: Path, m: int, 
     unfused = cuvil.compile(model, "native", cache_dir=str(tmp_path), enable_fusion=False)(*args)
     wants = cuvil.compile(model, "ref")(*args)
     for name, got, want in zip(EPILOGUES, unfused, wants):
-        assert _rel_l2(got, want.astype(np.float64)) <= REL_L2, name
+        assert relative_l2(got, want.astype(np.float64)) <= REL_L2, name
     for threads in (1, 2):
         fused = cuvil.compile(model, "native", cache_dir=str(tmp_path), num_threads=threads)
         build = fused.build_info

@@ -20,6 +20,7 @@ from onnx import helper, numpy_helper
 
 import cuvil
 from cuvil.backends.c.kernels.conv_algorithm import ConvAlgorithmError, ConvShape, choose, estimate
+from cuvil.metrics import relative_l2
 from tests.support.c_conv_kernels import make_model, vi
 
 RNG = np.random.default_rng(11)
@@ -61,10 +62,6 @@ def _mixed_model(batch: int = 2) -> onnx.ModelProto:
     return make_model(nodes, [vi("X", T.FLOAT, [batch, 5, 13, 11])], ["Y", "c5", "r1"], inits)
 
 
-def _rel_l2(got: np.ndarray, want: np.ndarray) -> float:
-    return float(np.linalg.norm(got.astype(np.float64) - want) / np.linalg.norm(want))
-
-
 def _reference(model: onnx.ModelProto, xs: list[np.ndarray]) -> list[np.ndarray]:
     return [o.astype(np.float64) for o in cuvil.compile(model, target="ref")(*xs)]
 
@@ -78,7 +75,7 @@ def test_each_algorithm_matches_reference(alg: str, cache: str, caplog: pytest.L
     assert m.build_info is not None and "model.c" not in m.build_info.warnings
     for got, want in zip(m(x), _reference(model, [x])):
         assert got.shape == want.shape
-        assert _rel_l2(got, want) < TOLERANCE[alg], (alg, _rel_l2(got, want))
+        assert relative_l2(got, want) < TOLERANCE[alg], (alg, relative_l2(got, want))
     notes = [r.getMessage() for r in caplog.records]
     if alg == "im2col":
         assert not any("conv by Winograd" in n for n in notes)
@@ -122,7 +119,7 @@ def test_wide_rows_and_many_channels(cache: str) -> None:
     m = cuvil.compile(model, target="native", cache_dir=cache,
                       conv_algorithm={"wide1": "winograd-f4", "wide2": "winograd-f2", "wide3": "winograd-f6"})
     for got, want in zip(m(x, z), _reference(model, [x, z])):
-        assert _rel_l2(got, want) < TOLERANCE["winograd-f6"]
+        assert relative_l2(got, want) < TOLERANCE["winograd-f6"]
 
 
 def test_generic_target_and_run_time_weights(cache: str) -> None:
@@ -137,7 +134,7 @@ def test_generic_target_and_run_time_weights(cache: str) -> None:
         x = RNG.standard_normal((n, 7, 9, 10)).astype(np.float32)
         w = (RNG.standard_normal((6, 7, 3, 3)) / 8).astype(np.float32)
         got, want = m(x, w)[0], _reference(model, [x, w])[0]
-        assert _rel_l2(got, want) < TOLERANCE["winograd-f4"]
+        assert relative_l2(got, want) < TOLERANCE["winograd-f4"]
 
 
 def test_wasm32(wasm_cache: str) -> None:
@@ -145,7 +142,7 @@ def test_wasm32(wasm_cache: str) -> None:
     model = make_model(nodes, [vi("X", T.FLOAT, [2, 3, 9, 7])], ["Y"], [_w("W", (5, 3, 3, 3)), _w("B", (5,))])
     x = RNG.standard_normal((2, 3, 9, 7)).astype(np.float32)
     m = cuvil.compile(model, target="wasm32", cache_dir=wasm_cache, conv_algorithm="winograd-f2")
-    assert _rel_l2(m(x)[0], _reference(model, [x])[0]) < TOLERANCE["winograd-f2"]
+    assert relative_l2(m(x)[0], _reference(model, [x])[0]) < TOLERANCE["winograd-f2"]
 
 
 def test_per_node_choice_and_validation(cache: str, caplog: pytest.LogCaptureFixture) -> None:
@@ -157,7 +154,7 @@ def test_per_node_choice_and_validation(cache: str, caplog: pytest.LogCaptureFix
     assert any("'conv2'" in n and "F(6x6,3x3)" in n for n in notes)
     assert any("'conv5'" in n and "conv_algorithm='im2col'" in n for n in notes)
     x = RNG.standard_normal((2, 5, 13, 11)).astype(np.float32)
-    assert _rel_l2(m(x)[0], _reference(model, [x])[0]) < TOLERANCE["winograd-f6"]
+    assert relative_l2(m(x)[0], _reference(model, [x])[0]) < TOLERANCE["winograd-f6"]
     with pytest.raises(ConvAlgorithmError, match="unknown convolution algorithm 'winograd-f3'"):
         cuvil.compile(model, target="native", cache_dir=cache, conv_algorithm="winograd-f3")
     with pytest.raises(ConvAlgorithmError, match="'nope', which is not a convolution node"):
@@ -205,7 +202,7 @@ def test_planted_faults_change_the_generated_code(fault: str, cache: str) -> Non
     src = [m.build_info.source.read_text() for m in (clean, bad) if m.build_info is not None]
     assert src[0] != src[1]
     x = RNG.standard_normal((2, 5, 13, 11)).astype(np.float32)
-    assert _rel_l2(bad(x)[0], clean(x)[0]) > 1e-2  # the strided conv (and, for the pad, all) is wrong
+    assert relative_l2(bad(x)[0], clean(x)[0]) > 1e-2  # the strided conv (and, for the pad, all) is wrong
 
 
 @pytest.mark.parametrize("alg", ["winograd-f2", "winograd-f4"])
@@ -226,7 +223,7 @@ def test_deep_layer_input_transform_per_thread_or_shared(alg: str, cache: str) -
     outs = [cuvil.compile(model, target="native", cache_dir=cache, conv_algorithm=alg, num_threads=t)(x, z)[0]
             for t in (1, 2, 4)]
     assert outs[0].tobytes() == outs[1].tobytes() == outs[2].tobytes()
-    assert _rel_l2(outs[1], _reference(model, [x, z])[0]) < TOLERANCE[alg]
+    assert relative_l2(outs[1], _reference(model, [x, z])[0]) < TOLERANCE[alg]
 
 
 @pytest.mark.parametrize("alg", ["winograd-f2", "winograd-f4", "winograd-f6"])
@@ -241,7 +238,7 @@ def test_small_image_with_one_panel_is_split_into_smaller_blocks(alg: str, cache
     outs = [cuvil.compile(model, target="native", cache_dir=cache, conv_algorithm=alg, num_threads=t)(x)[0]
             for t in (1, 2, 3)]
     assert outs[0].tobytes() == outs[1].tobytes() == outs[2].tobytes()
-    assert _rel_l2(outs[1], _reference(model, [x])[0]) < TOLERANCE[alg]
+    assert relative_l2(outs[1], _reference(model, [x])[0]) < TOLERANCE[alg]
 
 
 def test_only_the_tile_sizes_a_model_runs_are_compiled(cache: str) -> None:
@@ -258,7 +255,7 @@ def test_only_the_tile_sizes_a_model_runs_are_compiled(cache: str) -> None:
     assert info is not None
     assert re.findall(r"#define CUVIL_WINO_TILES (\S+)", info.source.read_text()) == [hex((1 << 2) | (1 << 6))]
     x = RNG.standard_normal((2, 5, 13, 11)).astype(np.float32)
-    assert _rel_l2(m(x)[0], _reference(model, [x])[0]) < TOLERANCE["winograd-f6"]
+    assert relative_l2(m(x)[0], _reference(model, [x])[0]) < TOLERANCE["winograd-f6"]
     none = cuvil.compile(model, target="native", cache_dir=cache, conv_algorithm="im2col").build_info
     assert none is not None and "CUVIL_WINO_TILES" not in none.source.read_text()
     if shutil.which("nm") is None:

@@ -14,6 +14,7 @@ from torch.export import Dim
 
 import cuvil
 from cuvil.ir.symbolic import sym
+from cuvil.metrics import relative_l2
 
 # every test exports the encoder with dynamic shapes (the module's fixture also builds it natively):
 # tens of seconds in all, the slow tier
@@ -37,11 +38,6 @@ class TinyEncoder(nn.Module):
         q, k, v = self.qkv(x).view(b, s, 3, 2, FEATURES // 2).permute(2, 0, 3, 1, 4)
         a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.norm(x + self.out(a.transpose(1, 2).reshape(b, s, FEATURES)))
-
-
-def rel_l2(actual: np.ndarray, expected: np.ndarray) -> float:
-    a, e = actual.astype(np.float64), expected.astype(np.float64)
-    return float(np.linalg.norm(a - e) / max(np.linalg.norm(e), 1e-30))
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +78,7 @@ def test_every_valid_shape_matches_eager(compiled: dict[str, cuvil.CompiledModel
         expected = model(x).numpy()
     (got,) = compiled[target](x.numpy())
     assert got.shape == (batch, seq, FEATURES)
-    assert rel_l2(got, expected) < TOL
+    assert relative_l2(got, expected) < TOL
 
 
 @pytest.mark.parametrize("target", ["ref", "native"])
@@ -109,7 +105,7 @@ def test_tensor_spec_symbols_with_dims(model: nn.Module) -> None:
     x = torch.randn(3, 24, FEATURES)
     with torch.no_grad():
         expected = model(x).numpy()
-    assert rel_l2(m(x)[0].numpy(), expected) < TOL
+    assert relative_l2(m(x)[0].numpy(), expected) < TOL
     with pytest.raises(cuvil.InputError, match="seq=12 is not a multiple of 8"):
         m(torch.zeros(3, 12, FEATURES))
 

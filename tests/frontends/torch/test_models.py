@@ -26,6 +26,7 @@ from cuvil.frontends.torch.aten.common import types_agree  # noqa: E402
 from cuvil.ir.dtypes import DType  # noqa: E402
 from cuvil.ir.symbolic import UNKNOWN, sym  # noqa: E402
 from cuvil.ir.types import TensorType  # noqa: E402
+from cuvil.metrics import relative_l2  # noqa: E402
 from tests.support.zoo import families as zoo  # noqa: E402
 
 RTOL_L2 = 1e-5
@@ -36,12 +37,6 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWa
 @pytest.fixture(scope="module")
 def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(tmp_path_factory.mktemp("cuvil-torch-cache"))
-
-
-def rel_l2(got: np.ndarray, want: np.ndarray) -> float:
-    want64 = want.astype(np.float64)
-    denom = max(float(np.linalg.norm(want64)), 1e-30)
-    return float(np.linalg.norm(got.astype(np.float64) - want64)) / denom
 
 
 def assert_matches_eager(model: nn.Module, args: tuple[Any, ...], compiled: cuvil.CompiledModel) -> list[float]:
@@ -55,7 +50,7 @@ def assert_matches_eager(model: nn.Module, args: tuple[Any, ...], compiled: cuvi
         g = np.asarray(g)
         assert (g.dtype, g.shape) == (w.dtype, w.shape), f"output {k}"
         if w.dtype.kind == "f":
-            err = rel_l2(g, w)
+            err = relative_l2(g, w)
             assert err <= RTOL_L2, f"output {k}: relative L2 error {err:.3g} > {RTOL_L2}"
             errors.append(err)
         else:
