@@ -26,7 +26,7 @@ def _where_fill() -> Graph:
     b = Builder()
     x = b.input("x", TensorType(F32, SHAPE))
     m = b.input("m", TensorType(DType.bool, SHAPE))
-    f = b.add1("where", [m, x, b.constant(np.float32(F32_MIN))], names=["filled"], node_name="fill")
+    f = b.add1("where", [m, x, b.constant(np.array(F32_MIN, np.float32))], names=["filled"], node_name="fill")
     b.output(b.add1("softmax", [f], {"axis": -1}, names=["p"], node_name="sm"))
     return b.graph
 
@@ -36,8 +36,8 @@ def _additive_fill() -> Graph:
     b = Builder()
     x = b.input("x", TensorType(F32, SHAPE))
     m = b.input("m", TensorType(F32, SHAPE))
-    inv = b.add1("sub", [b.constant(np.float32(1.0)), m], names=["inv"], node_name="invert")
-    bias = b.add1("mul", [inv, b.constant(np.float32(F32_MIN))], names=["bias"], node_name="to_bias")
+    inv = b.add1("sub", [b.constant(np.array(1.0, np.float32)), m], names=["inv"], node_name="invert")
+    bias = b.add1("mul", [inv, b.constant(np.array(F32_MIN, np.float32))], names=["bias"], node_name="to_bias")
     s = b.add1("add", [x, bias], names=["masked"], node_name="apply")
     b.output(b.add1("softmax", [s], {"axis": -1}, names=["p"], node_name="sm"))
     return b.graph
@@ -47,7 +47,7 @@ def _scaled(then: str) -> Graph:
     """``x * 1e6`` read by ``then``: a constant that scales data, no fill."""
     b = Builder()
     x = b.input("x", TensorType(F32, SHAPE))
-    y = b.add1("mul", [x, b.constant(np.float32(1e6))], names=["big"], node_name="scale")
+    y = b.add1("mul", [x, b.constant(np.array(1e6, np.float32))], names=["big"], node_name="scale")
     b.output(b.add1(then, [y], {"axis": -1} if then == "softmax" else {}, names=["y"], node_name="after"))
     return b.graph
 
