@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -314,11 +314,11 @@ def test_half_conv_kernels(dtype: DType, tmp_path: Path, caplog: pytest.LogCaptu
     assert all(a.tobytes() == b.tobytes() for a, b in zip(first, again))
 
 
-def _verify_context(graph: Graph, tmp_path: Path, options: dict[str, object] | None = None) -> object:
+def _verify_context(graph: Graph, tmp_path: Path, options: Mapping[str, object] | None = None) -> object:
     from cuvil.verify.context import ModelSource, VerifyContext
 
     return VerifyContext(ModelSource("graph", graph), targets=["generic"], cache_dir=str(tmp_path / "cache"),
-                         work_dir=tmp_path, config={"checks": {"precision": options or {}}})
+                         work_dir=tmp_path, config={"checks": {"precision": dict(options or {})}})
 
 
 @pytest.mark.slow  # verifies a model through fp16 and bf16 builds: tens of seconds
