@@ -4,18 +4,27 @@
 reference (the reference interpreter run on a float64 copy of the graph),
 next to the float32 source framework's own error against that reference
 (onnxruntime for ONNX models, eager PyTorch for PyTorch modules, the
-float32 reference interpreter for Cuvil graphs).  A target fails when its
-relative L2 error exceeds ``max_rel_l2``, or exceeds ``max_ratio`` times the
-source framework's (errors below ``ratio_floor`` count as that floor, so two
-near-exact results are not compared by their rounding noise).
+float32 reference interpreter for Cuvil graphs).  A target's float32 build fails when its
+relative L2 error exceeds the larger of ``max_rel_l2`` and ``floor_multiple`` (8) times the model's
+own float32 error (the reference interpreter's float32 run against its float64 run on the same
+inputs: an ill-conditioned model, a softmax over many large logits, a cancellation, amplifies
+rounding in every float32 implementation), or exceeds ``max_ratio`` times the source framework's
+(errors below ``ratio_floor`` count as that floor, so two near-exact results are not compared by
+their rounding noise).  The result shows the error, the floor and the bound.
 
 On the C targets the check also compiles the model with ``precision="fp16"``
-and ``"bf16"`` (option ``precisions``): each output's error against the same
-float64 reference, next to the float32 source framework's, must stay within
-``reduced_max_rel_l2`` (default 1e-2).  A value that overflows float16 is a
-failure naming the node, its op and the value (``where``: target, precision,
-node, op).  With calibration data (``calibration = "DIR"``: a folder of .npz samples) the
-C targets' int8 builds are checked too: top-1 agreement with the float32 build on classifier
+and ``"bf16"``: each output's error against the same float64 reference, next to
+the float32 source framework's, must stay within ``reduced_max_rel_l2`` (default
+1e-2), and a value that overflows float16 is refused naming the node, its op and
+the value.  Each precision tried is reported, with whether it is viable and why
+(``details["viability"]``).  Only the precisions the user selects count: option
+``precisions`` (``[checks.precision] precisions = ["fp32", "fp16"]``) both selects
+and limits what is tried; without it fp32 alone is selected and fp16 and bf16 are
+tried for information, so a build of them that is not viable makes the result a
+warning, never a failure (``where``: target, precision, node, op).
+
+With calibration data (``calibration = "DIR"``: a folder of .npz samples, which
+selects int8) the C targets' int8 builds are checked too: top-1 agreement with the float32 build on classifier
 outputs (at least ``int8_min_top1``, 0.99), output SNR on the others (at least
 ``int8_min_snr_db``, 30 dB), and the compile's per-layer errors in the details
 (``cuvil/verify/checks/precision_int8.py``).  Without it, int8 is reported as not checked,
