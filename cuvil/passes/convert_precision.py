@@ -6,11 +6,19 @@ map an op name or ``node:NAME`` to ``f32`` (keep that op or node in float32) or 
 reduced type (run it reduced although it is sensitive by default).  A node's own entry wins over
 its op's.  In pipeline text the entries are joined with ``;``:
 ``convert-precision{dtype=f16,overrides="softmax=f16;node:encoder.0.attn=f32"}``.
+
+Mask fills: PyTorch-exported transformers fill masked positions with the float32 minimum
+(``where(mask, scores, -3.4e38)``, ``scores + (1 - mask) * -3.4e38`` before a softmax).  Such a
+constant (:func:`mask_fills`) becomes the reduced type's extreme of the same sign (-65504 in f16), as
+onnxruntime's float16 converter clamps: the softmax that reads it, in float32, gives the masked
+positions the same zero weight.  The clamp is logged; every other constant or computed value beyond
+the reduced type's range is refused (:class:`PrecisionOverflowError`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -27,6 +35,7 @@ from cuvil.passes.base import Pass, PassError, PassResult, register_pass
 from cuvil.passes.rewrite import resolve_inputs, resolve_outputs
 
 REDUCED = (DType.f16, DType.bf16)
+_log = logging.getLogger(__name__)
 
 # Ops that run in float32 by default: a softmax, a normalisation's statistics, a sum over many terms, or
 # an op whose result leaves float16's range for ordinary inputs (exp(12) > 65504, 1/x near 0, log near 0).
@@ -44,6 +53,90 @@ _FIXED_INPUTS: Mapping[str, frozenset[int]] = {"resize": frozenset({1, 2})}
 
 class PrecisionOverflowError(CuvilError):
     """A value (a weight, or an activation on sample inputs) does not fit the reduced type."""
+
+
+# ---- the mask-fill idiom -------------------------------------------------------------------------------------
+# Ops a fill value passes through unchanged on its way to the softmax (layout and type only).
+_CARRY = frozenset({"reshape", "unsqueeze", "squeeze", "expand", "transpose", "flatten", "identity", "cast"})
+_SOFTMAX = frozenset({"softmax", "log_softmax"})
+
+
+@dataclass(frozen=True)
+class MaskFills:
+    """The mask-fill constants of a float32 graph for one reduced type (value name -> how it is used), and
+    the values they make hold the fill (from the constant's reader up to the softmax): those hold the
+    reduced type's extreme in the converted graph where the float32 graph holds the float32 one."""
+
+    constants: Mapping[str, str]
+    carriers: frozenset[str]
+
+
+def _beyond(a: np.ndarray, low: DType) -> bool:
+    """Whether ``a`` holds a finite value the reduced type cannot hold, every such value a fill at or beyond
+    its extreme (``|v| >= max_finite``)."""
+    if not np.issubdtype(a.dtype, np.floating) or a.size == 0:
+        return False
+    with np.errstate(over="ignore"):
+        r = a.astype(low.np)
+    return bool(np.any(np.isinf(r) & np.isfinite(a)))
+
+
+def _fill_use(c: Value, u: Node, to_softmax: Callable[[Value, bool, list[str]], list[str] | None],
+              ) -> tuple[str, list[str]] | None:
+    """How ``u`` uses the constant ``c`` as a mask fill and the values that carry it, or None."""
+    if not u.outputs:
+        return None
+    out = u.outputs[0]
+    if u.op == "where" and c in u.inputs[1:] and u.inputs[0] is not c:
+        return f"the fill of where {u.name!r}", to_softmax(out, False, [out.name]) or [out.name]
+    if u.op in ("add", "sub"):
+        path = to_softmax(out, False, [out.name])
+        return None if path is None else (f"added by {u.name!r} ({u.op}) to a softmax's scores", path)
+    if u.op == "mul":
+        path = to_softmax(out, True, [out.name])
+        return None if path is None else (f"multiplied with a mask by {u.name!r}, then added before a softmax", path)
+    return None
+
+
+def mask_fills(graph: Graph, low: DType) -> MaskFills:
+    """The float32 constants of ``graph``'s top level beyond ``low``'s range that are mask fills: a branch of
+    ``where``, or an operand of ``add``/``sub`` whose result reaches a softmax (through layout ops), or an
+    operand of ``mul`` whose product is then added (``add``/``sub``) and reaches a softmax.  A constant that
+    scales data (a ``mul`` not followed by the add, a result that no softmax reads) is no fill."""
+    users = graph.users()
+
+    def to_softmax(v: Value, need_add: bool, path: list[str], depth: int = 0) -> list[str] | None:
+        """The values from ``v`` to a softmax's input along carries and adds, or None."""
+        if depth > 8:
+            return None
+        for u in users.get(v, []):
+            if u.op in _SOFTMAX and not need_add and u.inputs and u.inputs[0] is v:
+                return path
+            step_add = u.op in ("add", "sub")
+            if u.op in _CARRY or step_add or (u.op == "where" and v in u.inputs[1:]):
+                if need_add and not step_add and u.op not in _CARRY:
+                    continue
+                for o in u.outputs[:1]:
+                    got = to_softmax(o, need_add and not step_add, [*path, o.name], depth + 1)
+                    if got is not None:
+                        return got
+        return None
+
+    constants: dict[str, str] = {}
+    carriers: set[str] = set()
+    for node in graph.nodes:
+        if node.op != "constant" or not node.outputs:
+            continue
+        c = node.outputs[0]
+        value = const_of(c)
+        if value is None or c.type.dtype is not DType.f32 or not _beyond(np.asarray(value), low):
+            continue
+        uses = [_fill_use(c, u, to_softmax) for u in users.get(c, [])]
+        if uses and all(use is not None for use in uses):  # one use that is no fill: the constant is data
+            constants[c.name] = "; ".join(how for how, _ in filter(None, uses))
+            for _, path in filter(None, uses):
+                carriers.update(path)
+    return MaskFills(constants, frozenset(carriers))
 
 
 def parse_overrides(text: str | Mapping[str, str]) -> dict[str, str]:
@@ -139,6 +232,7 @@ class _Converter:
         self.lowered: set[Value] = set()  # float32 values of the model this pass made reduced
         self.taken = {v.name for v in graph.inputs} | {o.name for n in graph.walk() for o in n.outputs}
         self.changed = False
+        self.fills = mask_fills(graph, low)
 
     def reduced(self, node: Node) -> bool:
         if any(True for _ in node.regions()):
@@ -181,6 +275,14 @@ class _Converter:
         with np.errstate(over="ignore"):
             r = a.astype(self.low.np)
         bad = np.isinf(r) & np.isfinite(a)
+        fill = self.fills.constants.get(v.name)
+        if np.any(bad) and fill is not None:  # the mask idiom: the reduced type's extreme masks as well
+            top = max_finite(self.low)
+            r = np.where(bad, np.copysign(top, a), r).astype(self.low.np)
+            _log.info("convert-precision: constant %r (%s) holds %.6g, beyond %s's range; it is a mask fill, "
+                      "set to %s's extreme %.6g of the same sign", v.name, fill, float(np.max(np.abs(a[bad]))),
+                      self.low, self.low, top)
+            return r
         if np.any(bad):
             raise PrecisionOverflowError(
                 f"weight {v.name!r} (read by node {reader.name!r}, {reader.op}) holds {float(np.max(np.abs(a[bad]))):.6g}, "

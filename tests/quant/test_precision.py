@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -314,11 +314,11 @@ def test_half_conv_kernels(dtype: DType, tmp_path: Path, caplog: pytest.LogCaptu
     assert all(a.tobytes() == b.tobytes() for a, b in zip(first, again))
 
 
-def _verify_context(graph: Graph, tmp_path: Path) -> object:
+def _verify_context(graph: Graph, tmp_path: Path, options: Mapping[str, object] | None = None) -> object:
     from cuvil.verify.context import ModelSource, VerifyContext
 
     return VerifyContext(ModelSource("graph", graph), targets=["generic"], cache_dir=str(tmp_path / "cache"),
-                         work_dir=tmp_path, config={"checks": {}})
+                         work_dir=tmp_path, config={"checks": {"precision": dict(options or {})}})
 
 
 @pytest.mark.slow  # verifies a model through fp16 and bf16 builds: tens of seconds
@@ -335,6 +335,7 @@ def test_verify_precision_checks_fp16_and_bf16(tmp_path: Path) -> None:
         # reduced precision is far from float32's own error, and within the gate
         assert rows[0]["source_rel_l2"] < 1e-6 < rows[0]["rel_l2"] < bound
         assert r.figures[f"{p}_rel_l2"] == rows[0]["rel_l2"]
+        assert r.details["viability"][p].startswith("viable: relative L2 error")
     assert "fp16: relative L2 error" in r.summary and "bf16: relative L2 error" in r.summary
 
 
@@ -342,11 +343,45 @@ def test_verify_precision_reports_an_overflow(tmp_path: Path) -> None:
     import cuvil.verify.checks  # noqa: F401  (registers the checks)
     from cuvil.verify.base import Status, get_check
 
-    (r,) = get_check("precision")().run(_verify_context(_overflowing(), tmp_path))
+    (r,) = get_check("precision")().run(_verify_context(_overflowing(), tmp_path, {"precisions": ["fp32", "fp16"]}))
     assert r.status is Status.FAIL
     assert r.where == {"target": "generic", "precision": "fp16", "node": "scale2", "op": "mul"}
     assert "value 'huge' reaches |x| = " in r.summary and "65504" in r.summary
-    assert "bf16" in r.details and "overflow" not in r.details["bf16"]  # bf16 has float32's range
+    assert "bf16" not in r.details  # not in the precisions asked for
+
+
+def _mlp_and_scaled() -> Graph:
+    """``_mlp`` with a second output ``x * 1e5``: a weight beyond f16's range."""
+    g = _mlp()
+    b = Builder(g)
+    big = b.add1("mul", [g.inputs[0], b.constant(np.array(1e5, np.float32), name="gain")], names=["scaled"],
+                 node_name="amplify")
+    b.output(big)
+    return b.graph
+
+
+@pytest.mark.slow  # builds fp32, fp16 and bf16 three times over: tens of seconds
+def test_verify_precision_fails_only_the_precisions_asked_for(tmp_path: Path) -> None:
+    """A model whose fp16 build is refused (a weight beyond f16's range) and whose bf16 build misses the
+    bound: by default (fp32 selected) both only warn and say why; asked for, each fails the check."""
+    import cuvil.verify.checks  # noqa: F401  (registers the checks)
+    from cuvil.verify.base import Status, get_check
+
+    tight = {"reduced_max_rel_l2": 1e-5}  # bf16 (8 bits of mantissa) misses it
+    (r,) = get_check("precision")().run(_verify_context(_mlp_and_scaled(), tmp_path / "default", tight))
+    assert r.status is Status.WARN, r.summary
+    assert r.details["selected"] == ["fp32"]
+    viability = r.details["viability"]
+    assert viability["fp16"].startswith("not viable: weight 'gain' (read by node 'amplify', mul) holds 100000")
+    assert "precision_overrides" in viability["fp16"]
+    assert viability["bf16"].startswith("not viable at the bound: relative L2 error")
+    assert "not selected, so this warns" in r.summary and "fp32: relative L2 error" in r.summary
+    assert r.where["precision"] == "fp16"
+    for wanted in ("fp16", "bf16"):
+        options = {**tight, "precisions": ["fp32", wanted]}
+        (r,) = get_check("precision")().run(_verify_context(_mlp_and_scaled(), tmp_path / wanted, options))
+        assert r.status is Status.FAIL and r.where["precision"] == wanted, r.summary
+        assert r.details["selected"] == ["fp32", wanted]
 
 
 def _half_tails() -> Graph:

@@ -167,6 +167,27 @@ def test_batch_scaling_skips_a_fixed_batch(tmp_path: Path, cache: str) -> None:
     assert r.status is Status.SKIP and r.where == {"symbol": "batch"} and "fixed at 3" in r.summary
 
 
+def nonzero_model() -> onnx.ModelProto:
+    """x[batch, 4] -> Relu -> y, and NonZero(y) -> idx[2, ?]: an output whose extent is data-dependent."""
+    nodes = [helper.make_node("Relu", ["x"], ["y"], name="act"),
+             helper.make_node("NonZero", ["y"], ["idx"], name="where_positive")]
+    graph = helper.make_graph(nodes, "nonzero", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4]),
+                               helper.make_tensor_value_info("idx", TensorProto.INT64, [2, "n"])], [])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("target", ["ref", "native"])
+def test_batch_scaling_with_a_data_dependent_dim(target: str, tmp_path: Path, cache: str) -> None:
+    r = run("batch-scaling", context(nonzero_model(), [target], tmp_path, cache), max_batch=4, min_runs=2,
+            min_seconds=0.0)[target]
+    assert r.status is Status.PASS, r.summary
+    assert [row["batch"] for row in r.details["series"]] == [1, 2, 4]
+    assert "idx" in r.details["runtime_sized"]["values"] and "sized only at run time" in r.summary
+    row = r.details["series"][-1]
+    assert row["input_bytes"] == 4 * 4 * 4 and row["peak_live_bytes"] >= 4 * 4 * 4  # y is still counted
+
+
 # concurrency -----------------------------------------------------------------------------------------------
 def test_concurrency_threads_and_processes(tmp_path: Path, cache: str) -> None:
     r = run("concurrency", context(onnx.load(TINY_CNN), ["ref", "native"], tmp_path, cache), instances=3,

@@ -60,7 +60,7 @@ from typing import Any
 import numpy as np
 
 from cuvil.ir.graph import Graph, Value
-from cuvil.ir.symbolic import DimExpr, evaluate, sym
+from cuvil.ir.symbolic import DimExpr, evaluate, is_unknown, sym
 from cuvil.metrics import relative_l2
 from cuvil.verify.base import Check, CheckResult, Status, register_check
 from cuvil.verify.checks.latency import measure
@@ -89,15 +89,27 @@ def batch_symbol(graph: Graph) -> str | None:
     return None
 
 
-def _nbytes(v: Value, env: Mapping[str, int]) -> int:
+def _nbytes(v: Value, env: Mapping[str, int]) -> int | None:
+    """The bytes of ``v`` at ``env``; None when a dim is data-dependent (``NonZero``'s count ...): only run
+    time sizes it."""
     n = 1
     for d in v.type.shape:
+        if not isinstance(d, int) and is_unknown(d):
+            return None
         n *= d if isinstance(d, int) else evaluate(d, env)
     return n * v.type.dtype.np.itemsize
 
 
+def runtime_sized(graph: Graph) -> list[str]:
+    """The top-level values (and inputs) whose extent is data-dependent, so no memory figure can count them."""
+    values = [*graph.inputs, *(o for n in graph.nodes for o in n.outputs)]
+    return [v.name for v in values if any(not isinstance(d, int) and is_unknown(d) for d in v.type.shape)]
+
+
 def memory_figures(graph: Graph, env: Mapping[str, int]) -> dict[str, float | None]:
-    """Bytes per call (top-level values), from the graph's memory plan when it has one."""
+    """Bytes per call (top-level values), from the graph's memory plan when it has one.  Values with a
+    data-dependent extent (:func:`runtime_sized`) are sized only at run time and are left out of every
+    figure (a lower bound then)."""
     from cuvil.ir.graph import reads
 
     last: dict[Value, int] = {}
@@ -111,16 +123,19 @@ def memory_figures(graph: Graph, env: Mapping[str, int]) -> dict[str, float | No
     weights = 0
     for i, n in enumerate(graph.nodes):
         for o in n.outputs:
+            nbytes = _nbytes(o, env)
+            if nbytes is None:
+                continue
             if n.op == "constant":
-                weights += _nbytes(o, env)
+                weights += nbytes
             else:
-                sizes[o] = (i, last.get(o, i), _nbytes(o, env))
+                sizes[o] = (i, last.get(o, i), nbytes)
     peak = 0
     for i in range(end):
         peak = max(peak, sum(b for first, lst, b in sizes.values() if first <= i <= lst))
     out: dict[str, float | None] = {
         "allocated_bytes": float(sum(b for _, _, b in sizes.values())), "peak_live_bytes": float(peak),
-        "peak_bytes": float(peak), "input_bytes": float(sum(_nbytes(v, env) for v in graph.inputs)),
+        "peak_bytes": float(peak), "input_bytes": float(sum(_nbytes(v, env) or 0 for v in graph.inputs)),
         "weights_bytes": float(weights), "arena_bytes": None, "arena_lower_bound_bytes": None,
         "largest_free_block": None, "fragmentation": None}
     plan = graph.memory_plan
@@ -222,6 +237,14 @@ class BatchScaling(Check):
         figures: dict[str, float] = {"knee_batch": float(knee), "max_batch": float(rows[-1]["batch"]),
                                      "best_throughput": max(r["throughput"] for r in rows)}
         details: dict[str, Any] = {"symbol": name, "series": rows, "stopped_by": stop, "memory_limit": limit}
+        unsized = runtime_sized(graph)
+        note = ""
+        if unsized and measured is None:
+            details["runtime_sized"] = {
+                "values": unsized, "note": "data-dependent extents (known only at run time) are left out of the "
+                                           "computed memory figures, which are lower bounds for them"}
+            note = (f"; {len(unsized)} value(s) with a data-dependent extent ({', '.join(unsized[:3])}) are sized only "
+                    "at run time and left out of the memory figures")
         over: list[int] = []
         if measured is not None:
             figures["peak_rss_delta_bytes_at_max"] = rows[-1]["peak_rss_delta_bytes"]
@@ -258,7 +281,7 @@ class BatchScaling(Check):
                                f"{limit} bytes (the sizes were chosen by the graph's liveness estimate)", target=target, figures=figures, details=details,
                                where={"symbol": name, "batch": str(over[0])}, seconds=time.perf_counter() - t_start)
         summary = (f"batches {', '.join(str(r['batch']) for r in rows)} (stopped by {stop}); knee at {knee}; "
-                   f"best {figures['best_throughput']:.1f} samples/s")
+                   f"best {figures['best_throughput']:.1f} samples/s{note}")
         return CheckResult(self.name, Status.PASS, summary, target=target, figures=figures, details=details,
                            seconds=time.perf_counter() - t_start)
 

@@ -4,18 +4,27 @@
 reference (the reference interpreter run on a float64 copy of the graph),
 next to the float32 source framework's own error against that reference
 (onnxruntime for ONNX models, eager PyTorch for PyTorch modules, the
-float32 reference interpreter for Cuvil graphs).  A target fails when its
-relative L2 error exceeds ``max_rel_l2``, or exceeds ``max_ratio`` times the
-source framework's (errors below ``ratio_floor`` count as that floor, so two
-near-exact results are not compared by their rounding noise).
+float32 reference interpreter for Cuvil graphs).  A target's float32 build fails when its
+relative L2 error exceeds the larger of ``max_rel_l2`` and ``floor_multiple`` (8) times the model's
+own float32 error (the reference interpreter's float32 run against its float64 run on the same
+inputs: an ill-conditioned model, a softmax over many large logits, a cancellation, amplifies
+rounding in every float32 implementation), or exceeds ``max_ratio`` times the source framework's
+(errors below ``ratio_floor`` count as that floor, so two near-exact results are not compared by
+their rounding noise).  The result shows the error, the floor and the bound.
 
 On the C targets the check also compiles the model with ``precision="fp16"``
-and ``"bf16"`` (option ``precisions``): each output's error against the same
-float64 reference, next to the float32 source framework's, must stay within
-``reduced_max_rel_l2`` (default 1e-2).  A value that overflows float16 is a
-failure naming the node, its op and the value (``where``: target, precision,
-node, op).  With calibration data (``calibration = "DIR"``: a folder of .npz samples) the
-C targets' int8 builds are checked too: top-1 agreement with the float32 build on classifier
+and ``"bf16"``: each output's error against the same float64 reference, next to
+the float32 source framework's, must stay within ``reduced_max_rel_l2`` (default
+1e-2), and a value that overflows float16 is refused naming the node, its op and
+the value.  Each precision tried is reported, with whether it is viable and why
+(``details["viability"]``).  Only the precisions the user selects count: option
+``precisions`` (``[checks.precision] precisions = ["fp32", "fp16"]``) both selects
+and limits what is tried; without it fp32 alone is selected and fp16 and bf16 are
+tried for information, so a build of them that is not viable makes the result a
+warning, never a failure (``where``: target, precision, node, op).
+
+With calibration data (``calibration = "DIR"``: a folder of .npz samples, which
+selects int8) the C targets' int8 builds are checked too: top-1 agreement with the float32 build on classifier
 outputs (at least ``int8_min_top1``, 0.99), output SNR on the others (at least
 ``int8_min_snr_db``, 30 dB), and the compile's per-layer errors in the details
 (``cuvil/verify/checks/precision_int8.py``).  Without it, int8 is reported as not checked,
@@ -34,19 +43,24 @@ import os
 import subprocess
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from cuvil.errors import CuvilError
-from cuvil.metrics import error_figures
+from cuvil.metrics import error_figures, relative_l2
 from cuvil.verify.base import Check, CheckResult, Status, register_check
 from cuvil.verify.checks.precision_int8 import ENABLE_HINT, Int8Settings, int8_settings, judge_int8, judged_feeds
 
 FLOAT32_EPS = float(np.finfo(np.float32).eps)
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 REDUCED = ("fp16", "bf16")
+# A float32 build fails when worse than this multiple of the model's own float32 error (the reference
+# interpreter's float32 run against its float64 run): an ill-conditioned model amplifies rounding in every
+# float32 implementation, and a fixed bound would blame the build for it.
+FLOOR_MULTIPLE = 8.0
 
 
 def _is_c(target: str) -> bool:
@@ -114,6 +128,7 @@ class Precision(Check):
         max_rel = float(cfg.get("max_rel_l2", 1e-5))
         max_ratio = float(cfg.get("max_ratio", 10.0))
         floor = float(cfg.get("ratio_floor", FLOAT32_EPS))
+        multiple = float(cfg.get("floor_multiple", FLOOR_MULTIPLE))
         seeds = [int(s) for s in cfg.get("seeds", [ctx.seed])]
         names = ctx.compiled("ref").output_names
         cases = []
@@ -126,13 +141,14 @@ class Precision(Check):
             except Exception as exc:
                 base = None
                 source_error = f"{type(exc).__name__}: {str(exc)[:300]}"
-            if base is None:
-                base = ctx.reference(inputs)
-            cases.append((seed, inputs, wide, base))
-        reduced = [p for p in cfg.get("precisions", REDUCED) if p in REDUCED]
+            ref32 = ctx.reference(inputs)  # the model's own float32 error floor: float32 against float64
+            cases.append(Case(seed, inputs, wide, ref32 if base is None else base, ref32))
+        given = cfg.get("precisions")
+        selected = {"fp32", *(str(p) for p in given)} if given is not None else {"fp32"}
+        reduced = [p for p in given if p in REDUCED] if given is not None else list(REDUCED)
         reduced_max = float(cfg.get("reduced_max_rel_l2", 1e-2))
         int8 = int8_settings(cfg)
-        int8_wanted = "precisions" not in cfg or "int8" in cfg["precisions"]
+        int8_wanted = given is None or "int8" in given
         int8_feeds = (judged_feeds(int8, ctx.graph, names)
                       if int8 is not None and int8_wanted and any(_is_c(t) for t in ctx.targets) else [])
         results = []
@@ -153,13 +169,14 @@ class Precision(Check):
                                   else "checked")
             baseline = (baseline_name(ctx.source.kind) if not source_error else
                         f"{baseline_name('graph')}, as {baseline_name(ctx.source.kind)} cannot run the model")
-            result = self._verdict(target, list(rows.values()), max_rel, max_ratio, floor, precisions, baseline,
-                                   reference)
+            result = self._verdict(target, list(rows.values()), Bounds(max_rel, max_ratio, floor, multiple),
+                                   precisions, baseline, reference)
+            result.details["selected"] = sorted(selected, key=PRECISIONS.index)
             if source_error:
                 result.details["source_error"] = source_error
             if _is_c(target):
-                for p in reduced:
-                    result = self._reduced(ctx, result, target, p, names, cases, floor, reduced_max)
+                outcomes = [self._reduced(ctx, target, p, names, cases, floor, reduced_max) for p in reduced]
+                result = _combine(result, outcomes, selected)
                 if int8 is not None and int8_wanted:
                     result = self._int8(ctx, result, target, int8, int8_feeds, names)
                 elif int8_wanted and result.status is Status.PASS:
@@ -167,44 +184,37 @@ class Precision(Check):
             results.append(result)
         return results
 
-    def _reduced(self, ctx: Any, result: CheckResult, target: str, precision: str, names: Sequence[str],
-                 cases: list[Any], floor: float, max_rel: float) -> CheckResult:
-        """``result`` with the ``precision`` build of ``target`` checked too (the first failure wins)."""
+    def _reduced(self, ctx: Any, target: str, precision: str, names: Sequence[str], cases: list[Case],
+                 floor: float, max_rel: float) -> Outcome:
+        """What the ``precision`` build of ``target`` gives: its figures, or why it is not viable."""
         from cuvil.passes.convert_precision import PrecisionOverflowError
 
-        details = dict(result.details)
         try:
             model = ctx.compiled(target, precision=precision)
         except PrecisionOverflowError as exc:
             node, op = _overflow_site(str(exc))
-            details[precision] = {"overflow": str(exc)}
-            if result.status is Status.FAIL:
-                return CheckResult(result.check, result.status, result.summary, target=target,
-                                   figures=result.figures, details=details, where=result.where)
-            return CheckResult(self.name, Status.FAIL, f"{precision}: {exc}", target=target, figures=result.figures,
-                               details=details, where={"target": target, "precision": precision, "node": node,
-                                                       "op": op})
+            return Outcome(precision, {"overflow": str(exc)}, f"not viable: {exc}", failure=f"{precision}: {exc}",
+                           where={"target": target, "precision": precision, "node": node, "op": op})
         except CuvilError as exc:  # e.g. an op that takes float32 only: the model needs overrides for this precision
-            details["precisions"] = {**details["precisions"], precision: f"not checked: it does not compile: {exc}"}
-            return CheckResult(result.check, result.status, result.summary, target=target, figures=result.figures,
-                               details=details, where=result.where)
+            return Outcome(precision, {"error": str(exc)}, f"not viable: it does not compile: {exc}",
+                           not_checked=f"not checked: it does not compile: {exc}",
+                           failure=f"{precision}: the model does not compile: {exc}",
+                           where={"target": target, "precision": precision})
         rows = list(_rows(ctx, model, names, cases, floor).values())
         worst = max(rows, key=lambda r: r["rel_l2"])
-        details[precision] = {"max_rel_l2": max_rel, "outputs": rows}
-        summary = f"; {precision}: relative L2 error {worst['rel_l2']:.3g} (at most {max_rel:g})"
-        if result.status is Status.FAIL:
-            return CheckResult(result.check, result.status, result.summary, target=target, figures=result.figures,
-                               details=details, where=result.where)
+        details = {"max_rel_l2": max_rel, "outputs": rows}
         if worst["rel_l2"] > max_rel:
-            return CheckResult(self.name, Status.FAIL,
-                               f"{precision} output {worst['output']!r}: relative L2 error {worst['rel_l2']:.3g} above "
-                               f"{max_rel:g} (the float32 source's: {worst['source_rel_l2']:.3g})", target=target,
-                               figures=result.figures, details=details,
-                               where={"target": target, "precision": precision, "output": worst["output"],
-                                      "node": worst["node"]})
-        figures = {**result.figures, f"{precision}_rel_l2": worst["rel_l2"]}
-        return CheckResult(self.name, result.status, result.summary.replace("; other precisions not available yet", "")
-                           + summary, target=target, figures=figures, details=details, where=result.where)
+            return Outcome(precision, details,
+                           f"not viable at the bound: relative L2 error {worst['rel_l2']:.3g} above {max_rel:g}; keep "
+                           f"the nodes that lose it in float32 (precision_overrides, see the layerwise check) or raise "
+                           f"reduced_max_rel_l2", rel_l2=worst["rel_l2"],
+                           failure=f"{precision} output {worst['output']!r}: relative L2 error {worst['rel_l2']:.3g} "
+                                   f"above {max_rel:g} (the float32 source's: {worst['source_rel_l2']:.3g})",
+                           where={"target": target, "precision": precision, "output": worst["output"],
+                                  "node": worst["node"]})
+        return Outcome(precision, details, f"viable: relative L2 error {worst['rel_l2']:.3g} within {max_rel:g}",
+                       rel_l2=worst["rel_l2"],
+                       passed=f"{precision}: relative L2 error {worst['rel_l2']:.3g} (at most {max_rel:g})")
 
     def _int8(self, ctx: Any, result: CheckResult, target: str, settings: Int8Settings,
               feeds: Sequence[Sequence[np.ndarray]], names: Sequence[str]) -> CheckResult:
@@ -234,43 +244,128 @@ class Precision(Check):
         return CheckResult(self.name, result.status, result.summary + outcome.summary, target=target,
                            figures=figures, details=details, where=result.where)
 
-    def _verdict(self, target: str, rows: list[dict[str, Any]], max_rel: float, max_ratio: float, floor: float,
-                 precisions: dict[str, str], baseline: str, reference: str) -> CheckResult:
-        bad = [r for r in rows if not (r["rel_l2"] <= max_rel and r["ratio"] <= max_ratio)]
+    def _verdict(self, target: str, rows: list[dict[str, Any]], bounds: Bounds, precisions: dict[str, str],
+                 baseline: str, reference: str) -> CheckResult:
+        """The float32 build's verdict: worse than max(``max_rel_l2``, ``floor_multiple`` x the model's own float32
+        error) or than ``max_ratio`` x the source framework's fails."""
+        for r in rows:
+            r["bound"] = max(bounds.max_rel, bounds.multiple * r["floor_rel_l2"])
+        bad = [r for r in rows if not (r["rel_l2"] <= r["bound"] and r["ratio"] <= bounds.max_ratio)]
         worst = max(rows, key=lambda r: (r["rel_l2"], r["ratio"]))
         figures = {"rel_l2": worst["rel_l2"], "max_abs": max(r["max_abs"] for r in rows),
                    "snr_db": min(r["snr_db"] for r in rows), "source_rel_l2": max(r["source_rel_l2"] for r in rows),
-                   "ratio": max(r["ratio"] for r in rows)}
+                   "ratio": max(r["ratio"] for r in rows), "floor_rel_l2": max(r["floor_rel_l2"] for r in rows),
+                   "bound": worst["bound"]}
         details = {"precisions": precisions, "baseline": baseline, "reference": reference,
-                   "thresholds": {"max_rel_l2": max_rel, "max_ratio": max_ratio, "ratio_floor": floor},
+                   "floor": "the reference interpreter's float32 error against the float64 reference",
+                   "thresholds": {"max_rel_l2": bounds.max_rel, "max_ratio": bounds.max_ratio,
+                                  "ratio_floor": bounds.ratio_floor, "floor_multiple": bounds.multiple},
                    "outputs": rows}
         if bad:
             r = max(bad, key=lambda r: (r["rel_l2"], r["ratio"]))
-            why = (f"relative L2 error {r['rel_l2']:.3g} above {max_rel:g}" if r["rel_l2"] > max_rel else
+            why = (f"relative L2 error {r['rel_l2']:.3g} above {r['bound']:.3g} (the larger of {bounds.max_rel:g} and "
+                   f"{bounds.multiple:g}x the model's own float32 error {r['floor_rel_l2']:.3g})"
+                   if r["rel_l2"] > r["bound"] else
                    f"relative L2 error {r['rel_l2']:.3g} is {r['ratio']:.3g}x {baseline}'s {r['source_rel_l2']:.3g} "
-                   f"(at most {max_ratio:g}x)")
+                   f"(at most {bounds.max_ratio:g}x)")
             return CheckResult(self.name, Status.FAIL, f"fp32 output {r['output']!r}: {why}", target=target,
                                figures=figures, details=details, where={"output": r["output"], "node": r["node"]})
         return CheckResult(self.name, Status.PASS,
                            f"fp32: relative L2 error {worst['rel_l2']:.3g} against the {reference.split(' (')[0]} ({baseline}: "
-                           f"{figures['source_rel_l2']:.3g})",
+                           f"{figures['source_rel_l2']:.3g}; the model's float32 floor {figures['floor_rel_l2']:.3g}, "
+                           f"bound {worst['bound']:.3g})",
                            target=target, figures=figures, details=details)
 
 
-def _rows(ctx: Any, model: Any, names: Sequence[str], cases: list[Any], floor: float) -> dict[str, dict[str, Any]]:
-    """Per output, the worst seed's error figures of ``model`` and of the source framework."""
+@dataclass(frozen=True)
+class Case:
+    """One seed's inputs, the float64 reference, the source framework's float32 outputs and the reference
+    interpreter's float32 outputs (the model's own float32 floor)."""
+
+    seed: int
+    inputs: Sequence[np.ndarray]
+    wide: Sequence[np.ndarray]
+    base: Sequence[np.ndarray]
+    ref32: Sequence[np.ndarray]
+
+
+@dataclass(frozen=True)
+class Bounds:
+    max_rel: float
+    max_ratio: float
+    ratio_floor: float
+    multiple: float
+
+
+@dataclass
+class Outcome:
+    """A reduced precision's build: its details, whether it is viable and why, and its verdict text."""
+
+    precision: str
+    details: dict[str, Any]
+    viability: str
+    rel_l2: float | None = None
+    failure: str | None = None
+    where: dict[str, str] = field(default_factory=dict)
+    passed: str = ""
+    not_checked: str = ""
+
+
+def _combine(result: CheckResult, outcomes: Sequence[Outcome], selected: set[str]) -> CheckResult:
+    """``result`` (the float32 verdict) with the reduced precisions' outcomes: a selected precision that is
+    not viable fails the check, one the user did not select only warns (or, when it does not compile, is
+    noted as not checked); the first failure wins."""
+    details = dict(result.details)
+    details["precisions"] = dict(details["precisions"])
+    details["viability"] = {o.precision: o.viability for o in outcomes}
+    figures = dict(result.figures)
+    passed, warned, failed = [], [], []
+    for o in outcomes:
+        details[o.precision] = o.details
+        if o.rel_l2 is not None:
+            figures[f"{o.precision}_rel_l2"] = o.rel_l2
+        if o.failure is None:
+            passed.append(o.passed)
+        elif o.precision in selected:
+            failed.append(o)
+        elif o.not_checked:
+            details["precisions"][o.precision] = o.not_checked
+        else:
+            warned.append(o)
+    if result.status is Status.FAIL:
+        return CheckResult(result.check, Status.FAIL, result.summary, target=result.target, figures=figures,
+                           details=details, where=result.where)
+    if failed:
+        return CheckResult(result.check, Status.FAIL, failed[0].failure or "", target=result.target, figures=figures,
+                           details=details, where=failed[0].where)
+    summary = "; ".join([result.summary.replace("; other precisions not available yet", ""), *passed])
+    if warned:
+        notes = "; ".join(f"{o.failure} (not selected, so this warns: add it to [checks.precision] precisions to "
+                          f"make it count)" for o in warned)
+        return CheckResult(result.check, Status.WARN, f"{notes}; {summary}", target=result.target, figures=figures,
+                           details=details, where=warned[0].where)
+    return CheckResult(result.check, result.status, summary, target=result.target, figures=figures, details=details,
+                       where=result.where)
+
+
+def _rows(ctx: Any, model: Any, names: Sequence[str], cases: list[Case], floor: float) -> dict[str, dict[str, Any]]:
+    """Per output, the worst seed's error figures of ``model``, of the source framework and of the reference
+    interpreter in float32 (the model's own float32 floor)."""
     rows: dict[str, dict[str, Any]] = {}
-    for seed, inputs, wide, base in cases:
-        outs = model(*inputs)
-        for i, (name, got, ref64, src) in enumerate(zip(names, outs, wide, base)):
+    for case in cases:
+        outs = model(*case.inputs)
+        seed = case.seed
+        for i, (name, got, ref64, src, own) in enumerate(zip(names, outs, case.wide, case.base, case.ref32)):
             mine = error_figures(got, ref64)
             theirs = error_figures(src, ref64)
+            model_floor = relative_l2(own, ref64)
             ratio = mine["rel_l2"] / max(theirs["rel_l2"], floor)
             row = rows.get(name)
             if row is None or mine["rel_l2"] > row["rel_l2"]:
                 rows[name] = {"output": name, "node": output_node(ctx.graph, i), "seed": seed,
                               **mine, "source_rel_l2": theirs["rel_l2"], "source_max_abs": theirs["max_abs"],
-                              "source_snr_db": theirs["snr_db"], "ratio": ratio}
+                              "source_snr_db": theirs["snr_db"], "ratio": ratio,
+                              "floor_rel_l2": model_floor if np.isfinite(model_floor) else 0.0}
     return rows
 
 
