@@ -131,7 +131,7 @@ def _const_values(v: Value | None, consts: dict[Value, np.ndarray]) -> np.ndarra
 
 
 def _label(node: Node) -> str:
-    return node.name or node.outputs[0].name if node.outputs else node.op
+    return node.name or (node.outputs[0].name if node.outputs else node.op)
 
 
 def _table(v: Value | None) -> str:
@@ -187,7 +187,7 @@ def _follow(graph: Graph, start: Value, facts: _Facts) -> None:
                 if depth is not None and depth.size:
                     facts.bound(-a, int(depth.reshape(-1)[0]) - 1 - b, f"one-hot of depth "
                                 f"{int(depth.reshape(-1)[0])} ({_label(node)})")
-            if op in PRESERVING and 0 in pos or (op == "concat" and pos):
+            if (op in PRESERVING and 0 in pos) or (op == "concat" and pos):
                 if op == "cast" and out.type.dtype is DType.bool:
                     if (a, b) == (0, 0):
                         facts.masked(f"cast to bool ({_label(node)})")
@@ -202,7 +202,7 @@ def _follow(graph: Graph, start: Value, facts: _Facts) -> None:
                     if other is not None and other.size and np.all(other == 1) and (a, b) == (0, 0):
                         facts.masked(f"subtracted from 1 ({_label(node)})")
                     continue
-                if other is None or not other.size or other.dtype.kind not in "iub" and not np.all(other == np.round(other)):
+                if other is None or not other.size or (other.dtype.kind not in "iub" and not np.all(other == np.round(other))):
                     continue
                 lo, hi = int(other.min()), int(other.max())
                 todo.append((out, a + lo, b + hi) if op == "add" else (out, a - hi, b - lo))
