@@ -156,8 +156,8 @@ def _extent(node: Node) -> int | None:
         b = int(node.attrs.get("batch_dims", 0))
         if not isinstance(depth, int):
             return None
-        dims = data.shape[b:b + depth]
-        return min(dims) if dims and all(isinstance(d, int) for d in dims) else None  # type: ignore[type-var]
+        dims = [d for d in data.shape[b:b + depth] if isinstance(d, int)]
+        return min(dims) if dims and len(dims) == depth else None
     return None
 
 
