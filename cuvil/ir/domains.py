@@ -49,6 +49,11 @@ class Domain:
     mask: bool = False
 
     def describe(self) -> str:
+        """The values, in words, and where they came from."""
+        return f"{self.what()} ({self.source})"
+
+    def what(self) -> str:
+        """The values, in words: "range [0, 29]", "0/1 mask", ..."""
         if self.mask:
             what = "0/1 mask"
         elif self.values is not None:
@@ -57,7 +62,7 @@ class Domain:
             what = f"range [{self.low:g}, {self.high:g}]"
         else:
             what = "standard normal floats, integers -10..10, fair booleans"
-        return f"{what} ({self.source})"
+        return what
 
     def draw(self, t: TensorType, shape: Sequence[int], rng: np.random.Generator) -> np.ndarray:
         """One array of type ``t`` and ``shape`` drawn from this domain (clipped to the dtype's range)."""

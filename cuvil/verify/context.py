@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from cuvil.ir.domains import DEFAULT, Domain, infer_domains
 from cuvil.ir.graph import Graph
 from cuvil.ir.samples import random_inputs
 from cuvil.options import CompileOptions
@@ -68,6 +69,7 @@ class VerifyContext:
         default_factory=dict)
     _pool: ThreadPoolExecutor | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _domains: dict[str, Domain] | None = None
 
     def check_config(self, name: str) -> dict[str, Any]:
         """The ``[checks.NAME]`` table of the configuration (thresholds and options)."""
@@ -198,17 +200,44 @@ class VerifyContext:
         return model, time.perf_counter() - t0
 
     def inputs(self, seed: int | None = None, symbols: Mapping[str, int] | None = None) -> list[np.ndarray]:
-        """Seeded random inputs that satisfy the model's contract (symbols at small valid values).
-
-        An integer input of a model given with example tensors (a PyTorch module's ``input_spec``)
-        is drawn from the values its example spans (token ids stay in the vocabulary, a 0/1 mask
-        stays 0/1); other integer inputs from -10..10."""
+        """Seeded random inputs that satisfy the model's contract (symbols at small valid values), each
+        drawn from its domain (:meth:`input_domains`: declared, an example's, inferred from the graph)."""
         return self._samples(self.seed if seed is None else seed, symbols)
 
     def _samples(self, seed: int, symbols: Mapping[str, int] | None = None) -> list[np.ndarray]:
         sig = Signature.of(self.imported())
+        domains = self.input_domains()
         return random_inputs(sig.inputs, sig.symbols, seed=seed, values=symbols,
-                             int_ranges=self._example_int_ranges([s.name for s in sig.inputs]))
+                             domains=[domains.get(s.name) for s in sig.inputs])
+
+    def input_domains(self) -> dict[str, Domain]:
+        """What each input of the model is drawn from, the first that applies of: the domain the
+        configuration declares (``[inputs.NAME]``), the integer range of the source's example tensor
+        (a PyTorch module's ``input_spec``), the domain its uses in the graph imply
+        (cuvil.ir.domains.infer_domains), and the default (:data:`cuvil.ir.domains.DEFAULT`)."""
+        if self._domains is None:
+            graph = self.imported()
+            names = [v.name for v in graph.inputs]
+            declared = self.config.get("inputs", {})
+            declared = declared if isinstance(declared, Mapping) else {}
+            unknown = sorted(set(declared) - set(names))
+            if unknown:
+                raise VerifyError(f"[inputs.NAME] tables for inputs the model does not have: {', '.join(unknown)} "
+                                  f"(its inputs: {', '.join(names)})")
+            inferred = infer_domains(graph)
+            examples = self._example_int_ranges(names)
+            examples += [None] * (len(names) - len(examples))
+            out: dict[str, Domain] = {}
+            for name, ex in zip(names, examples):
+                d = declared.get(name)
+                if isinstance(d, Domain):
+                    out[name] = d
+                elif ex is not None:
+                    out[name] = Domain("the example tensor's range", low=ex[0], high=ex[1])
+                else:
+                    out[name] = inferred.get(name, DEFAULT)
+            self._domains = out
+        return self._domains
 
     def _example_int_ranges(self, names: Sequence[str]) -> list[tuple[int, int] | None]:
         """Per input, ``(min, max)`` of its example when the source gave an integer example tensor."""
