@@ -15,6 +15,7 @@ from cuvil.verify import verify
 from cuvil.verify.base import VerifyError
 from cuvil.verify.config import parse_config
 from cuvil.verify.context import ModelSource, VerifyContext
+from cuvil.verify.render.markdown import render_markdown
 from cuvil.verify.runner import GENERATED_ONLY
 
 
@@ -99,3 +100,5 @@ def test_dynamic_shapes_and_concurrency_do_not_crash_and_the_report_names_the_so
     assert sources["input_ids"].startswith("inferred from the graph: indexes word_embeddings")
     assert "mask" in sources["attention_mask"]
     assert data["warnings"] == [GENERATED_ONLY]
+    md = render_markdown(report)
+    assert "### Inputs" in md and "indexes token_type_embeddings" in md and GENERATED_ONLY in md
