@@ -60,7 +60,7 @@ def test_ids_stay_in_their_tables_and_the_mask_is_a_mask(tmp_path: Path) -> None
     assert domains["attention_mask"].mask
     for seed in range(4):
         ids, types, mask = ctx.inputs(seed=seed, symbols={"batch": 3, "seq": 7})
-        assert 0 <= ids.min() and ids.max() <= 29 and set(np.unique(types)) <= {0, 1}
+        assert ids.min() >= 0 and ids.max() <= 29 and set(np.unique(types)) <= {0, 1}
         assert set(np.unique(mask)) <= {0, 1} and mask[:, 0].all()
         ctx.reference([ids, types, mask])  # the interpreter accepts every index
 
