@@ -22,6 +22,8 @@ Both hold the same keys (in ``cuvil.toml`` at the top level)::
     [checks.precision]                        # int8 too: calibrate on these samples (a folder of .npz)
     calibration = "calib"                     # relative to this file's folder
 
+    [inputs]
+    data = "samples"                          # real inputs: a folder of .npz, as for calibration
     [inputs.input_ids]                        # what one input is drawn from, over what Cuvil infers
     range = [0, 30521]                        # from the graph: integers (or floats) in [lo, hi] ...
     [inputs.attention_mask]
@@ -87,12 +89,14 @@ class VerifyConfig:
     path: Path | None = None
     #: Declared input domains (``[inputs.NAME]``), by input name.
     inputs: Mapping[str, Domain] = field(default_factory=dict)
+    #: A folder of real input samples (``[inputs] data``, ``--inputs``): ``.npz`` files, one per sample.
+    input_data: str | None = None
 
     def as_context_config(self) -> dict[str, Any]:
         """The mapping VerifyContext reads (``ctx.check_config(name)`` looks in its "checks", its
         ``input_domains`` in "inputs")."""
         return {"checks": {k: dict(v) for k, v in self.checks.items()}, "seed": self.seed, "strict": self.strict,
-                "inputs": dict(self.inputs)}
+                "inputs": dict(self.inputs), "input_data": self.input_data}
 
 
 def _where(path: Path | None) -> str:
@@ -186,13 +190,24 @@ def parse_config(data: Mapping[str, Any], path: Path | None = None) -> VerifyCon
         baseline=_baseline(data.get("baseline", {}), path),
         path=path,
         inputs=_inputs(data.get("inputs", {}), path),
+        input_data=_input_data(data.get("inputs", {}), path),
     )
 
 
 def _inputs(table: Any, path: Path | None) -> dict[str, Domain]:
     if not isinstance(table, Mapping):
         raise VerifyError(f"{_where(path)}inputs must hold one table per input: [inputs.NAME]")
-    return {str(k): _domain(str(k), v, path) for k, v in table.items()}
+    return {str(k): _domain(str(k), v, path) for k, v in table.items() if not (k == "data" and isinstance(v, str))}
+
+
+def _input_data(table: Any, path: Path | None) -> str | None:
+    """``[inputs] data``: the folder of real samples, relative to the config file's folder."""
+    value = table.get("data") if isinstance(table, Mapping) else None
+    if not isinstance(value, str):
+        return None
+    if not value:
+        raise VerifyError(f"{_where(path)}inputs.data must name a folder of .npz samples")
+    return str(path.resolve().parent / value) if path is not None and not Path(value).is_absolute() else value
 
 
 def _resolve_paths(check: str, options: dict[str, Any], path: Path | None) -> dict[str, Any]:

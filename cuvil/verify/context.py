@@ -47,6 +47,16 @@ class ModelSource:
     label: str = "model"
 
 
+def _observed(arrays: Sequence[np.ndarray]) -> Domain:
+    """The domain the user's samples of one input span: its few distinct values, else its range."""
+    values = np.unique(np.concatenate([a.reshape(-1) for a in arrays]).astype(np.float64))
+    if arrays[0].dtype.kind in "iub" and len(values) <= 2:
+        return Domain("user data", values=tuple(float(v) for v in values))
+    if not len(values):
+        return Domain("user data")
+    return Domain("user data", low=float(values[0]), high=float(values[-1]))
+
+
 @dataclass
 class VerifyContext:
     source: ModelSource
@@ -70,6 +80,7 @@ class VerifyContext:
     _pool: ThreadPoolExecutor | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _domains: dict[str, Domain] | None = None
+    _user: list[list[np.ndarray]] | None = None
 
     def check_config(self, name: str) -> dict[str, Any]:
         """The ``[checks.NAME]`` table of the configuration (thresholds and options)."""
@@ -205,14 +216,41 @@ class VerifyContext:
         return self._samples(self.seed if seed is None else seed, symbols)
 
     def _samples(self, seed: int, symbols: Mapping[str, int] | None = None) -> list[np.ndarray]:
+        data = self.user_samples()
+        if data and not symbols:  # the user's own samples, in turn; shapes a check asks for are generated
+            return [a.copy() for a in data[(seed - self.seed) % len(data)]]
         sig = Signature.of(self.imported())
         domains = self.input_domains()
         return random_inputs(sig.inputs, sig.symbols, seed=seed, values=symbols,
                              domains=[domains.get(s.name) for s in sig.inputs])
 
+    def user_samples(self) -> list[list[np.ndarray]]:
+        """The real samples the user gave (``--inputs DIR``, ``[inputs] data``), in input order; [] when none."""
+        folder = self.config.get("input_data")
+        if not folder:
+            return []
+        if self._user is None:
+            from cuvil.quant.data import CalibrationDataError, npz_samples
+
+            graph = self.imported()
+            names = [v.name for v in graph.inputs]
+            try:
+                found = npz_samples(Path(folder), names)
+            except CalibrationDataError as exc:
+                raise VerifyError(f"--inputs: {exc}".replace("calibration ", "")) from None
+            for i, sample in enumerate(found):
+                for v in graph.inputs:
+                    a = sample[v.name]
+                    if a.dtype != v.type.dtype.np or a.ndim != v.type.rank or any(
+                            isinstance(d, int) and d != n for d, n in zip(v.type.shape, a.shape)):
+                        raise VerifyError(f"--inputs: sample {i} gives {v.name} as {a.dtype}{list(a.shape)}; the "
+                                          f"model takes {v.type}")
+            self._user = [[sample[n] for n in names] for sample in found]
+        return self._user
+
     def input_domains(self) -> dict[str, Domain]:
-        """What each input of the model is drawn from, the first that applies of: the domain the
-        configuration declares (``[inputs.NAME]``), the integer range of the source's example tensor
+        """What each input of the model is drawn from, the first that applies of: the user's samples
+        (their values, for the shapes a check generates), the domain the configuration declares (``[inputs.NAME]``), the integer range of the source's example tensor
         (a PyTorch module's ``input_spec``), the domain its uses in the graph imply
         (cuvil.ir.domains.infer_domains), and the default (:data:`cuvil.ir.domains.DEFAULT`)."""
         if self._domains is None:
@@ -227,10 +265,13 @@ class VerifyContext:
             inferred = infer_domains(graph)
             examples = self._example_int_ranges(names)
             examples += [None] * (len(names) - len(examples))
+            data = self.user_samples()
             out: dict[str, Domain] = {}
-            for name, ex in zip(names, examples):
+            for i, (name, ex) in enumerate(zip(names, examples)):
                 d = declared.get(name)
-                if isinstance(d, Domain):
+                if data:
+                    out[name] = _observed([s[i] for s in data])
+                elif isinstance(d, Domain):
                     out[name] = d
                 elif ex is not None:
                     out[name] = Domain("the example tensor's range", low=ex[0], high=ex[1])

@@ -102,3 +102,59 @@ def test_dynamic_shapes_and_concurrency_do_not_crash_and_the_report_names_the_so
     assert data["warnings"] == [GENERATED_ONLY]
     md = render_markdown(report)
     assert "### Inputs" in md and "indexes token_type_embeddings" in md and GENERATED_ONLY in md
+
+
+def _real_samples(folder: Path, n: int = 3) -> Path:
+    folder.mkdir()
+    rng = np.random.default_rng(5)
+    for i in range(n):
+        ids = rng.integers(10, 20, size=(2, 5))
+        mask = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+        np.savez(folder / f"s{i}.npz", input_ids=ids, token_type_ids=np.zeros((2, 5), np.int64), attention_mask=mask)
+    return folder
+
+
+def test_the_users_samples_come_first_and_lend_their_values_to_generated_shapes(tmp_path: Path) -> None:
+    folder = _real_samples(tmp_path / "samples")
+    ctx = VerifyContext(ModelSource("onnx", str(bert_front(tmp_path))), ["ref"], work_dir=tmp_path,
+                        config={"input_data": str(folder)})
+    first = np.load(folder / "s0.npz")
+    np.testing.assert_array_equal(ctx.inputs()[0], first["input_ids"])
+    np.testing.assert_array_equal(ctx.inputs(seed=ctx.seed + 1)[0], np.load(folder / "s1.npz")["input_ids"])
+    ids, types, mask = ctx.inputs(symbols={"batch": 4, "seq": 9})  # a shape no sample has: drawn like them
+    assert ids.shape == (4, 9) and ids.min() >= 10 and ids.max() <= 19 and not types.any()
+    assert set(np.unique(mask)) <= {0, 1}
+    assert {d.source for d in ctx.input_domains().values()} == {"user data"}
+
+
+def test_samples_of_the_wrong_type_are_a_usage_error(tmp_path: Path) -> None:
+    folder = tmp_path / "bad"
+    folder.mkdir()
+    np.savez(folder / "s.npz", input_ids=np.zeros((2, 5), np.float32), token_type_ids=np.zeros((2, 5), np.int64),
+             attention_mask=np.ones((2, 5), np.int64))
+    ctx = VerifyContext(ModelSource("onnx", str(bert_front(tmp_path))), ["ref"], work_dir=tmp_path,
+                        config={"input_data": str(folder)})
+    with pytest.raises(VerifyError, match="input_ids as float32"):
+        ctx.inputs()
+
+
+def test_cli_inputs_folder_is_reported_as_user_data(tmp_path: Path) -> None:
+    from cuvil.cli import main
+
+    folder = _real_samples(tmp_path / "samples")
+    model = bert_front(tmp_path)
+    status = main(["verify", str(model), "--targets", "ref", "--checks", "concurrency", "--inputs", str(folder),
+                   "--report-dir", str(tmp_path / "rep"), "--quiet"])
+    assert status == 0
+    import json
+
+    data = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert {i["source"] for i in data["inputs"]} == {"user data"} and data["warnings"] == []
+
+
+def test_config_inputs_data_is_relative_to_the_config_file(tmp_path: Path) -> None:
+    (tmp_path / "cuvil.toml").write_text('[inputs]\ndata = "samples"\n[inputs.attention_mask]\nvalues = [1]\n')
+    from cuvil.verify.config import load_config
+
+    cfg = load_config(tmp_path / "cuvil.toml")
+    assert cfg.input_data == str(tmp_path.resolve() / "samples") and cfg.inputs["attention_mask"].values == (1.0,)
