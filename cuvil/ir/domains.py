@@ -12,8 +12,8 @@ the graph alone, not from input names:
   gather of it as data) and adds or subtracts of constants is drawn within the valid index range
   of every table it indexes (non-negative indices only, although negative ones wrap), the
   constants shifting the range;
-- an input used as a 0/1 mask through the same ops (multiplied, subtracted from 1, compared
-  with 0 or 1, cast to bool, the condition of ``where``) is drawn from {0, 1} as real masks are:
+- an input used as a 0/1 mask through the same ops (cast to float and multiplied, subtracted
+  from 1, compared with 0 or 1, cast to bool, the condition of ``where``) is drawn from {0, 1} as real masks are:
   all ones, or ones followed by right padding.
 """
 
@@ -211,7 +211,8 @@ def _follow(graph: Graph, start: Value, facts: _Facts) -> None:
                     continue
                 lo, hi = int(other.min()), int(other.max())
                 todo.append((out, a + lo, b + hi) if op == "add" else (out, a - hi, b - lo))
-            elif op == "mul" and (a, b) == (0, 0):
+            elif op == "mul" and (a, b) == (0, 0) and v.type.dtype.holds_floats:
+                # cast to float and multiplied: a mask (an integer product is arithmetic, as often as not)
                 facts.masked(f"multiplied ({_label(node)})")
             elif op == "where" and pos == [0]:
                 facts.masked(f"condition of where ({_label(node)})")

@@ -95,3 +95,15 @@ def test_declared_values_and_float_ranges_are_drawn_from() -> None:
     assert set(np.unique(v)) == {3, 7}
     f = Domain("declared", low=2.0, high=3.0).draw(TensorType(f32, (50,)), (50,), rng)
     assert f.dtype == np.float32 and f.min() >= 2.0 and f.max() <= 3.0
+
+
+def test_a_float_product_is_a_mask_and_an_integer_product_is_not() -> None:
+    b = Builder()
+    keep = b.input("keep", TensorType(i64, (2, 4)))
+    scale = b.input("scale", TensorType(i64, (2, 4)))
+    x = b.input("x", TensorType(f32, (2, 4)))
+    y = b.add1("mul", [x, b.add1("cast", [keep], {"to": f32})])
+    b.graph.outputs = [y, b.add1("mul", [scale, scale])]
+    d = infer_domains(b.graph)
+    assert d["keep"].mask and "multiplied" in d["keep"].source
+    assert "scale" not in d
