@@ -440,7 +440,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     report = verify(args.model, checks=names(args.checks), targets=names(args.targets), config=args.config,
                     report_dir=args.report_dir, strict=True if args.strict else None, baseline=args.baseline,
                     save_baseline=args.save_baseline, subject=args.subject, trace=args.trace,
-                    memory_limit=args.memory_limit, cache_dir=os.environ.get("CUVIL_CACHE_DIR") or None,
+                    memory_limit=args.memory_limit, inputs=args.inputs, cache_dir=os.environ.get("CUVIL_CACHE_DIR") or None,
                     progress=Progress() if not args.quiet else False)
     if args.report_dir:
         print(f"reports in {args.report_dir}: report.json, junit.xml, summary.md, report.html", file=sys.stderr)
@@ -558,6 +558,9 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--trace", metavar="FILE", help="write the latency check's Chrome trace here (opens in Perfetto)")
     v.add_argument("--memory-limit", metavar="SIZE",
                    help="the batch-scaling check's memory limit: bytes, or a size such as 512M or 2GiB")
+    v.add_argument("--inputs", metavar="DIR",
+                   help="real input samples, the checks' first source of inputs: a folder of .npz files, one sample "
+                        "each, keyed by input name or arr_0, arr_1... in input order (as for --calibration)")
     v.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
     v.set_defaults(fn=_cmd_verify)
 

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from cuvil.ir.domains import Domain
 from cuvil.ir.dtypes import DType, int_bounds
 from cuvil.ir.spec import TensorSpec
 from cuvil.ir.symbolic import evaluate, free_symbols
@@ -43,13 +44,17 @@ def random_inputs(
     seed: int = 0,
     values: Mapping[str, int] | None = None,
     int_ranges: Sequence[tuple[int, int] | None] | None = None,
+    domains: Sequence[Domain | None] | None = None,
 ) -> list[np.ndarray]:
     """One seeded random array per input; symbols take ``values`` or a small valid value.
-    ``int_ranges`` gives, per input, the values an integer input is drawn from (token ids, masks)."""
+    ``int_ranges`` gives, per input, the values an integer input is drawn from (token ids, masks);
+    ``domains`` (cuvil.ir.domains), per input, what it is drawn from, over ``int_ranges``."""
     rng = np.random.default_rng(seed)
     ranges = list(int_ranges or []) + [None] * (len(specs) - len(int_ranges or []))
+    doms = list(domains or []) + [None] * (len(specs) - len(domains or []))
     shapes = sample_shapes(specs, symbols, values)
-    return [random_array(s.type, shape, rng, r) for s, shape, r in zip(specs, shapes, ranges)]
+    return [d.draw(s.type, shape, rng) if d is not None else random_array(s.type, shape, rng, r)
+            for s, shape, r, d in zip(specs, shapes, ranges, doms)]
 
 
 def sample_shapes(specs: Sequence[TensorSpec], symbols: Mapping[str, SymbolInfo],

@@ -15,6 +15,7 @@ module is created callable by its loader, as cuvil/_callable.py describes.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -46,6 +47,7 @@ def verify(
     progress: Progress | bool = False,
     trace: str | Path | None = None,
     memory_limit: int | str | None = None,
+    inputs: str | Path | None = None,
 ) -> Report:
     """Run the verification suite on ``model`` and return the Report.
 
@@ -60,6 +62,8 @@ def verify(
     ``save_baseline``: store this run's figures. ``progress``: True for progress on stderr.
     ``trace``: write the latency check's Chrome trace (Perfetto) to this file. ``memory_limit``:
     the batch-scaling check's memory limit (bytes, or a size such as ``"512M"`` or ``"2GiB"``).
+    ``inputs``: a folder of real input samples (``.npz`` files, the format of ``--calibration``),
+    the checks' first source of inputs (over the configuration's ``[inputs] data``).
     ``work_dir``: where checks write their builds and files, kept after the run (default:
     ``report_dir/work``, or else a temporary folder that is removed when the run ends).
 
@@ -78,6 +82,8 @@ def verify(
     if memory_limit is not None:
         overrides["batch-scaling"] = {"memory_limit": parse_size(memory_limit, "memory_limit")}
     cfg = with_options(cfg, overrides)
+    if inputs is not None:
+        cfg = dataclasses.replace(cfg, input_data=str(inputs))
     names = [c.strip() for c in checks.split(",")] if isinstance(checks, str) else checks
     source = load_model(model, input_spec=input_spec, dynamic_shapes=dynamic_shapes)
     stored = load_baseline(baseline) if baseline is not None else None  # a bad file fails before the long run

@@ -22,6 +22,13 @@ Both hold the same keys (in ``cuvil.toml`` at the top level)::
     [checks.precision]                        # int8 too: calibrate on these samples (a folder of .npz)
     calibration = "calib"                     # relative to this file's folder
 
+    [inputs]
+    data = "samples"                          # real inputs: a folder of .npz, as for calibration
+    [inputs.input_ids]                        # what one input is drawn from, over what Cuvil infers
+    range = [0, 30521]                        # from the graph: integers (or floats) in [lo, hi] ...
+    [inputs.attention_mask]
+    values = [0, 1]                           # ... or one of these values
+
 Selection is named ``select`` because ``checks`` is the table of per-check options. A check
 option that names a file or folder (:data:`PATH_OPTIONS`) is resolved against the folder of
 the config file that sets it, so a configuration means the same from any working folder. Unknown
@@ -38,10 +45,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from cuvil.ir.domains import Domain
 from cuvil.verify.base import VerifyError
 
 CONFIG_FILE = "cuvil.toml"
-KEYS = frozenset({"select", "targets", "strict", "seed", "checks", "baseline"})
+KEYS = frozenset({"select", "targets", "strict", "seed", "checks", "baseline", "inputs"})
+INPUT_KEYS = frozenset({"range", "values"})
 BASELINE_KEYS = frozenset({"relative", "absolute", "higher_is_better", "figures"})
 #: Per check, its options that name a file or folder: relative ones are relative to the config file.
 PATH_OPTIONS: Mapping[str, tuple[str, ...]] = {"precision": ("calibration", "int8_samples")}
@@ -78,10 +87,16 @@ class VerifyConfig:
     checks: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     baseline: BaselineConfig = BaselineConfig()
     path: Path | None = None
+    #: Declared input domains (``[inputs.NAME]``), by input name.
+    inputs: Mapping[str, Domain] = field(default_factory=dict)
+    #: A folder of real input samples (``[inputs] data``, ``--inputs``): ``.npz`` files, one per sample.
+    input_data: str | None = None
 
     def as_context_config(self) -> dict[str, Any]:
-        """The mapping VerifyContext reads (``ctx.check_config(name)`` looks in its "checks")."""
-        return {"checks": {k: dict(v) for k, v in self.checks.items()}, "seed": self.seed, "strict": self.strict}
+        """The mapping VerifyContext reads (``ctx.check_config(name)`` looks in its "checks", its
+        ``input_domains`` in "inputs")."""
+        return {"checks": {k: dict(v) for k, v in self.checks.items()}, "seed": self.seed, "strict": self.strict,
+                "inputs": dict(self.inputs), "input_data": self.input_data}
 
 
 def _where(path: Path | None) -> str:
@@ -127,6 +142,31 @@ def _baseline(table: Any, path: Path | None) -> BaselineConfig:
     return BaselineConfig(default, per, hib)
 
 
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _domain(name: str, table: Any, path: Path | None) -> Domain:
+    """The declared domain of input ``name`` from its ``[inputs.NAME]`` table."""
+    where = f"{_where(path)}inputs.{name}"
+    if not isinstance(table, Mapping):
+        raise VerifyError(f"{where} must be a table: [inputs.{name}] with range = [lo, hi] or values = [...]")
+    unknown = set(table) - INPUT_KEYS
+    if unknown:
+        raise VerifyError(f"{where}: unknown keys {sorted(unknown)} (known: {', '.join(sorted(INPUT_KEYS))})")
+    if len(table) != 1:
+        raise VerifyError(f"{where} needs exactly one of range = [lo, hi] or values = [...]")
+    if "range" in table:
+        r = table["range"]
+        if not (isinstance(r, list) and len(r) == 2 and all(_is_number(x) for x in r) and r[0] <= r[1]):
+            raise VerifyError(f"{where}.range must be [lo, hi] with lo <= hi, got {r!r}")
+        return Domain("declared in the configuration", low=float(r[0]), high=float(r[1]))
+    v = table["values"]
+    if not (isinstance(v, list) and v and all(_is_number(x) or isinstance(x, bool) for x in v)):
+        raise VerifyError(f"{where}.values must be a non-empty list of numbers, got {v!r}")
+    return Domain("declared in the configuration", values=tuple(float(x) for x in v))
+
+
 def parse_config(data: Mapping[str, Any], path: Path | None = None) -> VerifyConfig:
     """A VerifyConfig from the keys of one config table; raises VerifyError on unknown or mistyped keys."""
     unknown = set(data) - KEYS
@@ -149,7 +189,25 @@ def parse_config(data: Mapping[str, Any], path: Path | None = None) -> VerifyCon
         checks={str(k): _resolve_paths(str(k), dict(v), path) for k, v in checks.items()},
         baseline=_baseline(data.get("baseline", {}), path),
         path=path,
+        inputs=_inputs(data.get("inputs", {}), path),
+        input_data=_input_data(data.get("inputs", {}), path),
     )
+
+
+def _inputs(table: Any, path: Path | None) -> dict[str, Domain]:
+    if not isinstance(table, Mapping):
+        raise VerifyError(f"{_where(path)}inputs must hold one table per input: [inputs.NAME]")
+    return {str(k): _domain(str(k), v, path) for k, v in table.items() if not (k == "data" and isinstance(v, str))}
+
+
+def _input_data(table: Any, path: Path | None) -> str | None:
+    """``[inputs] data``: the folder of real samples, relative to the config file's folder."""
+    value = table.get("data") if isinstance(table, Mapping) else None
+    if not isinstance(value, str):
+        return None
+    if not value:
+        raise VerifyError(f"{_where(path)}inputs.data must name a folder of .npz samples")
+    return str(path.resolve().parent / value) if path is not None and not Path(value).is_absolute() else value
 
 
 def _resolve_paths(check: str, options: dict[str, Any], path: Path | None) -> dict[str, Any]:

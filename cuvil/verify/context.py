@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from cuvil.ir.domains import DEFAULT, Domain, infer_domains
 from cuvil.ir.graph import Graph
 from cuvil.ir.samples import random_inputs
 from cuvil.options import CompileOptions
@@ -44,6 +45,16 @@ class ModelSource:
     input_spec: Any = None
     dynamic_shapes: Any = None
     label: str = "model"
+
+
+def _observed(arrays: Sequence[np.ndarray]) -> Domain:
+    """The domain the user's samples of one input span: its few distinct values, else its range."""
+    values = np.unique(np.concatenate([a.reshape(-1) for a in arrays]).astype(np.float64))
+    if arrays[0].dtype.kind in "iub" and len(values) <= 2:
+        return Domain("user data", values=tuple(float(v) for v in values))
+    if not len(values):
+        return Domain("user data")
+    return Domain("user data", low=float(values[0]), high=float(values[-1]))
 
 
 @dataclass
@@ -68,6 +79,8 @@ class VerifyContext:
         default_factory=dict)
     _pool: ThreadPoolExecutor | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _domains: dict[str, Domain] | None = None
+    _user: list[list[np.ndarray]] | None = None
 
     def check_config(self, name: str) -> dict[str, Any]:
         """The ``[checks.NAME]`` table of the configuration (thresholds and options)."""
@@ -198,17 +211,74 @@ class VerifyContext:
         return model, time.perf_counter() - t0
 
     def inputs(self, seed: int | None = None, symbols: Mapping[str, int] | None = None) -> list[np.ndarray]:
-        """Seeded random inputs that satisfy the model's contract (symbols at small valid values).
-
-        An integer input of a model given with example tensors (a PyTorch module's ``input_spec``)
-        is drawn from the values its example spans (token ids stay in the vocabulary, a 0/1 mask
-        stays 0/1); other integer inputs from -10..10."""
+        """Seeded random inputs that satisfy the model's contract (symbols at small valid values), each
+        drawn from its domain (:meth:`input_domains`: declared, an example's, inferred from the graph)."""
         return self._samples(self.seed if seed is None else seed, symbols)
 
     def _samples(self, seed: int, symbols: Mapping[str, int] | None = None) -> list[np.ndarray]:
+        data = self.user_samples()
+        if data and not symbols:  # the user's own samples, in turn; shapes a check asks for are generated
+            return [a.copy() for a in data[(seed - self.seed) % len(data)]]
         sig = Signature.of(self.imported())
+        domains = self.input_domains()
         return random_inputs(sig.inputs, sig.symbols, seed=seed, values=symbols,
-                             int_ranges=self._example_int_ranges([s.name for s in sig.inputs]))
+                             domains=[domains.get(s.name) for s in sig.inputs])
+
+    def user_samples(self) -> list[list[np.ndarray]]:
+        """The real samples the user gave (``--inputs DIR``, ``[inputs] data``), in input order; [] when none."""
+        folder = self.config.get("input_data")
+        if not folder:
+            return []
+        if self._user is None:
+            from cuvil.quant.data import CalibrationDataError, npz_samples
+
+            graph = self.imported()
+            names = [v.name for v in graph.inputs]
+            try:
+                found = npz_samples(Path(folder), names)
+            except CalibrationDataError as exc:
+                raise VerifyError(f"--inputs: {exc}".replace("calibration ", "")) from None
+            for i, sample in enumerate(found):
+                for v in graph.inputs:
+                    a = sample[v.name]
+                    if a.dtype != v.type.dtype.np or a.ndim != v.type.rank or any(
+                            isinstance(d, int) and d != n for d, n in zip(v.type.shape, a.shape)):
+                        raise VerifyError(f"--inputs: sample {i} gives {v.name} as {a.dtype}{list(a.shape)}; the "
+                                          f"model takes {v.type}")
+            self._user = [[sample[n] for n in names] for sample in found]
+        return self._user
+
+    def input_domains(self) -> dict[str, Domain]:
+        """What each input of the model is drawn from, the first that applies of: the user's samples
+        (their values, for the shapes a check generates), the domain the configuration declares (``[inputs.NAME]``), the integer range of the source's example tensor
+        (a PyTorch module's ``input_spec``), the domain its uses in the graph imply
+        (cuvil.ir.domains.infer_domains), and the default (:data:`cuvil.ir.domains.DEFAULT`)."""
+        if self._domains is None:
+            graph = self.imported()
+            names = [v.name for v in graph.inputs]
+            declared = self.config.get("inputs", {})
+            declared = declared if isinstance(declared, Mapping) else {}
+            unknown = sorted(set(declared) - set(names))
+            if unknown:
+                raise VerifyError(f"[inputs.NAME] tables for inputs the model does not have: {', '.join(unknown)} "
+                                  f"(its inputs: {', '.join(names)})")
+            inferred = infer_domains(graph)
+            examples = self._example_int_ranges(names)
+            examples += [None] * (len(names) - len(examples))
+            data = self.user_samples()
+            out: dict[str, Domain] = {}
+            for i, (name, ex) in enumerate(zip(names, examples)):
+                d = declared.get(name)
+                if data:
+                    out[name] = _observed([s[i] for s in data])
+                elif isinstance(d, Domain):
+                    out[name] = d
+                elif ex is not None:
+                    out[name] = Domain("the example tensor's range", low=ex[0], high=ex[1])
+                else:
+                    out[name] = inferred.get(name, DEFAULT)
+            self._domains = out
+        return self._domains
 
     def _example_int_ranges(self, names: Sequence[str]) -> list[tuple[int, int] | None]:
         """Per input, ``(min, max)`` of its example when the source gave an integer example tensor."""

@@ -51,6 +51,11 @@ class Report:
     #: Where the time went, per check in run order: wall seconds, and the shared builds it made first
     #: (target, options, seconds; a later check reusing a build pays nothing).
     timings: list[dict[str, Any]] = field(default_factory=list)
+    #: Per model input, what its samples were drawn from: ``name``, ``source`` (where that came
+    #: from: declared, an example, inferred from the graph, the default) and ``domain`` (in words).
+    inputs: list[dict[str, str]] = field(default_factory=list)
+    #: Warnings about the run as a whole (not about one check): every input generated, for instance.
+    warnings: list[str] = field(default_factory=list)
 
     def __iter__(self) -> Iterator[CheckResult]:
         return iter(self.results)
@@ -108,6 +113,8 @@ class Report:
             "exit_status": self.exit_status,
             "results": [r.to_json() for r in self.results],
             "timings": list(self.timings),
+            "inputs": list(self.inputs),
+            "warnings": list(self.warnings),
         })
         return data
 

@@ -298,6 +298,7 @@ class Suite:
                         environment=environment(), config_path=self.config_path)
         applicable = [c for c in self.checks if self.subject.not_applicable(type(c)) is None]
         try:
+            describe_inputs(report, self.ctx)
             self.subject.prefetch(self.ctx, applicable)
             self._run_checks(report, progress)
         finally:
@@ -326,6 +327,24 @@ class Suite:
             builds = self.ctx.builds[built:]
             report.timings.append({"check": check.name, "seconds": time.perf_counter() - t_check,
                                    "builds": builds, "build_seconds": sum(b["seconds"] for b in builds)})
+
+
+GENERATED_ONLY = ("every check ran on generated inputs only: no real samples were given; the values follow "
+                  "the domains listed per input, which may miss what the model meets in use")
+
+
+def describe_inputs(report: Report, ctx: VerifyContext) -> None:
+    """Record in ``report`` what each input's samples are drawn from, and warn when all of them are
+    generated. A model that cannot be imported is left to the checks, which report why."""
+    try:
+        domains = ctx.input_domains()
+    except VerifyError:
+        raise
+    except Exception:
+        return
+    report.inputs = [{"name": name, "source": d.source, "domain": d.what()} for name, d in domains.items()]
+    if domains and all(d.source != "user data" for d in domains.values()):
+        report.warnings.append(GENERATED_ONLY)
 
 
 def plan(source: ModelSource, *, config: VerifyConfig, checks: Sequence[str] | None = None,

@@ -90,6 +90,10 @@ def render_html(report: Report) -> str:
            "seconds": f"{report.seconds:.1f}", **report.environment}
     if report.config_path:
         env["config"] = report.config_path
+    for inp in report.inputs:  # what each input's samples were drawn from
+        env[f"input {inp['name']}"] = f"{inp['domain']} ({inp['source']})"
+    for n, w in enumerate(report.warnings, 1):
+        env[f"warning {n}"] = w
     counts = " ".join(f'<span class="badge {s}">{c[str(s)]} {s}</span>' for s in STATUS_ORDER)
     rows = []
     for i, r in enumerate(report.results):

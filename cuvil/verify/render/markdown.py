@@ -51,6 +51,10 @@ def render_markdown(report: Report) -> str:
         where = ", ".join(f"{k}: {v}" for k, v in r.where.items())
         lines.append(f"| {cell(r.check)} | {cell(r.target or '—')} | {_status(r)} | {cell(r.summary)} | "
                      f"{cell(where or '—')} | {r.seconds:.2f} s |")
+    if report.inputs:
+        lines += ["", "### Inputs", "", "| input | values | from |", "| --- | --- | --- |"]
+        lines += [f"| {cell(i['name'])} | {cell(i['domain'])} | {cell(i['source'])} |" for i in report.inputs]
+    lines += [f"\n> ⚠️ {w}" for w in report.warnings]
     lines.append("")
     return "\n".join(lines)
 
