@@ -189,8 +189,8 @@ def test_dynamic_shapes_dropped_max_guard(context: Context, monkeypatch: pytest.
     import cuvil.runtime.compiled as compiled
     from cuvil.runtime.guards import bind_inputs as guard
 
-    def no_max(names: Any, types: Any, arrays: Any, symbols: Any, checks: Any = ()) -> dict[str, int]:
-        return guard(names, types, arrays, {k: replace(v, max=None) for k, v in symbols.items()}, checks)
+    def no_max(names: Any, types: Any, arrays: Any, symbols: Any, checks: Any = (), dropped: Any = None) -> dict[str, int]:
+        return guard(names, types, arrays, {k: replace(v, max=None) for k, v in symbols.items()}, checks, dropped)
 
     monkeypatch.setattr(compiled, "bind_inputs", no_max)
     results = run("dynamic-shapes", context(constrained({"batch": (1, 8)}), ["ref", "generic"], kind="graph"))
