@@ -27,7 +27,9 @@ def _wasm_available() -> bool:
         import ziglang  # noqa: F401
     except ImportError:
         return False
-    return "wasm32" in cuvil.api.TARGETS
+    from cuvil.backends.registry import backend_names
+
+    return "wasm32" in backend_names()
 
 
 TARGETS = [

@@ -37,9 +37,6 @@ from cuvil.runtime.compiled import BuildInfo
 
 _log = logging.getLogger(__name__)
 
-C_TARGETS = ("generic", "x86_avx2", "x86_avx512", "native")
-
-
 @dataclass(frozen=True)
 class BuildOptions:
     target: str = "generic"
