@@ -346,6 +346,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     else:
         import math
 
+        from cuvil.ir.domains import infer_domains
         from cuvil.ir.samples import random_inputs, sample_shapes
 
         # Random samples are drawn in float64 before the cast: refuse what would not fit in memory
@@ -359,7 +360,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
                        "pass --inputs FILE.npz, or --dim NAME=N for a symbolic dim")
                 raise CuvilError(f"--random: input {spec.name!r} of shape {shape} holds {count:,} elements "
                                  f"(random samples hold at most {limit:,}); {fix}")
-        arrays = random_inputs(m.input_specs, m.symbols, seed=args.seed)
+        # token ids within their tables, masks as masks, where the compiled graph is at hand
+        domains = infer_domains(m.graph) if m.graph is not None else {}
+        arrays = random_inputs(m.input_specs, m.symbols, seed=args.seed,
+                               domains=[domains.get(s.name) for s in m.input_specs])
         outs = m.run(dict(zip(m.input_names, arrays)), **limits)
     t2 = time.perf_counter()
     print(f"{how}; ran in {t2 - t1:.3f} s")

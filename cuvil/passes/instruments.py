@@ -200,6 +200,7 @@ class NumericEach(Instrument):
         self._why_not = ""
 
     def before_pipeline(self, graph: Graph, report: PassReport) -> None:
+        from cuvil.ir.domains import infer_domains
         from cuvil.ir.samples import random_inputs
         from cuvil.ir.spec import TensorSpec
 
@@ -207,7 +208,9 @@ class NumericEach(Instrument):
             self._feeds = self.inputs
         else:
             specs = [TensorSpec(v.name, v.type) for v in graph.inputs]
-            self._feeds = random_inputs(specs, graph.symbols, seed=self.seed, values=self.dims)
+            domains = infer_domains(graph)  # token ids within their tables, masks as masks
+            self._feeds = random_inputs(specs, graph.symbols, seed=self.seed, values=self.dims,
+                                        domains=[domains.get(s.name) for s in specs])
         self._original = self._current = None
         self._why_not = ""
         try:

@@ -253,6 +253,7 @@ def sample_inputs(graph: Graph, dataset: Iterable[Any] | None, count: int, seed:
     A given sample must meet the model's input contract (element types, shapes: the checks of
     ``cuvil/runtime/guards.py``); one that does not is an :class:`InputError` naming the sample and
     the input."""
+    from cuvil.ir.domains import infer_domains
     from cuvil.ir.samples import random_inputs
     from cuvil.runtime.compiled import Signature
     from cuvil.runtime.guards import bind_inputs
@@ -260,7 +261,9 @@ def sample_inputs(graph: Graph, dataset: Iterable[Any] | None, count: int, seed:
 
     specs = Signature.of(graph).inputs
     if dataset is None:
-        return [random_inputs(specs, graph.symbols, seed=seed + i) for i in range(count)]
+        domains = infer_domains(graph)  # token ids within their tables, masks as masks
+        return [random_inputs(specs, graph.symbols, seed=seed + i, domains=[domains.get(s.name) for s in specs])
+                for i in range(count)]
     out: list[list[np.ndarray]] = []
     for item in dataset:
         if len(out) == count:

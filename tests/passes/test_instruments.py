@@ -158,6 +158,24 @@ def test_numeric_each_notes_a_graph_it_cannot_run() -> None:
     assert pm.report.records[0].errors is None and pm.report.records[0].notes == ["not measured"]
 
 
+def test_numeric_each_draws_token_ids_within_their_table() -> None:
+    # the ids index a table of 2 rows: ids drawn from the default integer range would stop the interpreter
+    text = """graph main(%ids: i64[4]) {
+  %t = constant() {value = dense<f32[2, 3]> [1, 2, 3, 4, 5, 6]} : f32[2, 3]
+  %y = gather(%t, %ids) : f32[4, 3]
+  %z = identity(%y) : f32[4, 3]
+  return %z
+}
+"""
+    numeric = NumericEach(seed=0)
+    pm = PassManager("canonicalize", instruments=[numeric])
+    pm.run(parse_graph(text))
+    assert pm.report is not None and not pm.report.notes, pm.report.notes
+    assert pm.report.records[0].errors == {"z": 0.0}
+    (ids,) = numeric._feeds
+    assert ids.min() >= 0 and ids.max() <= 1
+
+
 # ---- dump-ir, timing -----------------------------------------------------------------------------------------------
 
 
