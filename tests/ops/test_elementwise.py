@@ -20,57 +20,18 @@ from cuvil.ir.builder import Builder
 from cuvil.ir.dtypes import ALL, DType
 from cuvil.ir.symbolic import evaluate, sym
 from cuvil.ir.types import TensorType
+from tests.support.single_node import check_close as check_against_ort
+from tests.support.single_node import one_node, run_cuvil
 
 ort = pytest.importorskip("onnxruntime")
 RNG = np.random.default_rng(0)
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
-def make_model(
-    op_type: str,
-    inputs: dict[str, np.ndarray],
-    outputs: Sequence[str] = ("y",),
-    opset: int = 21,
-    *,
-    consts: dict[str, np.ndarray] | None = None,
-    order: Sequence[str] | None = None,
-    **attrs: object,
-) -> onnx.ModelProto:
-    """A one-node model: ``inputs`` become graph inputs, ``consts`` initializers ("" in ``order`` skips one)."""
-    consts = consts or {}
-    names = list(order or [*inputs, *consts])
-    node = helper.make_node(op_type, names, list(outputs), **attrs)  # type: ignore[arg-type]
-    g_in = [
-        helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape))
-        for n, a in inputs.items()
-    ]
-    g_out = [helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None) for n in outputs]
-    inits = [numpy_helper.from_array(a, n) for n, a in consts.items()]
-    graph = helper.make_graph([node], "g", g_in, g_out, inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
-
-
-def run_cuvil(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
-    return list(cuvil.compile(model)(*inputs.values()))
-
-
-def run_ort(model: onnx.ModelProto, inputs: dict[str, np.ndarray], out_dtypes: Sequence[np.dtype]) -> list[np.ndarray]:
-    """Run with onnxruntime, which needs the output element types declared."""
-    typed = onnx.ModelProto()
-    typed.CopyFrom(model)
-    for vi, dt in zip(typed.graph.output, out_dtypes):
-        vi.type.tensor_type.elem_type = helper.np_dtype_to_tensor_dtype(dt)
-    sess = ort.InferenceSession(typed.SerializeToString(), providers=["CPUExecutionProvider"])
-    return list(sess.run(None, inputs))
-
-
-def check_against_ort(model: onnx.ModelProto, inputs: dict[str, np.ndarray], rtol: float = 1e-5) -> list[np.ndarray]:
-    got = run_cuvil(model, inputs)
-    want = run_ort(model, inputs, [g.dtype for g in got])
-    for g, w in zip(got, want):
-        assert g.dtype == w.dtype and g.shape == w.shape
-        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=1e-6, equal_nan=True)
-    return got
+def make_model(op_type: str, inputs: dict[str, np.ndarray], outputs: Sequence[str] = ("y",), opset: int = 21,
+               **kw: object) -> onnx.ModelProto:
+    """A one-node model at opset 21 unless told."""
+    return one_node(op_type, inputs, outputs, opset, **kw)  # type: ignore[arg-type]
 
 
 # Unary math and activations against onnxruntime --------------------------------

@@ -12,7 +12,8 @@ from cuvil.ir.dtypes import DType
 from cuvil.ir.symbolic import sym
 from cuvil.ir.types import TensorType
 from cuvil.ops.linalg import parse_equation
-from tests.support.reduce_models import check_against_ort, make_model, run_cuvil
+from tests.support.reduce_models import check_against_ort, run_cuvil
+from tests.support.single_node import one_node
 
 RNG = np.random.default_rng(2)
 
@@ -47,7 +48,7 @@ def test_matmul_integers_are_exact() -> None:
 def test_matmul_half_accumulates_in_float32() -> None:
     a = np.full((1, 4096), 1.0, np.float16)
     b = np.full((4096, 1), 1.0, np.float16)
-    (y,) = run_cuvil(make_model("MatMul", {"a": a, "b": b}, ["y"], 13), {"a": a, "b": b})
+    (y,) = run_cuvil(one_node("MatMul", {"a": a, "b": b}, ["y"], 13), {"a": a, "b": b})
     assert y.dtype == np.float16 and float(y[0, 0]) == 4096.0
 
 
@@ -86,10 +87,10 @@ def test_gemm_old_opset_broadcast_attribute() -> None:
         "b": RNG.standard_normal((4, 5)).astype(np.float32),
         "c": RNG.standard_normal((5,)).astype(np.float32),
     }
-    (y,) = run_cuvil(make_model("Gemm", inputs, ["y"], 6, broadcast=1), inputs)  # onnxruntime lacks Gemm-6
+    (y,) = run_cuvil(one_node("Gemm", inputs, ["y"], 6, broadcast=1), inputs)  # onnxruntime lacks Gemm-6
     np.testing.assert_allclose(y, inputs["a"] @ inputs["b"] + inputs["c"], rtol=1e-5, atol=1e-6)
     with pytest.raises(CuvilError, match="with broadcast=0, C must have the output shape"):
-        run_cuvil(make_model("Gemm", inputs, ["y"], 6), inputs)
+        run_cuvil(one_node("Gemm", inputs, ["y"], 6), inputs)
 
 
 def test_gemm_rejects_mismatched_inner_dims() -> None:
@@ -120,7 +121,7 @@ def test_gemm_rejects_mismatched_inner_dims() -> None:
 def test_einsum_matches_numpy(equation: str, shapes: list[tuple[int, ...]]) -> None:
     arrays = [RNG.standard_normal(s).astype(np.float32) for s in shapes]
     inputs = {f"x{i}": a for i, a in enumerate(arrays)}
-    (y,) = run_cuvil(make_model("Einsum", inputs, ["y"], 12, equation=equation), inputs)
+    (y,) = run_cuvil(one_node("Einsum", inputs, ["y"], 12, equation=equation), inputs)
     want = np.einsum(equation.replace(" ", ""), *arrays)
     assert y.shape == want.shape
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)

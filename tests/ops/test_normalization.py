@@ -11,7 +11,8 @@ from cuvil.ir.builder import Builder
 from cuvil.ir.dtypes import DType
 from cuvil.ir.symbolic import sym
 from cuvil.ir.types import TensorType
-from tests.support.reduce_models import check_against_ort, make_model, run_cuvil
+from tests.support.reduce_models import check_against_ort, run_cuvil
+from tests.support.single_node import one_node
 
 RNG = np.random.default_rng(1)
 
@@ -35,7 +36,7 @@ def test_batch_norm_inference(opset: int) -> None:
 def test_batch_norm_per_activation_spatial0() -> None:
     x = RNG.standard_normal((2, 3, 4)).astype(np.float32)
     p = _bn_params(3, (3, 4))
-    model = make_model("BatchNormalization", {"x": x}, ["y"], 7, consts=p, spatial=0)
+    model = one_node("BatchNormalization", {"x": x}, ["y"], 7, consts=p, spatial=0)
     (y,) = run_cuvil(model, {"x": x})
     want = (x - p["m"]) / np.sqrt(p["v"] + 1e-5) * p["s"] + p["b"]
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
@@ -43,17 +44,17 @@ def test_batch_norm_per_activation_spatial0() -> None:
 
 def test_batch_norm_refuses_training_mode() -> None:
     x = RNG.standard_normal((2, 3)).astype(np.float32)
-    model = make_model("BatchNormalization", {"x": x}, ["y", "rm", "rv"], 15, consts=_bn_params(3), training_mode=1)
+    model = one_node("BatchNormalization", {"x": x}, ["y", "rm", "rv"], 15, consts=_bn_params(3), training_mode=1)
     with pytest.raises(UnsupportedOpError, match="training mode"):
         run_cuvil(model, {"x": x})
-    model = make_model("BatchNormalization", {"x": x}, ["y", "m2", "v2"], 9, consts=_bn_params(3))
+    model = one_node("BatchNormalization", {"x": x}, ["y", "m2", "v2"], 9, consts=_bn_params(3))
     with pytest.raises(UnsupportedOpError, match="training mode"):
         run_cuvil(model, {"x": x})
 
 
 def test_batch_norm_rejects_wrong_parameter_shape() -> None:
     x = RNG.standard_normal((2, 3, 4)).astype(np.float32)
-    model = make_model("BatchNormalization", {"x": x}, ["y"], 15, consts=_bn_params(4))
+    model = one_node("BatchNormalization", {"x": x}, ["y"], 15, consts=_bn_params(4))
     with pytest.raises(CuvilError, match=r"scale must have shape \[3\]"):
         run_cuvil(model, {"x": x})
 
@@ -81,7 +82,7 @@ def test_layer_norm(axis: int, with_bias: bool) -> None:
 def test_layer_norm_single_output_and_rank_check() -> None:
     x = RNG.standard_normal((3, 4)).astype(np.float32)
     check_against_ort("LayerNormalization", {"x": x}, opset=17, consts={"w": np.full(4, 2.0, np.float32)}, rtol=1e-4)
-    model = make_model("LayerNormalization", {"x": x}, ["y"], 17, consts={"w": np.ones(5, np.float32)})
+    model = one_node("LayerNormalization", {"x": x}, ["y"], 17, consts={"w": np.ones(5, np.float32)})
     with pytest.raises(CuvilError, match="does not broadcast"):
         run_cuvil(model, {"x": x})
 
@@ -89,7 +90,7 @@ def test_layer_norm_single_output_and_rank_check() -> None:
 def test_layer_norm_half_keeps_float32_statistics() -> None:
     x = RNG.standard_normal((2, 8)).astype(np.float16)
     consts = {"w": np.ones(8, np.float16)}
-    model = make_model("LayerNormalization", {"x": x}, ["y", "mean", "inv"], 17, consts=consts)
+    model = one_node("LayerNormalization", {"x": x}, ["y", "mean", "inv"], 17, consts=consts)
     y, mean, inv = run_cuvil(model, {"x": x})
     assert y.dtype == np.float16 and mean.dtype == np.float32 and inv.dtype == np.float32
     x32 = x.astype(np.float32)
@@ -109,20 +110,20 @@ def test_group_norm_opset21_per_channel() -> None:
     x = RNG.standard_normal((2, 6, 3, 2)).astype(np.float32)
     scale, bias = RNG.standard_normal(6).astype(np.float32), RNG.standard_normal(6).astype(np.float32)
     inputs = {"x": x, "scale": scale, "bias": bias}
-    (y,) = run_cuvil(make_model("GroupNormalization", inputs, ["y"], 21, num_groups=3, epsilon=1e-3), inputs)
+    (y,) = run_cuvil(one_node("GroupNormalization", inputs, ["y"], 21, num_groups=3, epsilon=1e-3), inputs)
     np.testing.assert_allclose(y, _group_norm_ref(x, 3, scale, bias, 1e-3), rtol=1e-4, atol=1e-5)
 
 
 def test_group_norm_opset18_per_group_parameters() -> None:
     x = RNG.standard_normal((2, 6, 5)).astype(np.float32)
     scale, bias = RNG.standard_normal(3).astype(np.float32), RNG.standard_normal(3).astype(np.float32)
-    model = make_model("GroupNormalization", {"x": x}, ["y"], 18, consts={"scale": scale, "bias": bias}, num_groups=3)
+    model = one_node("GroupNormalization", {"x": x}, ["y"], 18, consts={"scale": scale, "bias": bias}, num_groups=3)
     (y,) = run_cuvil(model, {"x": x})
     want = _group_norm_ref(x, 3, np.repeat(scale, 2), np.repeat(bias, 2), 1e-5)
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
     inputs = {"x": x, "scale": scale, "bias": bias}
     with pytest.raises(UnsupportedOpError, match="computed at run time"):
-        run_cuvil(make_model("GroupNormalization", inputs, ["y"], 18, num_groups=3), inputs)
+        run_cuvil(one_node("GroupNormalization", inputs, ["y"], 18, num_groups=3), inputs)
 
 
 def test_group_norm_rejects_indivisible_groups() -> None:
@@ -143,7 +144,7 @@ def test_lp_normalization(p: int, axis: int) -> None:
 
 def test_lp_normalization_zero_norm_gives_zero_and_bad_p_is_rejected() -> None:
     x = np.array([[0.0, 0.0], [3.0, 4.0]], np.float32)
-    (y,) = run_cuvil(make_model("LpNormalization", {"x": x}, ["y"], 22), {"x": x})
+    (y,) = run_cuvil(one_node("LpNormalization", {"x": x}, ["y"], 22), {"x": x})
     np.testing.assert_allclose(y, [[0.0, 0.0], [0.6, 0.8]], rtol=1e-6)
     with pytest.raises(CuvilError, match="p must be 1 or 2"):
-        run_cuvil(make_model("LpNormalization", {"x": x}, ["y"], 22, p=3), {"x": x})
+        run_cuvil(one_node("LpNormalization", {"x": x}, ["y"], 22, p=3), {"x": x})

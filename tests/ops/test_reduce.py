@@ -11,7 +11,8 @@ from cuvil.ir.builder import Builder
 from cuvil.ir.dtypes import DType
 from cuvil.ir.symbolic import UNKNOWN, sym
 from cuvil.ir.types import TensorType
-from tests.support.reduce_models import RNG, check_against_ort, make_model, run_cuvil
+from tests.support.reduce_models import RNG, check_against_ort, run_cuvil
+from tests.support.single_node import one_node
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -66,7 +67,7 @@ def test_reduce_integer_and_bool_inputs() -> None:
     for op_type in ("ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceMean"):
         check_against_ort(op_type, {"x": xi}, consts={"axes": np.array([1], np.int64)}, opset=18)
     xb = np.array([[True, False], [True, True]])
-    model = make_model("ReduceMin", {"x": xb}, ["y"], 20, consts={"axes": np.array([1], np.int64)})
+    model = one_node("ReduceMin", {"x": xb}, ["y"], 20, consts={"axes": np.array([1], np.int64)})
     np.testing.assert_array_equal(run_cuvil(model, {"x": xb})[0], [[False], [True]])
 
 
@@ -87,7 +88,7 @@ def test_reduce_integer_and_bool_inputs() -> None:
 def test_reduce_empty_set_identity(op_type: str, dtype: type, expected: float) -> None:
     x = np.zeros((2, 0, 4), dtype=dtype)
     opset = 13 if op_type == "ReduceSum" else 18
-    model = make_model(op_type, {"x": x}, ["y"], opset, consts={"axes": np.array([1], np.int64)})
+    model = one_node(op_type, {"x": x}, ["y"], opset, consts={"axes": np.array([1], np.int64)})
     (y,) = run_cuvil(model, {"x": x})
     assert y.shape == (2, 1, 4) and y.dtype == dtype
     np.testing.assert_array_equal(y, np.full((2, 1, 4), expected, dtype))
@@ -95,14 +96,14 @@ def test_reduce_empty_set_identity(op_type: str, dtype: type, expected: float) -
 
 def test_reduce_log_sum_exp_is_stable() -> None:
     x = np.array([[1000.0, 1000.0], [-np.inf, -np.inf]], dtype=np.float32)
-    model = make_model("ReduceLogSumExp", {"x": x}, ["y"], 18, consts={"axes": np.array([1], np.int64)}, keepdims=0)
+    model = one_node("ReduceLogSumExp", {"x": x}, ["y"], 18, consts={"axes": np.array([1], np.int64)}, keepdims=0)
     (y,) = run_cuvil(model, {"x": x})
     np.testing.assert_allclose(y, [1000.0 + np.log(2.0), -np.inf])
 
 
 def test_reduce_half_accumulates_in_float32() -> None:
     x = np.full((4096,), 1.0, dtype=np.float16)
-    model = make_model("ReduceSum", {"x": x}, ["y"], 13, keepdims=0)
+    model = one_node("ReduceSum", {"x": x}, ["y"], 13, keepdims=0)
     (y,) = run_cuvil(model, {"x": x})
     assert y.dtype == np.float16 and float(y) == 4096.0  # float16 accumulation would stall at 2048
 
@@ -145,9 +146,9 @@ def test_arg_max_old_opset_and_errors() -> None:
     x = RNG.standard_normal((3, 4)).astype(np.float32)
     check_against_ort("ArgMax", {"x": x}, opset=11)
     with pytest.raises(UnsupportedOpError, match="select_last_index"):
-        run_cuvil(make_model("ArgMax", {"x": x}, ["y"], 11, select_last_index=1), {"x": x})
+        run_cuvil(one_node("ArgMax", {"x": x}, ["y"], 11, select_last_index=1), {"x": x})
     with pytest.raises(CuvilError, match="axis 2 is out of range"):
-        run_cuvil(make_model("ArgMax", {"x": x}, ["y"], 13, axis=2), {"x": x})
+        run_cuvil(one_node("ArgMax", {"x": x}, ["y"], 13, axis=2), {"x": x})
 
 
 @pytest.mark.parametrize("exclusive", [0, 1])
@@ -163,14 +164,14 @@ def test_cumsum_hand_computed() -> None:
     x = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
     for ex, rev, want in [(1, 0, [0, 1, 3, 6]), (0, 1, [10, 9, 7, 4]), (1, 1, [9, 7, 4, 0])]:
         axis = {"axis": np.array(0, np.int64)}
-        model = make_model("CumSum", {"x": x}, ["y"], 14, consts=axis, exclusive=ex, reverse=rev)
+        model = one_node("CumSum", {"x": x}, ["y"], 14, consts=axis, exclusive=ex, reverse=rev)
         np.testing.assert_array_equal(run_cuvil(model, {"x": x})[0], np.array(want, np.float32))
 
 
 @pytest.mark.parametrize("largest", [0, 1])
 def test_top_k_ties_by_lower_index(largest: int) -> None:
     x = np.array([[3, 1, 3, 2, 1, 3]], dtype=np.float32)
-    model = make_model("TopK", {"x": x}, ["v", "i"], 11, consts={"k": np.array([4], np.int64)}, largest=largest)
+    model = one_node("TopK", {"x": x}, ["v", "i"], 11, consts={"k": np.array([4], np.int64)}, largest=largest)
     v, i = run_cuvil(model, {"x": x})
     if largest:
         np.testing.assert_array_equal(i, [[0, 2, 5, 3]])
@@ -212,7 +213,7 @@ def test_softmax_family(op_type: str, opset: int, axis: int | None) -> None:
 
 def test_softmax_old_opset_coerces_to_2d() -> None:
     x = RNG.standard_normal((2, 3, 4)).astype(np.float32)
-    (y,) = run_cuvil(make_model("Softmax", {"x": x}, ["y"], 11, axis=1), {"x": x})
+    (y,) = run_cuvil(one_node("Softmax", {"x": x}, ["y"], 11, axis=1), {"x": x})
     flat = x.reshape(2, 12)
     want = np.exp(flat) / np.exp(flat).sum(axis=1, keepdims=True)
     np.testing.assert_allclose(y, want.reshape(x.shape), rtol=1e-6)
@@ -221,7 +222,7 @@ def test_softmax_old_opset_coerces_to_2d() -> None:
 
 def test_hardmax_marks_first_maximum() -> None:
     x = np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 0.0]], np.float32)
-    (y,) = run_cuvil(make_model("Hardmax", {"x": x}, ["y"], 13), {"x": x})
+    (y,) = run_cuvil(one_node("Hardmax", {"x": x}, ["y"], 13), {"x": x})
     np.testing.assert_array_equal(y, [[0, 1, 0], [1, 0, 0]])
 
 

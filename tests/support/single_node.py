@@ -19,18 +19,19 @@ RNG = np.random.default_rng(4)
 def one_node(
     op_type: str,
     inputs: dict[str, np.ndarray],
+    outputs: Sequence[str] = ("y",),
+    opset: int = 18,
     *,
     consts: dict[str, np.ndarray] | None = None,
     order: Sequence[str] | None = None,
-    outputs: Sequence[str] = ("y",),
-    opset: int = 18,
     **attrs: object,
 ) -> onnx.ModelProto:
     """A one-node model: ``inputs`` are graph inputs, ``consts`` initializers; ``order`` names the
     node's inputs ("" leaves one out)."""
     consts = consts or {}
     node = helper.make_node(op_type, list(order or [*inputs, *consts]), list(outputs), **attrs)  # type: ignore[arg-type]
-    g_in = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape) for n, a in inputs.items()]
+    g_in = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape))
+            for n, a in inputs.items()]
     g_out = [helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None) for n in outputs]
     graph = helper.make_graph([node], "g", g_in, g_out, [numpy_helper.from_array(a, n) for n, a in consts.items()])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
@@ -40,12 +41,13 @@ def run_cuvil(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> list[np.
     return list(cuvil.compile(model)(*inputs.values()))
 
 
-def run_ort(model: onnx.ModelProto, inputs: dict[str, np.ndarray], like: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """onnxruntime's outputs; ``like`` gives the output element types it needs declared."""
+def run_ort(model: onnx.ModelProto, inputs: dict[str, np.ndarray],
+            like: Sequence[np.ndarray | np.dtype]) -> list[np.ndarray]:
+    """onnxruntime's outputs; ``like`` gives the output element types it needs declared (arrays or dtypes)."""
     typed = onnx.ModelProto()
     typed.CopyFrom(model)
     for vi, a in zip(typed.graph.output, like):
-        vi.type.tensor_type.elem_type = helper.np_dtype_to_tensor_dtype(a.dtype)
+        vi.type.tensor_type.elem_type = helper.np_dtype_to_tensor_dtype(np.dtype(getattr(a, "dtype", a)))
     import onnxruntime as ort  # the importing test modules skip without it
 
     sess = ort.InferenceSession(typed.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -61,6 +63,18 @@ def check_ort(op_type: str, inputs: dict[str, np.ndarray], **kw: object) -> list
     for g, w in zip(got, want):
         assert g.dtype == w.dtype and g.shape == w.shape
         np.testing.assert_array_equal(g, w)
+    return got
+
+
+def check_close(model: onnx.ModelProto, inputs: dict[str, np.ndarray], rtol: float = 1e-5) -> list[np.ndarray]:
+    """Cuvil's reference agrees with onnxruntime within ``rtol`` (atol 1e-6, NaN equal to NaN), same dtypes
+    and shapes."""
+    got = run_cuvil(model, inputs)
+    want = run_ort(model, inputs, got)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, g.shape, w.dtype, w.shape)
+        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=1e-6, equal_nan=True)
     return got
 
 
