@@ -24,17 +24,7 @@ from cuvil.ir.parser import parse_graph
 from cuvil.ir.printer import print_graph
 from cuvil.verify.runner import available_targets, resolve_targets, target_unavailable
 from tests.backends.echo_backend import NAME, EchoRefBackend, echo_backend
-
-CHAIN = """graph main(%x: f32[2, 3]) {
-  %a = identity(%x) : f32[2, 3]
-  %c = constant() {value = dense<f32[3]> [1.0, 2.0, 3.0]} : f32[3]
-  %d = neg(%c) : f32[3]
-  %e = add(%a, %d) : f32[2, 3]
-  %f = add(%a, %d) : f32[2, 3]
-  %y = mul(%e, %f) : f32[2, 3]
-  return %y
-}
-"""
+from tests.support.ir_text import CHAIN
 
 
 def test_the_built_in_targets_are_registered_backends() -> None:

@@ -32,6 +32,7 @@ from cuvil.passes import (
     register_pass,
 )
 from cuvil.passes.rewrite import copy_graph
+from tests.support.ir_text import CHAIN
 from tests.support.paths import REPO
 
 EXAMPLE = REPO / "cuvil" / "examples" / "tiny_cnn.onnx"
@@ -142,16 +143,6 @@ def test_default_pipeline_is_one_function_of_the_target_and_documented() -> None
 
 # ---- running -------------------------------------------------------------------------------------------------------
 
-CHAIN = """graph main(%x: f32[2, 3]) {
-  %a = identity(%x) : f32[2, 3]
-  %c = constant() {value = dense<f32[3]> [1.0, 2.0, 3.0]} : f32[3]
-  %d = neg(%c) : f32[3]
-  %e = add(%a, %d) : f32[2, 3]
-  %f = add(%a, %d) : f32[2, 3]
-  %y = mul(%e, %f) : f32[2, 3]
-  return %y
-}
-"""
 
 
 def test_passes_run_in_order_and_the_limit_stops_them() -> None:

@@ -27,7 +27,7 @@ def make_model(nodes: Sequence[onnx.NodeProto], inputs: Sequence[tuple[str, int,
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
-def compare(model: onnx.ModelProto, feeds: Sequence[dict[str, np.ndarray]], cache: Path,
+def compare(model: onnx.ModelProto, feeds: Sequence[dict[str, np.ndarray]], cache: Path, *,
             targets: Sequence[str] = ("generic",)) -> None:
     """Each C target gives the reference's outputs (same dtype and shape) and compiles without warnings."""
     ref = cuvil.compile(model, target="ref")

@@ -23,7 +23,7 @@ def test_matmul_broadcast_and_vectors(cache: Path) -> None:
     rng = np.random.default_rng(0)
     feeds = [{"a": rand(rng, (n, 1, 3, 4)), "b": rand(rng, (2, 4, 5)), "w": rand(rng, (4, 6)), "v": rand(rng, (4,))}
              for n in (1, 3)]
-    compare(model, feeds, cache, ("generic", "native"))
+    compare(model, feeds, cache, targets=("generic", "native"))
 
 
 def test_matmul_other_types(cache: Path) -> None:
@@ -62,7 +62,7 @@ def test_gemm(cache: Path) -> None:
               "ia": rng.integers(-9, 9, (2, 3)).astype(np.int32), "ib": rng.integers(-9, 9, (3, 2)).astype(np.int32),
               "ic": rng.integers(-9, 9, (2, 1)).astype(np.int32), "ha": rand(rng, (2, 3), np.float16),
               "hb": rand(rng, (4, 3), np.float16), "hc": rand(rng, (1, 4), np.float16)} for m in (3, 7)]
-    compare(model, feeds, cache, ("generic", "native"))
+    compare(model, feeds, cache, targets=("generic", "native"))
 
 
 @pytest.mark.parametrize("equation,shapes", [
