@@ -102,7 +102,10 @@ def _library_dirs() -> tuple[str, ...]:
 
 def source_location(node: Any) -> str:
     """``file:line`` of the user code that produced an FX node (its innermost user frame)."""
-    trace = node.meta.get("stack_trace") or ""
+    return _trace_location(node.meta.get("stack_trace") or "")
+
+
+def _trace_location(trace: str) -> str:
     frames = re.findall(r'File "([^"]+)", line (\d+)', trace)
     for f, line in reversed(frames):
         if "/site-packages/" not in f and not f.startswith(_library_dirs()):
@@ -112,14 +115,19 @@ def source_location(node: Any) -> str:
 
 @dataclass(frozen=True)
 class OpMapping:
-    """How one FX node was converted: its ATen target (``str(node.target)``), the FX node's name, the
-    user code that produced it (``file:line``) and the ops of the Cuvil nodes its mapping added, in
-    order (empty when it forwards an existing value)."""
+    """How one FX node was converted: its ATen target (``str(node.target)``), the FX node's name, its
+    stack trace as torch.export recorded it and the ops of the Cuvil nodes its mapping added, in order
+    (empty when it forwards an existing value).  ``location``, the user code that produced the node
+    (``file:line``), is worked out from the trace when asked for: only reports read it."""
 
     aten: str
     node: str
-    location: str
+    stack_trace: str
     cuvil_ops: tuple[str, ...]
+
+    @property
+    def location(self) -> str:
+        return _trace_location(self.stack_trace)
 
     def describe(self) -> str:
         made = ", ".join(self.cuvil_ops) or "no node (it forwards an existing value)"
@@ -269,10 +277,11 @@ class Converter:
                 assert fn is not None
                 first = len(b.graph.nodes)
                 result = fn(ctx)
-                mapping = OpMapping(str(node.target), node.name, source_location(node),
+                mapping = OpMapping(str(node.target), node.name, node.meta.get("stack_trace") or "",
                                     tuple(n.op for n in b.graph.nodes[first:]))
                 self.mappings.append(mapping)
-                _log.debug("%s", mapping.describe())  # the mapping decision (cuvil/log.py)
+                if _log.isEnabledFor(logging.DEBUG):  # the mapping decision (cuvil/log.py)
+                    _log.debug("%s", mapping.describe())
                 if isinstance(result, Value):
                     self.values[node] = result
                     self._results.setdefault(result, node.name)
