@@ -29,6 +29,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import cuvil
 from cuvil.errors import CuvilError, ModelError, UnsupportedOpError
+from cuvil.frontends.onnx import load_onnx
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -278,7 +279,7 @@ def test_step_cases_mostly_agree_exactly(target: str, runs: dict[str, Run]) -> N
 def test_dynamic_quantize_lstm_weights_fold_at_import() -> None:
     """Constant quantized weights become float constants in LSTM's layout: no dequantization at run time."""
     model, _, _ = _model({"l": CASES["DynamicQuantizeLSTM_bidirectional_per_channel_i8_initial"]})
-    g = cuvil.frontends.onnx.load_onnx(model)
+    g = load_onnx(model)
     assert "transpose" not in {n.op for n in g.nodes}
     assert sum(n.op == "dynamic_quantize_linear" for n in g.nodes) == 1
 
@@ -326,3 +327,23 @@ def test_malformed_or_unsupported_is_refused_by_name(case: str) -> None:
     build, error, words = REFUSED[case]
     with pytest.raises(error, match=words):
         cuvil.compile(build(), "ref")
+
+
+def test_average_pool_ceil_overhang_counts_as_onnx_average_pool() -> None:
+    """With ``ceil_mode`` and ``count_include_pad``, a last window reaching past the padding divides by
+    the elements it covers (padding included), as ONNX AveragePool (and onnxruntime's float kernel, and
+    PyTorch) do; onnxruntime's QLinearAveragePool divides such windows by the whole kernel instead.
+    The oracle: onnxruntime's AveragePool on the dequantized input, quantized with NumPy."""
+    attrs = {"kernel_shape": [2, 3], "strides": [2, 2], "ceil_mode": 1, "count_include_pad": 1, "pads": [0, 1, 0, 1]}
+    x = q8(np.int8, 1, 4, 8, 8)
+    model, _, _ = _model({"p": Case("QLinearAveragePool", [x, f32(0.04), zp(np.int8, 0), f32(0.02), zp(np.int8, 3)],
+                                    STEP, const=(1, 2, 3, 4), **attrs)})
+    (got,) = cuvil.compile(model, "ref")(x)
+    pool = helper.make_model(helper.make_graph(
+        [helper.make_node("AveragePool", ["x"], ["y"], **attrs)], "pool",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]), opset_imports=[helper.make_opsetid("", 17)])
+    (avg,) = ort.InferenceSession(pool.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x.astype(np.float32) * np.float32(0.04)})
+    want = np.clip(np.rint(avg / np.float32(0.02)) + 3, -128, 127).astype(np.int8)
+    check(STEP, got, want, "QLinearAveragePool ceil_mode count_include_pad")

@@ -17,7 +17,10 @@ quantized type; ``dequantize``/``quantize`` are ``dequantize_linear``/``quantize
 3. QLinearConcat(Y_scale, Y_zero_point, X0, X0_scale, X0_zero_point, ...; ``axis``): each input
    requantized to Y's parameters: ``quantize(concat(dequantize(Xi)))``.
 4. QLinearGlobalAveragePool, QLinearAveragePool (AveragePool's attributes): ``quantize(pool(dequantize(X)))``;
-   ``channels_last=1`` reads and writes ``[N, spatial..., C]`` (transposed around the pool).
+   ``channels_last=1`` reads and writes ``[N, spatial..., C]`` (transposed around the pool).  The
+   pool is ONNX AveragePool's: with ``ceil_mode`` and ``count_include_pad`` a last window reaching past
+   the padding divides by the elements it covers, as onnxruntime's float AveragePool and PyTorch do
+   (onnxruntime's QLinearAveragePool divides it by the whole kernel).
 5. QLinearSoftmax (``opset``, ``axis``): ``quantize(softmax(dequantize(X)))``, the softmax of that
    ONNX opset (before 13: over the 2-D view from ``axis``, default 1; else along ``axis``, default -1).
    onnxruntime requantizes with the integer ``floor(1 / y_scale)``; for the ``y_scale = 1/256`` its
