@@ -347,3 +347,143 @@ def test_average_pool_ceil_overhang_counts_as_onnx_average_pool() -> None:
         None, {"x": x.astype(np.float32) * np.float32(0.04)})
     want = np.clip(np.rint(avg / np.float32(0.02)) + 3, -128, 127).astype(np.int8)
     check(STEP, got, want, "QLinearAveragePool ceil_mode count_include_pad")
+
+
+# whole models quantized by onnxruntime's tools (slow) ------------------------------------------------------------
+
+
+def _torch_models() -> dict[str, tuple[Any, tuple[int, ...]]]:
+    import torch
+
+    class Cnn(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.c1, self.c2 = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Conv2d(8, 8, 3, padding=1)
+            self.c3, self.fc = torch.nn.Conv2d(8, 8, 1), torch.nn.Linear(16, 10)
+
+        def forward(self, x: Any) -> Any:
+            a = torch.sigmoid(self.c1(x))
+            b = torch.nn.functional.leaky_relu(self.c2(a), 0.1)
+            c = a + b
+            d = c * torch.sigmoid(self.c3(c))
+            p = torch.nn.functional.avg_pool2d(torch.cat([d, c], 1), 2)
+            return self.fc(torch.nn.functional.adaptive_avg_pool2d(p, 1).flatten(1))
+
+    class Encoder(torch.nn.Module):
+        """One attention block: q, k and v read one input (one dynamic quantization feeds three products)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.q, self.k, self.v = (torch.nn.Linear(16, 16) for _ in range(3))
+            self.up, self.down = torch.nn.Linear(16, 32), torch.nn.Linear(32, 16)
+
+        def forward(self, x: Any) -> Any:
+            att = torch.softmax(torch.matmul(self.q(x), self.k(x).transpose(1, 2)) * 0.25, -1)
+            h = x + torch.matmul(att, self.v(x))
+            return h + self.down(torch.relu(self.up(h))) * torch.sigmoid(h)
+
+    class Lstm(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lstm, self.fc = torch.nn.LSTM(8, 16, bidirectional=True), torch.nn.Linear(32, 4)
+
+        def forward(self, x: Any) -> Any:
+            return self.fc(self.lstm(x)[0])
+
+    torch.manual_seed(0)
+    return {"cnn": (Cnn(), (2, 3, 8, 8)), "encoder": (Encoder(), (2, 6, 16)), "lstm": (Lstm(), (7, 2, 8))}
+
+
+class _Reader:
+    """Calibration data for quantize_static: a few seeded batches."""
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        rng = np.random.default_rng(5)
+        self.batches = iter([{"x": rng.standard_normal(shape).astype(np.float32)} for _ in range(4)])
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        return next(self.batches, None)
+
+
+def _quantized(tmp: Any, name: str, how: str) -> tuple[str, tuple[int, ...]]:
+    """The model ``name`` exported (TorchScript exporter, opset 17) and quantized ``how``: ``dynamic``,
+    ``dynamic-optimized`` (then saved by onnxruntime's graph optimizer, which fuses the integer products
+    into MatMulIntegerToFloat / DynamicQuantizeMatMul), ``static-u8`` or ``static-i8`` (QOperator)."""
+    import torch
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
+
+    module, shape = _torch_models()[name]
+    src, dst = tmp / f"{name}.onnx", tmp / f"{name}-{how}.onnx"
+    torch.onnx.export(module.eval(), (torch.zeros(shape),), str(src), dynamo=False, opset_version=17,
+                      input_names=["x"], output_names=["y"])
+    if how.startswith("dynamic"):
+        quantize_dynamic(str(src), str(dst))
+    else:
+        act = QuantType.QUInt8 if how == "static-u8" else QuantType.QInt8
+        quantize_static(str(src), str(dst), _Reader(shape), quant_format=QuantFormat.QOperator, activation_type=act,
+                        weight_type=QuantType.QInt8)
+    if how == "dynamic-optimized":
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        opts.optimized_model_filepath = str(tmp / f"{name}-{how}-saved.onnx")
+        # only the fusions of quantized products: others write ops another importer owns (FusedMatMul)
+        ort.InferenceSession(str(dst), opts, providers=["CPUExecutionProvider"],
+                             disabled_optimizers=["MatmulTransposeFusion", "MatMulScaleFusion"])
+        return opts.optimized_model_filepath, shape
+    return str(dst), shape
+
+
+_STATIC_CNN = {"QLinearSigmoid", "QLinearLeakyRelu", "QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearAveragePool",
+               "QLinearGlobalAveragePool", "QGemm"}
+_STATIC_ENCODER = {"QLinearAdd", "QLinearMul", "QLinearSoftmax", "QLinearSigmoid"}
+# (model, how it is quantized) -> the com.microsoft ops the quantized model must hold
+QUANTIZED: dict[tuple[str, str], set[str]] = {
+    ("cnn", "static-u8"): _STATIC_CNN,
+    ("cnn", "static-i8"): _STATIC_CNN,
+    ("cnn", "dynamic"): set(),  # ConvInteger, MatMulInteger: the standard domain
+    ("cnn", "dynamic-optimized"): {"DynamicQuantizeMatMul"},
+    ("encoder", "static-u8"): _STATIC_ENCODER,
+    ("encoder", "static-i8"): _STATIC_ENCODER,
+    ("encoder", "dynamic-optimized"): {"MatMulIntegerToFloat", "DynamicQuantizeMatMul"},
+    ("lstm", "dynamic"): {"DynamicQuantizeLSTM"},
+}
+# The products and the 8-bit ops round as onnxruntime does (measured: equal, or 1e-7 apart), so the
+# whole-model bound is the one real models are held to; the LSTM's hidden-state rounding (see the
+# module docstring) carried through the recurrence and its classifier: relative L2 1e-2 (measured 2e-3).
+MODEL_RTOL, MODEL_ATOL, LSTM_MODEL_REL_L2 = 1e-3, 1e-4, 1e-2
+
+
+@pytest.fixture(scope="module")
+def quantized(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, str], tuple[str, tuple[int, ...]]]:
+    made: dict[tuple[str, str], tuple[str, tuple[int, ...]]] = {}
+    tmp = tmp_path_factory.mktemp("quantized")
+
+    def get(name: str, how: str) -> tuple[str, tuple[int, ...]]:
+        if (name, how) not in made:
+            made[name, how] = _quantized(tmp, name, how)
+        return made[name, how]
+
+    return get
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["ref", "native"])
+@pytest.mark.parametrize(("name", "how"), list(QUANTIZED))
+def test_onnxruntime_quantized_model_matches_onnxruntime(name: str, how: str, target: str, quantized: Any,
+                                                         tmp_path: Any) -> None:
+    path, shape = quantized(name, how)
+    found = {n.op_type for n in onnx.load(path).graph.node if n.domain == MS}
+    assert found >= QUANTIZED[name, how], f"{name} {how}: onnxruntime wrote {sorted(found)}"
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    m = cuvil.compile(path, target, cache_dir=str(tmp_path))
+    rng = np.random.default_rng(11)
+    for _ in range(3):
+        x = rng.standard_normal(shape).astype(np.float32)
+        (want,) = sess.run(None, {"x": x})
+        (got,) = m(x)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        if name == "lstm":
+            err = float(np.linalg.norm(got - want) / np.linalg.norm(want))
+            assert err <= LSTM_MODEL_REL_L2, f"relative L2 {err:.3g}"
+        else:
+            np.testing.assert_allclose(got, want, rtol=MODEL_RTOL, atol=MODEL_ATOL, err_msg=f"{name} {how}")
