@@ -9,8 +9,8 @@ quantized type; ``dequantize``/``quantize`` are ``dequantize_linear``/``quantize
 (float32, round half to even, saturate):
 
 1. QLinearAdd, QLinearMul: ``C = quantize(dequantize(A) + dequantize(B))`` (``*`` for Mul), with
-   NumPy broadcasting.  onnxruntime's kernels fold the scales into ratios first (``A_scale / C_scale
-   * (A - A_zp) + ...``), so a value within a rounding of a tie can come out one step apart.
+   NumPy broadcasting.  onnxruntime's SIMD kernels multiply by the scale ratios (``A_scale / C_scale``)
+   in fixed point instead, so a value within a rounding of a tie can come out one step apart.
 2. QLinearSigmoid, QLinearLeakyRelu (``alpha``, default 0.01): ``Y = quantize(f(dequantize(X)))``,
    looked up, as onnxruntime does, in a 256-entry table of ``f`` on every value of the type
    (computed at compile time when the scales and zero points are constants): one ``gather``.
