@@ -39,8 +39,9 @@ quantized type; ``dequantize``/``quantize`` are ``dequantize_linear``/``quantize
    transposed to LSTM's layout.  As onnxruntime's kernel does, ``X`` is quantized dynamically (uint8,
    over the whole tensor) before its product with ``W``: ``X`` is replaced by
    ``dequantize(dynamic_quantize_linear(X))``.  onnxruntime also quantizes the hidden state of every
-   step before its product with ``R``; Cuvil keeps that product in float32, so results differ from
-   onnxruntime's by that rounding of ``H`` (up to half a step of ``H``'s range / 255 per element).
+   step before its product with ``R``, in groups of batch rows whose size follows its thread count;
+   Cuvil keeps that product in float32 (the recurrence is ``ops_rnn.py``'s), so results differ from
+   onnxruntime's by that rounding of ``H`` (half a step of ``H``'s range / 255 per element at most).
 """
 
 from __future__ import annotations
