@@ -237,6 +237,29 @@ class ImportCtx:
             raise ModelError(f"node {self.name!r} ({self.op_type}) needs a graph attribute {attr!r}")
         return self._conv.convert_graph(g, self.scope, input_types=input_types, name=attr, prefix=f"{self.name}/{attr}/")
 
+    def import_as(self, op_type: str, inputs: Sequence[Value | None]) -> list[Value | None]:
+        """This node imported as the standard-domain ``op_type`` reading ``inputs`` (None: an absent
+        optional input), its attributes and outputs unchanged: for an op of another domain that is a
+        standard op on rewritten operands.  The standard op's importer and attribute checks apply."""
+        node = onnx.NodeProto()
+        node.CopyFrom(self.node)
+        node.op_type, node.domain = op_type, ""
+        del node.input[:]
+        scope = Scope(parent=self.scope)
+        for i, v in enumerate(inputs):
+            key = f"{self.name}/{op_type}_input{i}" if v is not None else ""
+            if v is not None:
+                scope.values[key] = v
+            node.input.append(key)
+        imp = find_importer("", op_type)
+        if imp is None:
+            raise self.unsupported(f"it is imported as {op_type}, which has no importer")
+        check_attribute_types(node, self.name, self._conv.opset(""))
+        sub = ImportCtx(self._conv, node, self.name, scope, self.builder)
+        outs = list(imp.fn(sub))
+        self.created.update(sub.created)
+        return outs
+
     def fail(self, message: str) -> ModelError:
         return ModelError(f"node {self.name!r} ({self.op_type}): {message}")
 
