@@ -49,8 +49,12 @@ def _skip_sum(ctx: ImportCtx, has_beta: bool) -> tuple[Value, Value, Value | Non
     x, skip = required(ctx, 0, "input"), required(ctx, 1, "skip")
     if x.type.rank not in (2, 3):
         raise ctx.fail(f"input must be 3-D [batch, seq, hidden] or 2-D [tokens, hidden], got {x.type}")
-    if skip.type.rank > x.type.rank or skip.type.rank < 2:
-        raise ctx.fail(f"skip {skip.type} must have input's shape {x.type} or broadcast onto it")
+    tail = x.type.shape[x.type.rank - skip.type.rank:]
+    if (skip.type.rank > x.type.rank or skip.type.rank < 2 or any(
+            isinstance(a, int) and isinstance(c, int) and a != c and not (a == 1 and i == 2) for i, (a, c) in
+            enumerate(zip(skip.type.shape[::-1], tail[::-1])))):
+        raise ctx.fail(f"skip {skip.type} must have input's shape {x.type} or broadcast onto it "
+                       "([1, seq, hidden] or [seq, hidden])")
     gamma = bias_vector(ctx, 2, "gamma", x)
     beta = bias_vector(ctx, 3, "beta", x) if has_beta and ctx.input(3) is not None else None
     bias_at = 4 if has_beta else 3
