@@ -398,7 +398,7 @@ def _bert(torch: Any) -> Any:
     class Bert(nn.Module):  # type: ignore[misc]
         def __init__(self) -> None:
             super().__init__()
-            self.word, self.pos, self.type = nn.Embedding(VOCAB, HIDDEN), nn.Embedding(MAX_POS, HIDDEN), \
+            self.word, self.pos, self.segment = nn.Embedding(VOCAB, HIDDEN), nn.Embedding(MAX_POS, HIDDEN), \
                 nn.Embedding(2, HIDDEN)
             self.ln = nn.LayerNorm(HIDDEN, eps=1e-12)
             self.layers = nn.ModuleList(Layer() for _ in range(LAYERS))
@@ -406,7 +406,7 @@ def _bert(torch: Any) -> Any:
         def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
             seq = input_ids.shape[1]
             pos = torch.arange(seq, dtype=torch.long).unsqueeze(0)
-            x = self.ln(self.word(input_ids) + self.pos(pos) + self.type(token_type_ids))
+            x = self.ln(self.word(input_ids) + self.pos(pos) + self.segment(token_type_ids))
             mask = (1.0 - attention_mask[:, None, None, :].to(torch.float32)) * -10000.0
             for layer in self.layers:
                 x = layer(x, mask)

@@ -154,11 +154,17 @@ def _embed_layer_norm(ctx: ImportCtx) -> Sequence[Value | None]:
     total = ctx.emit1("gather", [words, ids], {"axis": 0})
     if pos_ids is None:
         pos_ids = ctx.emit1("unsqueeze", [positions(ctx, dim_of(ctx, ids, 1), DType.i32), ints(ctx, [0])])
+    elif pos_ids.type.shape[1] != ids.type.shape[1] and pos_ids.type.shape[0] in (1, ids.type.shape[0]):
+        # position_ids is [batch or 1, seq] (onnxruntime checks it): position ids an exporter computes with
+        # Range have an unknown length; reshaped to [.., seq], they give the output input_ids' dims
+        rows = ints(ctx, [1]) if pos_ids.type.shape[0] == 1 else dim_of(ctx, ids, 0)
+        shape = ctx.emit1("concat", [rows, dim_of(ctx, ids, 1)], {"axis": 0})
+        pos_ids = ctx.emit1("reshape", [pos_ids, shape])
     total = ctx.emit1("add", [total, ctx.emit1("gather", [pos_table, pos_ids], {"axis": 0})])
     if seg_ids is not None and seg_table is not None:
         total = ctx.emit1("add", [total, ctx.emit1("gather", [seg_table, seg_ids], {"axis": 0})])
-    if total.type.rank != 3 or total.type.shape[:2] != ids.type.shape:
-        raise ctx.fail(f"the embeddings' sum {total.type} does not have input_ids' shape {ids.type} plus hidden")
+    if total.type.rank != 3:
+        raise ctx.fail(f"the embeddings' sum {total.type} is not [batch, seq, hidden]")
     attrs = {"axis": -1, "epsilon": float_attr(ctx, "epsilon", _SKIP_EPSILON), "stash_type": DType.f32}
     y = ctx.emit1("layer_norm", [total, bias_vector(ctx, 5, "gamma", total), bias_vector(ctx, 6, "beta", total)],
                   attrs)
