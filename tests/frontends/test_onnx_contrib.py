@@ -156,10 +156,12 @@ def _cases() -> dict[str, Case]:
     # BiasSoftmax (no onnxruntime CPU kernel: Add + Softmax-11 is the oracle)
     for name, x_shape, b_shape, axis, inner in (("bias_softmax_inner", (2, 3, 4, 5), (2, 1, 1, 5), 3, 1),
                                                 ("bias_softmax_outer", (2, 3, 4, 5), (3, 4, 5), 3, 0),
-                                                ("bias_softmax_axis2", (2, 3, 4, 5), (2, 1, 4, 5), 2, 1)):
-        add(name, lambda r, x_shape=x_shape, b_shape=b_shape, axis=axis, inner=inner: Case(
-            "BiasSoftmax", [_f(r, *x_shape, scale=2), _f(r, *b_shape)], {"axis": axis, "is_inner_broadcast": inner},
-            oracle=_bias_softmax_oracle))
+                                                ("bias_softmax_axis2", (2, 3, 4, 5), (2, 1, 4, 5), 2, 1),
+                                                ("bias_softmax_broadcast_axis", (2, 3, 4, 5), (2, 1, 1, 5), 3, None)):
+        attrs = {"axis": axis, "is_inner_broadcast": inner} if inner is not None else {"axis": axis,
+                                                                                      "broadcast_axis": 1}
+        add(name, lambda r, x_shape=x_shape, b_shape=b_shape, attrs=attrs: Case(
+            "BiasSoftmax", [_f(r, *x_shape, scale=2), _f(r, *b_shape)], attrs, oracle=_bias_softmax_oracle))
     _attention_cases(add)
     _mha_cases(add)
     return c
@@ -180,7 +182,7 @@ def _attention_cases(add: Callable[[str, Callable[[np.random.Generator], Case]],
     add("attention", att(lambda r: []))
     add("attention_key_lengths", att(lambda r: [_ints([2, 4])]))
     add("attention_start_end", att(lambda r: [_ints([3, 4, 1, 0])]))
-    add("attention_raw_mask", att(lambda r: [_ints([[1, 1, 0, 1], [0, 1, 1, 0]])]))
+    add("attention_raw_mask", att(lambda r: [_ints([[1, 2, 0, 1], [-1, 1, 1, 0]])]))  # a value > 0 attends
     add("attention_3d_mask", att(lambda r: [_ints(r.integers(0, 2, (b, s, s)) | np.eye(s, dtype=np.int64))]))
     add("attention_causal_raw_mask", att(lambda r: [_ints([[0, 1, 1, 1], [1, 1, 1, 0]])], {"unidirectional": 1}))
     add("attention_bias_scale_filter", att(lambda r: [_ints([3, 4]), None, _f(r, 1, n, s, s)],
@@ -220,6 +222,10 @@ def _mha_cases(add: Callable[[str, Callable[[np.random.Generator], Case]], None]
                                              _f(r, 3 * n * h)]))
     add("mha_past_causal", mha(lambda r: [*self_(r), _f(r, 3 * n * h), None, None, _f(r, b, n, 3, h),
                                           _f(r, b, n, 3, h)], {"unidirectional": 1}, outputs=3))
+    add("mha_bnsh_past", mha(lambda r: [_f(r, b, s, n * h), _f(r, b, n, kv, h), _f(r, b, n, kv, h), None, None, None,
+                                         _f(r, b, n, 3, h), _f(r, b, n, 3, h)], outputs=3))
+    add("mha_past_key_lengths", mha(lambda r: [*self_(r), None, _ints([6, 4]), None, _f(r, b, n, 3, h),
+                                               _f(r, b, n, 3, h)], outputs=3))
     add("mha_present", mha(lambda r: [*self_(r), None, _ints([[1, 1, 1, 0], [1, 0, 1, 1]])], outputs=3))
     add("mha_qk", mha(lambda r: [*cross(r), _ints([[1, 1, 0, 1, 1], [0, 1, 1, 1, 0]]), _f(r, 1, n, s, kv)],
                       {"mask_filter_value": -100.0}, outputs=4))
@@ -347,6 +353,8 @@ REFUSALS: dict[str, tuple[onnx.ModelProto, str]] = {
     "unknown-attribute": (_one("Gelu", [_X3], {"approximate": "tanh"}), "attribute(s) approximate"),
     "bias-softmax-broadcast": (_one("BiasSoftmax", [_f(_R, 2, 3, 4, 5), _f(_R, 1, 3, 1, 5)],
                                     {"axis": 3, "is_inner_broadcast": 1}), "is_inner_broadcast=1"),
+    "bias-softmax-broadcast-axis": (_one("BiasSoftmax", [_f(_R, 2, 3, 4, 5), _f(_R, 2, 3, 1, 5)],
+                                         {"axis": 3, "broadcast_axis": 1}), "broadcast_axis=1"),
     "bias-softmax-attribute": (_one("BiasSoftmax", [_f(_R, 2, 3), _f(_R, 2, 3)], {"axis": 1}), "is_inner_broadcast"),
     "embed-mask-index-type": (_one("EmbedLayerNormalization", [np.zeros((2, 3), np.int32), None, _f(_R, 5, 6),
                                                                _f(_R, 5, 6), None, _f(_R, 6), _f(_R, 6)],

@@ -14,7 +14,8 @@ fusion passes then recognise the GELUs, the layer norms and the matmul epilogues
 * ``BiasSoftmax(data, bias)`` is ``softmax(data + bias)`` over the dims from ``axis`` (default 1) on,
   as one row each (opset-11 Softmax); the bias broadcasts as NumPy does, and its batch dims (those
   before ``axis``) must be the leading (``is_inner_broadcast=1``) or trailing (``0``) batch dims of
-  ``data`` with ones elsewhere: the only shapes the fused kernel broadcasts.
+  ``data`` with ones elsewhere: the only shapes the fused kernel broadcasts.  The op's first form,
+  with ``broadcast_axis`` instead, keeps data's batch dims before ``broadcast_axis`` (inner broadcast).
 * ``RotaryEmbedding`` rotates the first ``rotary_embedding_dim`` (default: the head size) channels of
   each head by the angles ``cos_cache`` / ``sin_cache`` hold at each token's position: positions are
   ``position_ids`` (``[batch, seq]``) or, for a 1-element ``position_ids``, that offset plus the token
@@ -169,37 +170,47 @@ def _fused_matmul(ctx: ImportCtx) -> Sequence[Value | None]:
 # BiasSoftmax --------------------------------------------------------------------------------
 @importer("BiasSoftmax", domain=MS)
 def _bias_softmax(ctx: ImportCtx) -> Sequence[Value | None]:
-    known_attrs(ctx, ("axis", "is_inner_broadcast"))
+    known_attrs(ctx, ("axis", "broadcast_axis", "is_inner_broadcast"))
     x, b = required(ctx, 0, "data"), required(ctx, 1, "bias")
-    inner = int_attr(ctx, "is_inner_broadcast")
-    if inner is None:
-        raise ctx.fail("attribute 'is_inner_broadcast' is required")
-    if inner not in (0, 1):
-        raise ctx.unsupported(f"attribute is_inner_broadcast={inner} (it is 0 or 1)")
     rank = x.type.rank
-    axis = int_attr(ctx, "axis", 1)
-    assert axis is not None
-    if not -rank <= axis < rank:
-        raise ctx.fail(f"axis {axis} is out of range for rank {rank}")
-    axis %= rank
+    axis = _axis(ctx, "axis", 1, rank)
+    inner = int_attr(ctx, "is_inner_broadcast")
+    if inner is None and "broadcast_axis" in ctx.attrs:  # the op's first form: inner broadcast from that axis
+        prefix: int | None = _axis(ctx, "broadcast_axis", 1, rank)
+        inner, what = 1, f"broadcast_axis={ctx.attrs['broadcast_axis']}"
+    elif inner is None:
+        raise ctx.fail("attribute 'is_inner_broadcast' is required")
+    elif inner not in (0, 1) or "broadcast_axis" in ctx.attrs:
+        raise ctx.unsupported(f"attribute is_inner_broadcast={inner}" + (" with broadcast_axis" if inner in (0, 1)
+                                                                            else " (it is 0 or 1)"))
+    else:
+        prefix, what = None, f"is_inner_broadcast={inner}"
     xs, bs = x.type.shape, b.type.shape
     if b.type.rank > rank or b.type.rank < rank - axis or list(bs[b.type.rank - (rank - axis):]) != list(xs[axis:]):
         raise ctx.fail(f"bias {b.type} must end with the softmax dims {list(xs[axis:])} of data {x.type}")
     ones: list[Dim] = [1] * (rank - b.type.rank)
     batch = ones + list(bs[: b.type.rank - (rank - axis)])
-    if not _batch_broadcast_ok(batch, list(xs[:axis]), inner=bool(inner)):
+    if not _batch_broadcast_ok(batch, list(xs[:axis]), inner=bool(inner), prefix=prefix):
         kind = "leading" if inner else "trailing"
-        raise ctx.unsupported(f"bias {b.type} on data {x.type} with is_inner_broadcast={inner}: its batch dims "
-                              f"must be data's {kind} batch dims and ones")
+        raise ctx.unsupported(f"bias {b.type} on data {x.type} with {what}: its batch dims must be data's "
+                              f"{kind} batch dims and ones")
     added = ctx.emit1("add", [x, b])
     return [ctx.emit1("softmax", [added], {"axis": axis, "coerce_2d": 1})]
 
 
-def _batch_broadcast_ok(bias: list[Dim], data: list[Dim], *, inner: bool) -> bool:
+def _axis(ctx: ImportCtx, name: str, default: int, rank: int) -> int:
+    axis = int_attr(ctx, name, default)
+    assert axis is not None
+    if not -rank <= axis < rank:
+        raise ctx.fail(f"{name} {axis} is out of range for rank {rank}")
+    return axis % rank
+
+
+def _batch_broadcast_ok(bias: list[Dim], data: list[Dim], *, inner: bool, prefix: int | None) -> bool:
     """Whether the bias's batch dims are data's first k batch dims then ones (inner), or ones then
-    data's last batch dims (outer), for some k."""
+    data's last k batch dims (outer), for some k (``prefix``, when given, is that k)."""
     n = len(data)
-    for k in range(n + 1):
+    for k in range(n + 1) if prefix is None else (min(prefix, n),):
         kept, ones = (range(k), range(k, n)) if inner else (range(n - k, n), range(n - k))
         if all(bias[i] == data[i] for i in kept) and all(bias[i] == 1 for i in ones):
             return True
