@@ -180,9 +180,10 @@ def _bias_softmax(ctx: ImportCtx) -> Sequence[Value | None]:
         inner, what = 1, f"broadcast_axis={ctx.attrs['broadcast_axis']}"
     elif inner is None:
         raise ctx.fail("attribute 'is_inner_broadcast' is required")
-    elif inner not in (0, 1) or "broadcast_axis" in ctx.attrs:
-        raise ctx.unsupported(f"attribute is_inner_broadcast={inner}" + (" with broadcast_axis" if inner in (0, 1)
-                                                                            else " (it is 0 or 1)"))
+    elif inner not in (0, 1):
+        raise ctx.unsupported(f"attribute is_inner_broadcast={inner} (it is 0 or 1)")
+    elif "broadcast_axis" in ctx.attrs:
+        raise ctx.unsupported("attributes is_inner_broadcast and broadcast_axis together (the op's two forms)")
     else:
         prefix, what = None, f"is_inner_broadcast={inner}"
     xs, bs = x.type.shape, b.type.shape
