@@ -22,7 +22,9 @@ expression of the names they do know).  One dim of a declared shape
    it uses.  The text is checked against that alphabet and then parsed by
    :func:`cuvil.ir.symbolic.parse_dim` (so ``?``, quoted names, ``floordiv``
    and ``bcast`` calls cannot be reached from a file); it is never evaluated
-   as code.  An expression that comes out as a constant below 1 is unknown.
+   as code (text over 200 characters, with more than 8 parentheses or an
+   integer above 2**31 is a plain name).  An expression that comes out as a
+   constant below 1 is unknown.
    On an input, an expression whose names no input dim determines (``a*b``
    where neither ``a`` nor ``b`` is an input dim of its own, nor ``k*a + c``)
    would leave a size nothing binds: it becomes the one symbol its text names.
@@ -40,22 +42,36 @@ inferred type.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable, Sequence
 
 import onnx
 
+from cuvil.errors import ModelError
+from cuvil.ir.graph import Value
 from cuvil.ir.symbolic import Dim, DimExpr, free_symbols, is_unknown, linear_form, parse_dim
 from cuvil.ir.types import TensorType
+
+_log = logging.getLogger(__name__)
 
 # The alphabet of an expression dim_param (rule 4): names, integers, + - * and parentheses.
 _EXPR_TEXT = re.compile(r"[A-Za-z0-9_\s+\-*()]+\Z")
 _OPERATOR = re.compile(r"[+\-*()]")
 
 
+# Bounds on what rule 4 reads as an expression, so hostile text cannot make the polynomial explode
+# ((a+b)*(c+d)*... doubles its terms with every factor) or write integers C cannot hold.
+_MAX_TEXT = 200
+_MAX_PARENS = 8
+_MAX_INT = 1 << 31
+
+
 def expression(text: str) -> Dim | None:
     """The dim a ``dim_param`` expression denotes (rule 4), or None when the text is a plain name."""
-    if not _EXPR_TEXT.match(text) or not _OPERATOR.search(text):
+    if len(text) > _MAX_TEXT or not _EXPR_TEXT.match(text) or not _OPERATOR.search(text):
+        return None
+    if text.count("(") > _MAX_PARENS or any(int(n) > _MAX_INT for n in re.findall(r"\d+", text)):
         return None
     try:
         d = parse_dim(text)
@@ -155,3 +171,28 @@ def disagreement(declared: Sequence[Declared], inferred: TensorType, known: set[
         if d != got:
             return True
     return False
+
+
+def check_region_output(vi: onnx.ValueInfoProto, v: Value, prefix: str) -> None:
+    """A region's output crosses into its parent with the type computed for it; a rank or static
+    dim its declaration contradicts is a malformed model, refused here rather than trusted later.
+
+    Only static extents are compared (an unknown one, ``-1`` or ``0`` included, says nothing)."""
+    declared = declared_shape(vi)
+    if declared is None:
+        return
+    t = v.type
+    if len(declared) != t.rank or any(
+            isinstance(d, int) and isinstance(c, int) and d != c for d, c in zip(declared, t.shape)):
+        raise ModelError(f"region {prefix.rstrip('/')!r}: output {vi.name!r} is declared "
+                         f"{format_declared(declared, dim_texts(vi))} but computes {t}")
+
+
+def check_model_output(vi: onnx.ValueInfoProto, v: Value, known: set[str]) -> None:
+    """A model output's declared shape is not trusted: one that contradicts the inferred type
+    (:func:`disagreement`) is replaced by the inferred one, with a warning naming both."""
+    declared = declared_shape(vi)
+    if declared is None or not disagreement(declared, v.type, known):
+        return
+    _log.warning("graph output %r is declared %s, but its inferred type is %s: the inferred shape is used",
+                 vi.name, format_declared(declared, dim_texts(vi)), v.type)

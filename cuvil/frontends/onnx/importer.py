@@ -25,7 +25,14 @@ import onnx
 from onnx import numpy_helper
 
 from cuvil.errors import CuvilError, ModelError, ShapeError, StorageTypeError, UnsupportedOpError, UnsupportedUse
-from cuvil.frontends.onnx.dims import bindable, declared_shape, dim_params, dim_texts, disagreement, format_declared
+from cuvil.frontends.onnx.dims import (
+    bindable,
+    check_model_output,
+    check_region_output,
+    declared_shape,
+    dim_params,
+    dim_texts,
+)
 from cuvil.ir.builder import Builder
 from cuvil.ir.dtypes import DType
 from cuvil.ir.graph import Graph, Node, Value
@@ -369,32 +376,46 @@ class _Converter:
         self.used_symbols: set[str] = set()
         # names the model's dim_params use: a fresh symbol for an unknown dim avoids them
         self.taken_names = dim_params(proto.graph)
+        self.conditional: list[UnsupportedUse] = []  # unsupported ops inside If branches (check_supported)
 
     def opset(self, domain: str) -> int:
         return self.opsets.get("" if domain in ONNX_DOMAINS else domain, 1)
 
     # scanning ------------------------------------------------------------
     def check_supported(self) -> None:
-        found: dict[tuple[str, str], list[str]] = {}
+        """Refuse the model when an op has no importer, naming every such op at once.
 
-        def scan(g: onnx.GraphProto, prefix: str) -> None:
+        An op inside an If branch only counts when the branch is converted: import may decide the
+        condition and drop the branch (ops_control.py).  When the model has no other unsupported
+        op, those are kept in ``conditional`` and reported, all of them, by the first one met."""
+        found: dict[tuple[str, str], list[str]] = {}
+        branch: set[tuple[str, str]] = set()  # keys met only inside If branches
+
+        def scan(g: onnx.GraphProto, prefix: str, in_branch: bool) -> None:
             for i, n in enumerate(g.node):
                 name = node_name(n, i, prefix)
                 imp = find_importer(n.domain, n.op_type)
                 if imp is None or self.opset(n.domain) < imp.since:
                     key = ("" if n.domain in ONNX_DOMAINS else n.domain, n.op_type)
+                    if key not in found and in_branch:
+                        branch.add(key)
+                    elif not in_branch:
+                        branch.discard(key)
                     found.setdefault(key, []).append(name)
                 for a in n.attribute:
+                    inner = in_branch or (n.op_type == "If" and n.domain in ONNX_DOMAINS)
                     if a.type == onnx.AttributeProto.GRAPH:
-                        scan(a.g, f"{name}/{a.name}/")
+                        scan(a.g, f"{name}/{a.name}/", inner)
                     elif a.type == onnx.AttributeProto.GRAPHS:
                         for sg in a.graphs:
-                            scan(sg, f"{name}/{a.name}/")
+                            scan(sg, f"{name}/{a.name}/", inner)
 
-        scan(self.proto.graph, "")
+        scan(self.proto.graph, "", False)
         if found:
             uses = [UnsupportedUse(t, d, self.opset(d), tuple(names)) for (d, t), names in sorted(found.items())]
-            raise UnsupportedOpError(uses)
+            if set(found) != branch:
+                raise UnsupportedOpError(uses)
+            self.conditional = uses
 
     # conversion ------------------------------------------------------------
     def value_type(self, vi: onnx.ValueInfoProto, what: str) -> TensorType:
@@ -488,9 +509,9 @@ class _Converter:
             graph.outputs.append(v)
             _check_output_dtype(vi, v)
             if parent is not None:
-                _check_region_output(vi, v, prefix)
+                check_region_output(vi, v, prefix)
             else:
-                _check_model_output(vi, v, known)
+                check_model_output(vi, v, known)
         return graph
 
     def convert_nodes(self, g: onnx.GraphProto, scope: Scope, builder: Builder, prefix: str) -> None:
@@ -500,7 +521,8 @@ class _Converter:
         for i, node in enumerate(g.node):
             ctx = ImportCtx(self, node, node_name(node, i, prefix), scope, builder)
             imp = find_importer(node.domain, node.op_type)
-            assert imp is not None  # check_supported ran first
+            if imp is None or ctx.opset < imp.since:  # inside an If branch import kept (check_supported)
+                raise UnsupportedOpError(self.conditional)
             check_attribute_types(node, ctx.name, ctx.opset)
             first = len(graph.nodes)
             try:
@@ -540,7 +562,7 @@ class _Converter:
             if v is None:
                 raise ModelError(f"region {prefix.rstrip('/')!r}: output {vi.name!r} is not defined by any node")
             _check_output_dtype(vi, v)
-            _check_region_output(vi, v, prefix)
+            check_region_output(vi, v, prefix)
             outs.append(v)
         return outs
 
@@ -549,31 +571,6 @@ def _check_output_dtype(vi: onnx.ValueInfoProto, v: Value) -> None:
     elem = vi.type.tensor_type.elem_type if vi.type.WhichOneof("value") == "tensor_type" else 0
     if elem and elem in _ELEM and _ELEM[elem] is not v.type.dtype:
         raise ModelError(f"graph output {vi.name!r} is declared {_ELEM[elem]} but computes {v.type.dtype}")
-
-
-def _check_region_output(vi: onnx.ValueInfoProto, v: Value, prefix: str) -> None:
-    """A region's output crosses into its parent with the type computed for it; a rank or static
-    dim its declaration contradicts is a malformed model, refused here rather than trusted later.
-
-    Only static extents are compared (an unknown one, ``-1`` or ``0`` included, says nothing: dims.py)."""
-    declared = declared_shape(vi)
-    if declared is None:
-        return
-    t = v.type
-    if len(declared) != t.rank or any(
-            isinstance(d, int) and isinstance(c, int) and d != c for d, c in zip(declared, t.shape)):
-        raise ModelError(f"region {prefix.rstrip('/')!r}: output {vi.name!r} is declared "
-                         f"{format_declared(declared, dim_texts(vi))} but computes {t}")
-
-
-def _check_model_output(vi: onnx.ValueInfoProto, v: Value, known: set[str]) -> None:
-    """A model output's declared shape is not trusted: one that contradicts the inferred type (dims.py's
-    :func:`disagreement`) is replaced by the inferred one, with a warning naming both."""
-    declared = declared_shape(vi)
-    if declared is None or not disagreement(declared, v.type, known):
-        return
-    _log.warning("graph output %r is declared %s, but its inferred type is %s: the inferred shape is used",
-                 vi.name, format_declared(declared, dim_texts(vi)), v.type)
 
 
 def convert_model(proto: onnx.ModelProto, symbols: Mapping[str, SymbolInfo] | None = None) -> Graph:
