@@ -20,7 +20,7 @@ from cuvil.frontends.onnx.dims import expression
 from cuvil.ir.parser import parse_graph
 from cuvil.ir.printer import print_graph
 from cuvil.ir.symbolic import parse_dim, sym
-from tests.support.targets import runnable
+from tests.support.targets import runnable, slow_builds
 
 F32, I64, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 vi = helper.make_tensor_value_info
@@ -256,13 +256,7 @@ def _paddle_model() -> onnx.ModelProto:
                   value_info=value_info, opset=18)
 
 
-def _slow_builds(*targets: str) -> list[object]:
-    """``targets`` as parameters, the C builds (a conv kernel's first build takes seconds) marked slow."""
-    return [p if p.values[0] == "ref" else pytest.param(*p.values, marks=[*p.marks, pytest.mark.slow])
-            for p in runnable(*targets)]
-
-
-@pytest.mark.parametrize("target", _slow_builds("ref", "native", "wasm32"))
+@pytest.mark.parametrize("target", slow_builds("ref", "native", "wasm32"))
 def test_paddle_style_graph_matches_onnxruntime(target: str, cache: str, wasm_cache: str) -> None:
     m = _paddle_model()
     onnx.checker.check_model(m)
