@@ -116,6 +116,34 @@ def test_folded_shape_ifs_match_onnxruntime(target: str, cache: str) -> None:
         _matches(cm, sess, {"x": rng.standard_normal((b, 4, 5)).astype(np.float32)})
 
 
+def _loop_model() -> onnx.ModelProto:
+    """A rank test inside a Loop body: the If folds within the region."""
+    then_g = _branch("then", [helper.make_node("Add", ["acc_in", "x"], ["t"])], "t", ["n"])
+    else_g = _branch("else", [_const("ax", np.array([0], np.int64)),
+                              helper.make_node("Unsqueeze", ["acc_in", "ax"], ["e"])], "e", [1, "n"])
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["c_in"], ["c_out"]), helper.make_node("Shape", ["acc_in"], ["s"]),
+         helper.make_node("Size", ["s"], ["r"]), _const("one", np.array(1, np.int64)),
+         helper.make_node("Equal", ["r", "one"], ["is1"]),
+         helper.make_node("If", ["is1"], ["acc_out"], then_branch=then_g, else_branch=else_g)],
+        "body", [vi("i", I64, []), vi("c_in", BOOL, []), vi("acc_in", F32, ["n"])],
+        [vi("c_out", BOOL, []), vi("acc_out", F32, ["n"])])
+    return _model([helper.make_node("Loop", ["trips", "", "x"], ["y"], body=body)],
+                  [vi("trips", I64, []), vi("x", F32, ["n"])], [vi("y", F32, ["n"])])
+
+
+@pytest.mark.parametrize("target", runnable("ref", "native"))
+def test_a_shape_if_inside_a_loop_body_folds(target: str, cache: str) -> None:
+    m = _loop_model()
+    ops = _ops(load_onnx(m))
+    assert "loop" in ops and "if" not in ops and "unsqueeze" not in ops
+    cm = cuvil.compile(m, target=target, cache_dir=cache)
+    sess = ort.InferenceSession(m.SerializeToString())
+    rng = np.random.default_rng(8)
+    for trips, n in ((3, 4), (0, 2), (5, 1)):
+        _matches(cm, sess, {"trips": np.array(trips, np.int64), "x": rng.standard_normal(n).astype(np.float32)})
+
+
 def _dead_branch_model(cond_value: bool | None) -> onnx.ModelProto:
     """The else branch holds an op Cuvil has no importer for and gives another rank; the condition is a
     constant (``cond_value``) or, for None, a graph input."""
