@@ -22,12 +22,15 @@ from cuvil.limits import current as current_limits
 from cuvil.ops.registry import CONTROL_FLOW, AttrSpec, InferCtx, OpDef, RefCtx, register
 
 
-def merge_types(a: TensorType, b: TensorType, what: str, ctx: InferCtx) -> TensorType:
-    """The type that covers both: equal dims kept, differing dims unknown."""
-    if a.dtype is not b.dtype:
-        raise ctx.fail(f"{what}: element types differ ({a.dtype} and {b.dtype})")
-    if a.rank != b.rank:
-        raise ctx.fail(f"{what}: ranks differ ({a.rank} and {b.rank})")
+def merge_types(a: TensorType, b: TensorType, what: str, ctx: InferCtx,
+                sides: tuple[str, str] = ("the first", "the second")) -> TensorType:
+    """The type that covers both: equal dims kept, differing dims unknown (extents known at run time).
+
+    Another element type or rank is an error naming both types (``sides`` says whose they are)."""
+    differ = "element types" if a.dtype is not b.dtype else "ranks" if a.rank != b.rank else None
+    if differ is not None:
+        raise ctx.fail(f"{what}: {sides[0]} gives {a}, {sides[1]} gives {b}: the {differ} differ, "
+                       "and the result must have one element type and rank whichever runs")
     dims: list[Dim] = [x if x == y else UNKNOWN for x, y in zip(a.shape, b.shape)]
     return TensorType(a.dtype, tuple(dims))
 
@@ -47,7 +50,7 @@ def _if_infer(ctx: InferCtx) -> list[TensorType]:
     if len(then_g.outputs) != len(else_g.outputs):
         raise ctx.fail(f"branches return {len(then_g.outputs)} and {len(else_g.outputs)} values")
     return [
-        merge_types(a.type, b.type, f"output {i}", ctx)
+        merge_types(a.type, b.type, f"output {i}", ctx, ("then_branch", "else_branch"))
         for i, (a, b) in enumerate(zip(then_g.outputs, else_g.outputs))
     ]
 
@@ -86,7 +89,8 @@ def _loop_infer(ctx: InferCtx) -> list[TensorType]:
     out: list[TensorType] = []
     for k in range(n_carried):
         init = ctx.type(2 + k)
-        out.append(merge_types(init, body.outputs[1 + k].type, f"carried value {k}", ctx))
+        out.append(merge_types(init, body.outputs[1 + k].type, f"carried value {k}", ctx,
+                               ("the initial value", "the body")))
     trips: Dim = UNKNOWN
     m = ctx.const(0)
     if m is not None and not ctx.has(1):

@@ -25,10 +25,18 @@ import onnx
 from onnx import numpy_helper
 
 from cuvil.errors import CuvilError, ModelError, ShapeError, StorageTypeError, UnsupportedOpError, UnsupportedUse
+from cuvil.frontends.onnx.dims import (
+    bindable,
+    check_model_output,
+    check_region_output,
+    declared_shape,
+    dim_params,
+    dim_texts,
+)
 from cuvil.ir.builder import Builder
 from cuvil.ir.dtypes import DType
 from cuvil.ir.graph import Graph, Node, Value
-from cuvil.ir.symbolic import Dim, sym
+from cuvil.ir.symbolic import Dim, free_symbols, sym
 from cuvil.ir.types import SymbolInfo, TensorType
 from cuvil.passes.fold_constants import fold_node
 
@@ -260,6 +268,22 @@ class ImportCtx:
         self.created.update(sub.created)
         return outs
 
+    def inline(self, attr: str) -> list[Value]:
+        """Convert a graph attribute that takes no inputs (an If branch) into this node's graph:
+        its nodes join the graph being built, and its outputs come back as this node's values."""
+        g = self.attrs.get(attr)
+        if not isinstance(g, onnx.GraphProto):
+            raise ModelError(f"node {self.name!r} ({self.op_type}) needs a graph attribute {attr!r}")
+        first = len(self.builder.graph.nodes)
+        outs = self._conv.inline_graph(g, self.scope, self.builder, f"{self.name}/{attr}/")
+        self.created.update(o for n in self.builder.graph.nodes[first:] for o in n.outputs)
+        return outs
+
+    @property
+    def symbols(self) -> Mapping[str, SymbolInfo]:
+        """The model's symbols and their constraints (those given up front included)."""
+        return self._conv.symbols
+
     def fail(self, message: str) -> ModelError:
         return ModelError(f"node {self.name!r} ({self.op_type}): {message}")
 
@@ -373,55 +397,93 @@ class _Converter:
         self.symbols: dict[str, SymbolInfo] = {}
         self._root_graph: Graph | None = None
         self.used_symbols: set[str] = set()
+        # names the model's dim_params use: a fresh symbol for an unknown dim avoids them
+        self.taken_names = dim_params(proto.graph)
+        self.conditional: list[UnsupportedUse] = []  # unsupported ops inside If branches (check_supported)
 
     def opset(self, domain: str) -> int:
         return self.opsets.get("" if domain in ONNX_DOMAINS else domain, 1)
 
     # scanning ------------------------------------------------------------
     def check_supported(self) -> None:
-        found: dict[tuple[str, str], list[str]] = {}
+        """Refuse the model when an op has no importer, naming every such op at once.
 
-        def scan(g: onnx.GraphProto, prefix: str) -> None:
+        An op inside an If branch only counts when the branch is converted: import may decide the
+        condition and drop the branch (ops_control.py).  When the model has no other unsupported
+        op, those are kept in ``conditional`` and reported, all of them, by the first one met."""
+        found: dict[tuple[str, str], list[str]] = {}
+        branch: set[tuple[str, str]] = set()  # keys met only inside If branches
+
+        def scan(g: onnx.GraphProto, prefix: str, in_branch: bool) -> None:
             for i, n in enumerate(g.node):
                 name = node_name(n, i, prefix)
                 imp = find_importer(n.domain, n.op_type)
                 if imp is None or self.opset(n.domain) < imp.since:
                     key = ("" if n.domain in ONNX_DOMAINS else n.domain, n.op_type)
+                    if key not in found and in_branch:
+                        branch.add(key)
+                    elif not in_branch:
+                        branch.discard(key)
                     found.setdefault(key, []).append(name)
                 for a in n.attribute:
+                    inner = in_branch or (n.op_type == "If" and n.domain in ONNX_DOMAINS)
                     if a.type == onnx.AttributeProto.GRAPH:
-                        scan(a.g, f"{name}/{a.name}/")
+                        scan(a.g, f"{name}/{a.name}/", inner)
                     elif a.type == onnx.AttributeProto.GRAPHS:
                         for sg in a.graphs:
-                            scan(sg, f"{name}/{a.name}/")
+                            scan(sg, f"{name}/{a.name}/", inner)
 
-        scan(self.proto.graph, "")
+        scan(self.proto.graph, "", False)
         if found:
             uses = [UnsupportedUse(t, d, self.opset(d), tuple(names)) for (d, t), names in sorted(found.items())]
-            raise UnsupportedOpError(uses)
+            if set(found) != branch:
+                raise UnsupportedOpError(uses)
+            self.conditional = uses
 
     # conversion ------------------------------------------------------------
     def value_type(self, vi: onnx.ValueInfoProto, what: str) -> TensorType:
+        """The type of a declared input (cuvil/frontends/onnx/dims.py says how each dim reads)."""
         tp = vi.type
         if tp.WhichOneof("value") != "tensor_type":
             kind = tp.WhichOneof("value") or "no type"
             raise UnsupportedOpError([UnsupportedUse(f"{kind} value", "", None, (vi.name,), "only tensors are supported")])
         tt = tp.tensor_type
         dtype = dtype_of(tt.elem_type, f"{what} {vi.name!r}")
-        if not tt.HasField("shape"):
+        declared = declared_shape(vi)
+        if declared is None:
             raise ModelError(f"{what} {vi.name!r} has no shape (its rank must be known)")
-        dims: list[Dim] = []
-        for axis, d in enumerate(tt.shape.dim):
-            which = d.WhichOneof("value")
-            if which == "dim_value":
-                if d.dim_value < 0:
-                    raise ModelError(f"{what} {vi.name!r} has a negative dim {d.dim_value}")
-                dims.append(int(d.dim_value))
-            elif which == "dim_param" and d.dim_param:
-                dims.append(self._symbol(d.dim_param))
-            else:
-                dims.append(self._symbol(f"{vi.name}_dim{axis}"))
+        dims = [sym(self._fresh_name(f"{vi.name}_dim{axis}")) if d is None else d for axis, d in enumerate(declared)]
         return TensorType(dtype, tuple(dims))
+
+    def _fresh_name(self, hint: str) -> str:
+        """``hint``, or ``hint_<k>`` where a dim_param of the model already uses that name."""
+        name, k = hint, 0
+        while name in self.taken_names:
+            k += 1
+            name = f"{hint}_{k}"
+        return name
+
+    def input_types(self, g: onnx.GraphProto) -> dict[str, TensorType]:
+        """The model's input types: each expression dim over symbols no input dim binds is instead the
+        one symbol its text names (rule 4 of dims.py), so every input size can be bound at run time."""
+        inits = {t.name for t in g.initializer}
+        vis = [vi for vi in g.input if vi.name not in inits]
+        types = {vi.name: self.value_type(vi, "input") for vi in vis}
+        bound = bindable(t.shape for t in types.values())
+        for vi in vis:
+            t = types[vi.name]
+            if all(free_symbols(d) <= bound for d in t.shape):
+                continue
+            texts = dim_texts(vi)
+            types[vi.name] = t.with_shape([d if free_symbols(d) <= bound else sym(texts[axis])
+                                           for axis, d in enumerate(t.shape)])
+        return types
+
+    def use_symbols(self, t: TensorType) -> TensorType:
+        """Declare the symbols of a type read from the file (a symbol given constraints up front keeps them)."""
+        for name in sorted(t.symbols()):
+            self._symbol(name)
+        return t
 
     def _symbol(self, name: str) -> Dim:
         self.symbols.setdefault(name, SymbolInfo(name))
@@ -449,20 +511,41 @@ class _Converter:
             arr = tensor_to_array(t, t.name)
             scope.values[t.name] = builder.add1("constant", [], {"value": arr}, names=[t.name], node_name=t.name)
         k = 0
+        top_types = self.input_types(g) if parent is None else {}
         for vi in g.input:
             if vi.name in inits and parent is None:
                 continue  # an initializer listed as an input keeps its stored value
             if input_types is not None and k < len(input_types):
                 t = input_types[k]
             else:
-                t = self.value_type(vi, "input")
+                t = self.use_symbols(top_types[vi.name] if parent is None else self.value_type(vi, "input"))
             k += 1
             scope.values[vi.name] = builder.input(vi.name, t)
+        known = {s for t in top_types.values() for s in t.symbols()}  # the symbols the model's inputs bind
+        self.convert_nodes(g, scope, builder, prefix)
+        for vi in g.output:
+            v = scope.lookup(vi.name)
+            if v is None:
+                raise ModelError(f"graph output {vi.name!r} is not defined by any node, input or initializer")
+            if v in graph.outputs or (parent is not None and scope.values.get(vi.name) is not v) or v in graph.inputs:
+                v = builder.add1("identity", [v], names=[vi.name], node_name=vi.name)
+            graph.outputs.append(v)
+            _check_output_dtype(vi, v)
+            if parent is not None:
+                check_region_output(vi, v, prefix)
+            else:
+                check_model_output(vi, v, known)
+        return graph
+
+    def convert_nodes(self, g: onnx.GraphProto, scope: Scope, builder: Builder, prefix: str) -> None:
+        """Convert the nodes of ``g`` in order, each ONNX output name bound in ``scope``."""
+        graph = builder.graph
         named: set[Value] = set()
         for i, node in enumerate(g.node):
             ctx = ImportCtx(self, node, node_name(node, i, prefix), scope, builder)
             imp = find_importer(node.domain, node.op_type)
-            assert imp is not None  # check_supported ran first
+            if imp is None or ctx.opset < imp.since:  # inside an If branch import kept (check_supported)
+                raise UnsupportedOpError(self.conditional)
             check_attribute_types(node, ctx.name, ctx.opset)
             first = len(graph.nodes)
             try:
@@ -485,33 +568,32 @@ class _Converter:
                     scope.values[oname] = v
                 else:  # an importer that returns an existing value (Identity-like)
                     scope.values[oname] = builder.add1("identity", [v], names=[oname], node_name=ctx.name)
+
+    def inline_graph(self, g: onnx.GraphProto, parent: Scope, builder: Builder, prefix: str) -> list[Value]:
+        """Convert a graph that takes no inputs (an If branch) into the graph ``builder`` builds, not as a
+        region: its nodes join that graph, and its outputs are returned."""
+        if g.input:
+            raise ModelError(f"region {prefix.rstrip('/')!r} takes {len(g.input)} inputs; an If branch takes none")
+        scope = Scope(parent=parent)
+        for t in g.initializer:
+            arr = tensor_to_array(t, t.name)
+            scope.values[t.name] = builder.add1("constant", [], {"value": arr}, names=[t.name], node_name=t.name)
+        self.convert_nodes(g, scope, builder, prefix)
+        outs: list[Value] = []
         for vi in g.output:
             v = scope.lookup(vi.name)
             if v is None:
-                raise ModelError(f"graph output {vi.name!r} is not defined by any node, input or initializer")
-            if v in graph.outputs or (parent is not None and scope.values.get(vi.name) is not v) or v in graph.inputs:
-                v = builder.add1("identity", [v], names=[vi.name], node_name=vi.name)
-            graph.outputs.append(v)
-            elem = vi.type.tensor_type.elem_type if vi.type.WhichOneof("value") == "tensor_type" else 0
-            if elem and elem in _ELEM and _ELEM[elem] is not v.type.dtype:
-                raise ModelError(f"graph output {vi.name!r} is declared {_ELEM[elem]} but computes {v.type.dtype}")
-            if parent is not None:
-                _check_region_output(vi, v, prefix)
-        return graph
+                raise ModelError(f"region {prefix.rstrip('/')!r}: output {vi.name!r} is not defined by any node")
+            _check_output_dtype(vi, v)
+            check_region_output(vi, v, prefix)
+            outs.append(v)
+        return outs
 
 
-def _check_region_output(vi: onnx.ValueInfoProto, v: Value, prefix: str) -> None:
-    """A region's output crosses into its parent with the type computed for it; a rank or static
-    dim its declaration contradicts is a malformed model, refused here rather than trusted later."""
-    if vi.type.WhichOneof("value") != "tensor_type" or not vi.type.tensor_type.HasField("shape"):
-        return
-    dims = vi.type.tensor_type.shape.dim
-    declared = [int(d.dim_value) if d.WhichOneof("value") == "dim_value" else None for d in dims]
-    t = v.type
-    if len(declared) != t.rank or any(
-            d is not None and isinstance(c, int) and d != c for d, c in zip(declared, t.shape)):
-        shown = ", ".join("?" if d is None else str(d) for d in declared)
-        raise ModelError(f"region {prefix.rstrip('/')!r}: output {vi.name!r} is declared [{shown}] but computes {t}")
+def _check_output_dtype(vi: onnx.ValueInfoProto, v: Value) -> None:
+    elem = vi.type.tensor_type.elem_type if vi.type.WhichOneof("value") == "tensor_type" else 0
+    if elem and elem in _ELEM and _ELEM[elem] is not v.type.dtype:
+        raise ModelError(f"graph output {vi.name!r} is declared {_ELEM[elem]} but computes {v.type.dtype}")
 
 
 def convert_model(proto: onnx.ModelProto, symbols: Mapping[str, SymbolInfo] | None = None) -> Graph:

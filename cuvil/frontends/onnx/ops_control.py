@@ -1,4 +1,4 @@
-"""Importers of ONNX If and Loop as structured regions.
+"""Importers of ONNX If and Loop as structured regions (an If that import decides: its branch, inlined).
 
 A value that crosses into a region takes the type the region declares for it
 only where the two agree: a Loop's carried value and its body's declared input
@@ -8,23 +8,51 @@ code checks it on every iteration), and refused when they disagree.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 import onnx
 
+from cuvil.errors import ModelError
+from cuvil.frontends.onnx.conditions import condition_symbols, truth
+from cuvil.frontends.onnx.dims import declared_dim
 from cuvil.frontends.onnx.importer import ImportCtx, dtype_of, importer
 from cuvil.ir.dtypes import DType
 from cuvil.ir.graph import Value
-from cuvil.ir.symbolic import UNKNOWN, Dim, sym
+from cuvil.ir.symbolic import UNKNOWN, Dim
 from cuvil.ir.types import TensorType
+
+_log = logging.getLogger(__name__)
 
 
 @importer("If")
 def _if(ctx: ImportCtx) -> Sequence[Value | None]:
+    """An If whose condition import can decide (cuvil/frontends/onnx/conditions.py) is the branch it
+    takes, inlined: the other branch is never converted, so what it would compute (another rank, an
+    op that fails for these types) cannot matter.  Otherwise both become regions of an ``if`` node."""
+    cond = ctx.input(0)
+    if cond is None:
+        raise ctx.fail("needs a condition input")
+    n = len(ctx.node.output)
+    taken = truth(cond, ctx.symbols)
+    if taken is not None:
+        outs = ctx.inline("then_branch" if taken else "else_branch")
+        if len(outs) != n:
+            raise ctx.fail(f"has {n} outputs, but the branch it takes returns {len(outs)}")
+        _log.debug("onnx If %r: the condition is always %s; the %s branch is inlined", ctx.name, taken,
+                   "then" if taken else "else")
+        return outs
     then_g = ctx.subgraph("then_branch")
     else_g = ctx.subgraph("else_branch")
-    n = len(ctx.node.output)
-    return ctx.emit("if", [ctx.input(0)], {"then_branch": then_g, "else_branch": else_g}, num_outputs=n)
+    try:
+        return ctx.emit("if", [cond], {"then_branch": then_g, "else_branch": else_g}, num_outputs=n)
+    except ModelError as exc:
+        names = sorted(condition_symbols(cond))
+        if not names:
+            raise
+        hint = (f" (the condition depends on {', '.join(names)}: constraints that decide it, given with dims=, "
+                "let the If fold at compile time)")
+        raise ModelError(f"{exc}{hint}") from None
 
 
 def _declared(vi: onnx.ValueInfoProto, what: str) -> tuple[DType | None, tuple[Dim, ...] | None]:
@@ -37,15 +65,8 @@ def _declared(vi: onnx.ValueInfoProto, what: str) -> tuple[DType | None, tuple[D
     dtype = dtype_of(tt.elem_type, what) if tt.elem_type else None
     if not tt.HasField("shape"):
         return dtype, None
-    dims: list[Dim] = []
-    for d in tt.shape.dim:
-        which = d.WhichOneof("value")
-        if which == "dim_value":
-            dims.append(int(d.dim_value))
-        elif which == "dim_param" and d.dim_param:
-            dims.append(sym(d.dim_param))
-        else:
-            dims.append(UNKNOWN)
+    # an unknown extent (-1, 0, an empty dim_param: cuvil/frontends/onnx/dims.py) declares nothing
+    dims = [UNKNOWN if d is None else d for d in (declared_dim(d) for d in tt.shape.dim)]
     return dtype, tuple(dims)
 
 
