@@ -151,7 +151,6 @@ class Recurrence:
         self.lbr = linear_before_reset
         self.name = name
         self.dt: DType = x.type.dtype
-        self._loops = 0
         self._valid_at: dict[int, Value] = {}
 
     @property
@@ -361,8 +360,7 @@ class Recurrence:
         if w.reverse:
             last = self._e1(em, "sub", [self._e1(em, "squeeze", [steps, self._const(em, [0], np.int64)]),
                                         self._const(em, 1, np.int64)])
-        self._loops += 1
-        prefix = f"{self.name}/loop{self._loops}/"
+        prefix = em.builder.fresh_name(f"{self.name}/loop") + "/"
         body = Graph(name="body")
         bb = em.builder.nested(body)
         be = _RegionEmitter(bb, prefix, self.name)
