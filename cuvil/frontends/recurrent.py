@@ -205,19 +205,15 @@ class Recurrence:
     # operands ------------------------------------------------------------------
     def _operands(self, w: Weights) -> _Operands:
         em, hs = self.em, self.hidden
-        wb = _array(w.wb)
-        rb = _array(w.rb)
+        wb, rb = _known(w.wb), _known(w.rb)  # constants as arrays: the biases add up now
         rb_h: Operand | None = None
-        if self.cell == "gru" and self.lbr and w.rb is not None:
+        if self.cell == "gru" and self.lbr and rb is not None:
             # Rb of the z and r gates joins Wb; Rbh is applied inside the reset
-            if rb is not None:
+            if isinstance(rb, np.ndarray):
                 rb_h, rb = rb[2 * hs:], np.concatenate([rb[:2 * hs], np.zeros_like(rb[2 * hs:])])
             else:
-                rz, rr, rb_h = self._split(em, self._value(w.rb), 3, axis=0)
+                rz, rr, rb_h = self._split(em, rb, 3, axis=0)
                 rb = self._e1(em, "concat", [rz, rr, self._const(em, np.zeros(hs))], {"axis": 0})
-        else:
-            rb = rb if rb is not None else w.rb
-        wb = wb if wb is not None else w.wb
         bias: Operand | None
         if isinstance(wb, np.ndarray) and isinstance(rb, np.ndarray):
             bias = wb + rb
@@ -392,6 +388,12 @@ def _array(v: Operand | None) -> np.ndarray | None:
     if isinstance(v, np.ndarray):
         return v
     return const_of(v)
+
+
+def _known(v: Operand | None) -> Operand | None:
+    """``v`` as an array when it is a constant of the graph, else ``v``."""
+    a = _array(v)
+    return a if a is not None else v
 
 
 def started(em: Emitter, lens: Value, state: Value, dt: DType) -> Value:

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from cuvil.ir.assumptions import bounds
 from cuvil.ir.dtypes import DType
 from cuvil.ir.graph import Graph
-from cuvil.ir.assumptions import bounds
 from cuvil.ir.symbolic import UNKNOWN, Dim, is_unknown
 from cuvil.ir.types import TensorType
 from cuvil.limits import RunLimitError

@@ -98,18 +98,24 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
 }
 
 
-@pytest.mark.parametrize("target", ["ref", "native"])
 @pytest.mark.parametrize("case", list(CASES))
-def test_recurrent_op_matches_onnxruntime(case: str, target: str, tmp_path: Any) -> None:
+def test_recurrent_op_matches_onnxruntime(case: str, tmp_path: Any) -> None:
     op, attrs, kw = CASES[case]
     model, feeds = _model(op, attrs, **kw)
     want = _onnxruntime(op, attrs, kw, feeds)
-    m = cuvil.compile(model, target, cache_dir=str(tmp_path))
+    m = cuvil.compile(model, "ref", cache_dir=str(tmp_path))
     got = m(*[feeds[i.name] for i in model.graph.input])
     assert len(got) == len(want)
     for name, g, w in zip(["Y", "Y_h", "Y_c"], got, want):
         assert g.shape == w.shape, (name, g.shape, w.shape)
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=f"{case} {name}")
+
+
+@pytest.mark.slow
+def test_recurrent_ops_match_onnxruntime_natively(tmp_path: Any) -> None:
+    """Every case above, as one model: one C build."""
+    m = cuvil.compile(_combined(CASES, steps=SEQ), "native", cache_dir=str(tmp_path))
+    _assert_matches_onnxruntime(m, CASES, lengths=(SEQ,), steps=SEQ)
 
 
 def _onnxruntime(op: str, attrs: dict[str, Any], kw: dict[str, Any], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -125,6 +131,7 @@ def _onnxruntime(op: str, attrs: dict[str, Any], kw: dict[str, Any], feeds: dict
     return [np.transpose(outs[0], (2, 0, 1, 3)), *(np.swapaxes(o, 0, 1) for o in outs[1:])]
 
 
+@pytest.mark.slow
 def test_pytorch_lstm_and_gru_exported_to_onnx_match_onnxruntime(tmp_path: Any) -> None:
     torch = pytest.importorskip("torch")
 
@@ -188,22 +195,28 @@ GRID.update({
 })
 
 
-def _combined(cases: list[str], *, for_onnxruntime: bool = False) -> onnx.ModelProto:
-    """One model holding a recurrent node per case, its outputs named ``<case>.Y`` ...; the weights
-    are initializers unless a case takes them as inputs.  ``for_onnxruntime`` writes each layout-1 node
-    as its layout-0 equivalent between transposes (onnxruntime runs layout 0 only)."""
+Cases = dict[str, tuple[str, dict[str, Any], dict[str, Any]]]
+
+
+def _combined(cases: Cases, *, steps: int | str = "steps", for_onnxruntime: bool = False) -> onnx.ModelProto:
+    """One model holding a recurrent node per case, its outputs named ``<case>.Y`` ..., over ``steps``
+    steps (a symbol, or a static length); the weights are initializers unless a case takes them as
+    inputs, and a case with a symbolic ``batch`` reads an input of its own.  ``for_onnxruntime`` writes
+    each layout-1 node as its layout-0 equivalent between transposes (onnxruntime runs layout 0 only)."""
     f32, i32 = TensorProto.FLOAT, TensorProto.INT32
-    inputs = {"X": helper.make_tensor_value_info("X", f32, ["steps", BATCH, INPUT]),
+    inputs = {"X": helper.make_tensor_value_info("X", f32, [steps, BATCH, INPUT]),
               "lens": helper.make_tensor_value_info("lens", i32, [BATCH])}
     nodes, inits, outputs = [], [], []
-    for n, case in enumerate(cases):
-        op, attrs, kw = GRID[case]
+    for n, (case, (op, attrs, kw)) in enumerate(cases.items()):
         rng = np.random.default_rng(100 + n)
         nd = 2 if attrs.get("direction") == "bidirectional" else 1
         g, layout = GATES[op], int(kw.get("layout", 0))
         x = kw.get("x", "X_bw" if layout else "X")
+        if kw.get("batch", BATCH) != BATCH:
+            x = f"{case}.X"
+            inputs[x] = helper.make_tensor_value_info(x, f32, [steps, kw["batch"], INPUT])
         if x == "X_bw":
-            inputs[x] = helper.make_tensor_value_info(x, f32, [BATCH, "steps", INPUT])
+            inputs[x] = helper.make_tensor_value_info(x, f32, [BATCH, steps, INPUT])
         elif x == "X_long":
             inputs[x] = helper.make_tensor_value_info(x, f32, [LONG, BATCH, INPUT])
             inputs["lens_long"] = helper.make_tensor_value_info("lens_long", i32, [BATCH])
@@ -256,15 +269,17 @@ def _feeds(model: onnx.ModelProto, steps: int) -> dict[str, np.ndarray]:
             n = steps if vi.name == "lens" else LONG
             out[vi.name] = np.array([n, n // 2 + 1, 0], np.int32)
             continue
-        dims = [steps if d.dim_param == "steps" else d.dim_value for d in vi.type.tensor_type.shape.dim]
+        dims = [{"steps": steps, "batch": BATCH}[d.dim_param] if d.dim_param else d.dim_value
+                for d in vi.type.tensor_type.shape.dim]
         out[vi.name] = (rng.standard_normal(dims) * (0.5 if vi.name.endswith((".W", ".R")) else 1.0)).astype(
             np.float32)
     return out
 
 
-def _assert_matches_onnxruntime(m: Any, cases: list[str], lengths: tuple[int, ...] = RUN_LENGTHS) -> None:
-    model = _combined(cases)
-    sess = ort.InferenceSession(_combined(cases, for_onnxruntime=True).SerializeToString(),
+def _assert_matches_onnxruntime(m: Any, cases: Cases, lengths: tuple[int, ...] = RUN_LENGTHS,
+                                steps: int | str = "steps") -> None:
+    model = _combined(cases, steps=steps)
+    sess = ort.InferenceSession(_combined(cases, steps=steps, for_onnxruntime=True).SerializeToString(),
                                 providers=["CPUExecutionProvider"])
     names = [o.name for o in model.graph.output]
     for steps in lengths:
@@ -281,7 +296,7 @@ def test_symbolic_and_long_sequences_loop_over_the_run_time_length() -> None:
     outputs keep the sequence length as a symbol."""
     from cuvil.frontends.onnx import convert_model
 
-    graph = convert_model(_combined(list(GRID)))
+    graph = convert_model(_combined(GRID))
     loops = [n for n in graph.nodes if n.op == "loop"]
     directions = sum(2 if attrs.get("direction") == "bidirectional" else 1 for _, attrs, _ in GRID.values())
     assert len(loops) == directions
@@ -306,16 +321,15 @@ def test_unrolling_stops_at_the_threshold() -> None:
 @pytest.mark.parametrize("target", ["ref", pytest.param("native", marks=pytest.mark.slow)])
 def test_symbolic_length_matches_onnxruntime_at_two_lengths(target: str, tmp_path: Any) -> None:
     """One compiled model of every case, run at two run-time lengths."""
-    cases = list(GRID)
-    m = cuvil.compile(_combined(cases), target, cache_dir=str(tmp_path))
-    _assert_matches_onnxruntime(m, cases)
+    m = cuvil.compile(_combined(GRID), target, cache_dir=str(tmp_path))
+    _assert_matches_onnxruntime(m, GRID)
 
 
 @pytest.mark.slow
 def test_symbolic_length_on_wasm32(wasm_cache: str) -> None:
     pytest.importorskip("wasmtime")
     pytest.importorskip("ziglang")
-    cases = ["lstm-bidirectional-lens-initial"]
+    cases = {k: GRID[k] for k in ["lstm-bidirectional-lens-initial"]}
     m = cuvil.compile(_combined(cases), "wasm32", cache_dir=wasm_cache)
     _assert_matches_onnxruntime(m, cases)
 

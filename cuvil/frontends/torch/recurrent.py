@@ -60,27 +60,27 @@ def _ops() -> Any:
         out = input.new_empty((batch, seq, nd * hidden) if batch_first else (seq, batch, nd * hidden))
         return (out, *(input.new_empty((nd * num_layers, batch, hidden)) for _ in range(n)))
 
-    @torch.library.custom_op("cuvil::lstm", mutates_args=(), schema=_schema(3))  # type: ignore[misc]
+    @torch.library.custom_op("cuvil::lstm", mutates_args=(), schema=_schema(3))
     def lstm(input: Tensor, hx: list[Tensor], params: list[Tensor], has_biases: bool, num_layers: int,
              dropout: float, train: bool, bidirectional: bool, batch_first: bool) -> tuple[Tensor, Tensor, Tensor]:
         hc = states(input, hx, params, num_layers, bidirectional, batch_first, 2)
         y, h, c = torch.lstm(input, hc, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
         return y.clone(), h.clone(), c.clone()
 
-    @lstm.register_fake  # type: ignore[misc]
+    @lstm.register_fake
     def _(input: Tensor, hx: list[Tensor], params: list[Tensor], has_biases: bool, num_layers: int, dropout: float,
           train: bool, bidirectional: bool, batch_first: bool) -> tuple[Tensor, ...]:
         return fake(input, params, num_layers, bidirectional, batch_first, 2)
 
     def single(name: str, fn: Any) -> None:
-        @torch.library.custom_op(f"cuvil::{name}", mutates_args=(), schema=_schema(2))  # type: ignore[misc]
+        @torch.library.custom_op(f"cuvil::{name}", mutates_args=(), schema=_schema(2))
         def op(input: Tensor, hx: list[Tensor], params: list[Tensor], has_biases: bool, num_layers: int,
                dropout: float, train: bool, bidirectional: bool, batch_first: bool) -> tuple[Tensor, Tensor]:
             (h0,) = states(input, hx, params, num_layers, bidirectional, batch_first, 1)
             y, h = fn(input, h0, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
             return y.clone(), h.clone()
 
-        @op.register_fake  # type: ignore[misc]
+        @op.register_fake
         def _(input: Tensor, hx: list[Tensor], params: list[Tensor], has_biases: bool, num_layers: int,
               dropout: float, train: bool, bidirectional: bool, batch_first: bool) -> tuple[Tensor, ...]:
             return fake(input, params, num_layers, bidirectional, batch_first, 1)
@@ -91,18 +91,18 @@ def _ops() -> Any:
     return torch.ops.cuvil
 
 
-def _call(m: Any, name: str, input: Any, hx: Any, n: int) -> tuple[Any, Any]:
+def _call(m: Any, name: str, x: Any, hx: Any, n: int) -> tuple[Any, Any]:
     """Torch's own argument handling (unbatched input, no initial state), then Cuvil's op."""
-    batched = input.dim() == 3
+    batched = x.dim() == 3
     time_batch = 0 if m.batch_first else 1
     states: list[Any] = []
     if hx is not None:
         states = list(hx) if n == 2 else [hx]
     if not batched:
-        input = input.unsqueeze(time_batch)
+        x = x.unsqueeze(time_batch)
         states = [s.unsqueeze(1) for s in states]
     weights = [getattr(m, w) for w in m._flat_weights_names]
-    outs = getattr(_ops(), name)(input, states, weights, m.bias, m.num_layers, float(m.dropout), m.training,
+    outs = getattr(_ops(), name)(x, states, weights, m.bias, m.num_layers, float(m.dropout), m.training,
                                  m.bidirectional, m.batch_first)
     y, rest = outs[0], list(outs[1:])
     if not batched:
@@ -148,7 +148,7 @@ def recurrent_ops(model: Any) -> Iterator[None]:
             for base, fwd in forwards:
                 if isinstance(m, base) and type(m).forward is base.forward and "forward" not in vars(m):
                     _ops()
-                    m.forward = types.MethodType(fwd, m)
+                    m.forward = types.MethodType(fwd, m)  # type: ignore[method-assign]
                     swapped.append(m)
     try:
         yield
