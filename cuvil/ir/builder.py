@@ -21,6 +21,11 @@ class Builder:
         self._symbols_from = symbols_from or self.graph
         self._count = 0
 
+    def nested(self, graph: Graph) -> Builder:
+        """A builder for ``graph``, a region of this builder's graph: its nodes are typed with the
+        symbols of the graph this builder takes them from."""
+        return Builder(graph, symbols_from=self._symbols_from)
+
     def fresh_name(self, hint: str = "t") -> str:
         self._count += 1
         return f"{hint}{self._count}"

@@ -6,16 +6,19 @@ interpreter runs them through ``RefCtx.run_region``.
 ``loop`` follows ONNX ``Loop``: inputs ``(max_trip_count?, cond?, carried*)``;
 its body maps ``(iteration, cond, carried...)`` to ``(cond, carried..., scanned...)``.
 Outputs are the final carried values, then each scanned value stacked along a
-new leading axis.
+new leading axis.  That axis has the trip count's size when the loop has no
+condition and the trip count is a constant, or a size computed from shapes
+(``shape(x)[0]``: the recurrent layers' loop over a run-time sequence length).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from cuvil.ir.assumptions import bounds
 from cuvil.ir.dtypes import DType
 from cuvil.ir.graph import Graph
-from cuvil.ir.symbolic import UNKNOWN, Dim
+from cuvil.ir.symbolic import UNKNOWN, Dim, is_unknown
 from cuvil.ir.types import TensorType
 from cuvil.limits import RunLimitError
 from cuvil.limits import current as current_limits
@@ -95,9 +98,23 @@ def _loop_infer(ctx: InferCtx) -> list[TensorType]:
     m = ctx.const(0)
     if m is not None and not ctx.has(1):
         trips = max(int(np.asarray(m).reshape(-1)[0]), 0)
+    elif ctx.has(0) and not ctx.has(1):
+        trips = _symbolic_trips(ctx)
     for v in body.outputs[1 + n_carried :]:
         out.append(TensorType(v.type.dtype, (trips, *v.type.shape)))
     return out
+
+
+def _symbolic_trips(ctx: InferCtx) -> Dim:
+    """The iteration count of a loop without a condition whose trip count is a size computed from
+    shapes (``shape(x)[0]``): that size, where it cannot be negative; unknown otherwise."""
+    sv = ctx.sym_value(0)
+    if sv is None or len(sv) != 1 or is_unknown(sv[0]):
+        return UNKNOWN
+    n = sv[0]
+    if isinstance(n, int):
+        return max(n, 0)
+    return n if bounds(n, ctx.symbols)[0] >= 0 else UNKNOWN
 
 
 def _loop_ref(ctx: RefCtx) -> list[np.ndarray]:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cuvil.errors import CuvilError, ModelError
+from cuvil.frontends.torch.recurrent import recurrent_ops
 from cuvil.ir.spec import TensorSpec
 from cuvil.ir.symbolic import DimExpr, evaluate
 from cuvil.ir.types import SymbolInfo
@@ -82,7 +83,8 @@ def export_model(model: Any, input_spec: Any, dynamic_shapes: Any = None,
         dynamic_shapes = spec_shapes
     t0 = time.perf_counter()
     try:
-        program = torch.export.export(model, tuple(args), kwargs, dynamic_shapes=dynamic_shapes, strict=False)
+        with recurrent_ops(model):  # nn.LSTM / GRU / RNN as ops whose sequence length may be dynamic
+            program = torch.export.export(model, tuple(args), kwargs, dynamic_shapes=dynamic_shapes, strict=False)
     except CuvilError:
         raise
     except Exception as exc:
@@ -115,8 +117,11 @@ def _decompose(program: Any, input_dims: list[dict[int, Any]], seconds: dict[str
 # reshapes hide the product from the fusion passes (bias, activation and residual epilogues,
 # attention).  Kept, they convert to Cuvil's own matmul, the ONNX MatMul's semantics.
 # scaled_dot_product_attention converts to Cuvil's attention op, with the semantics of torch's
-# decomposition of it (the scale split over Q and K, fully masked rows giving zeros).
-_KEPT_WHOLE = ("linear", "matmul", "scaled_dot_product_attention")
+# decomposition of it (the scale split over Q and K, fully masked rows giving zeros).  The
+# recurrent layers convert to Cuvil's recurrence (a loop over the sequence when it is long or
+# dynamic: cuvil/frontends/recurrent.py) rather than to torch's unrolling of their steps.
+_KEPT_WHOLE = ("linear", "matmul", "scaled_dot_product_attention", "lstm.input", "gru.input", "rnn_tanh.input",
+               "rnn_relu.input")
 
 
 def _decomposition_table() -> Any:
@@ -124,7 +129,8 @@ def _decomposition_table() -> Any:
 
     table: Any = torch.export.default_decompositions()
     for name in _KEPT_WHOLE:
-        op = getattr(torch.ops.aten, name).default
+        packet, _, overload = name.partition(".")
+        op = getattr(getattr(torch.ops.aten, packet), overload or "default")
         if op in table:
             del table[op]
     return table
