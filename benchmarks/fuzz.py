@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="one small campaign")
     args = ap.parse_args(argv)
     if args.quick:
-        args.count, args.native, args.minutes = 30, 2, 0.0
+        args.count, args.native, args.minutes = 20, 1, 0.0
     end = time.monotonic() + args.minutes * 60
     seed, totals, found = args.seed, {}, 0
     with tempfile.TemporaryDirectory() as tmp:
