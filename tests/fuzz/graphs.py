@@ -31,6 +31,7 @@ from cuvil.ir.symbolic import sym
 from cuvil.ir.types import SymbolInfo, TensorType
 from cuvil.metrics import compare
 from cuvil.ops.registry import REQUIRED, all_ops
+from cuvil.passes import default_pipeline
 
 EXCLUDED_TRAITS = frozenset({"control_flow", "nondeterministic", "storage_types"})
 # ops whose operands are integer codes or indices that random floats cannot stand for, or whose output size
@@ -125,7 +126,9 @@ def disagreements(gen: Generated, targets: Sequence[str], cache_dir: Path) -> li
     found = []
     for target in targets:
         try:
-            got = cuvil.compile(gen.graph, target=target, cache_dir=str(cache_dir))(*args)
+            # the arena poisoned, so that a kernel reading memory it never wrote shows
+            passes = default_pipeline(target).replace("plan-memory", "plan-memory{poison=true}")
+            got = cuvil.compile(gen.graph, target=target, passes=passes, cache_dir=str(cache_dir))(*args)
         except CuvilError as exc:
             found.append(f"{target}: {type(exc).__name__}: {' '.join(str(exc).split())[:400]}")
             continue

@@ -44,3 +44,48 @@ def test_a_malformed_file_is_a_clean_error_through_the_command_line(tmp_path: Pa
     (tmp_path / "garbage.onnx").write_bytes(b"\x08\x01garbage")
     (outcome,) = run_folder("inspect", tmp_path, seconds_per_case=20)
     assert outcome.label == "clean" and outcome.detail.startswith("cuvil: error:"), outcome
+
+
+@pytest.mark.parametrize("first,count,targets", [(0, 4, ("generic", "native")), (100, 1, ("wasm32",))],
+                         ids=["c", "wasm32"])
+def test_random_registry_graphs_agree_with_the_reference(first: int, count: int, targets: tuple[str, ...],
+                                                         tmp_path: Path) -> None:
+    from cuvil.verify.runner import target_unavailable
+    from tests.fuzz.graphs import disagreements, generate
+
+    for t in targets:
+        if target_unavailable(t) is not None:
+            pytest.skip(f"{t}: {target_unavailable(t)}")
+    found = []
+    for seed in range(first, first + count):
+        gen = generate(seed)
+        assert sum(n.op != "constant" for n in gen.graph.nodes) >= 2
+        found += [f"graph {seed}: {d}" for d in disagreements(gen, targets, tmp_path / "cache")]
+    assert not found, "\n".join(found)
+
+
+_SANITIZED_GRAPHS = """
+import sys
+from pathlib import Path
+import numpy as np
+import cuvil
+from tests.fuzz.graphs import generate, inputs_for
+from cuvil.errors import InputError
+for seed in range(int(sys.argv[1]), int(sys.argv[2])):
+    gen = generate(seed)
+    m = cuvil.compile(gen.graph, "native", sanitize=True, cache_dir=sys.argv[3])
+    for batch in (3, 2, 1):
+        try:
+            with np.errstate(all="ignore"):
+                m(*inputs_for(gen, batch))
+            break
+        except InputError:
+            continue
+print("clean")
+"""
+
+
+def test_random_registry_graphs_are_clean_under_asan_and_ubsan(tmp_path: Path) -> None:
+    from tests.support.sanitizers import assert_clean_under_sanitizers
+
+    assert_clean_under_sanitizers(_SANITIZED_GRAPHS, "200", "203", str(tmp_path / "cache"))
