@@ -22,10 +22,11 @@ pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
 
 
-def run_script(name: str, *args: str) -> None:
+def run_script(name: str, *args: str) -> str:
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / name), *args], capture_output=True, text=True,
                           timeout=240, cwd=ROOT)
     assert proc.returncode == 0, f"{name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout
 
 
 def test_zoo_quick(tmp_path: Path) -> None:
@@ -99,3 +100,9 @@ def test_zoo_quick_from_torch_export(tmp_path: Path) -> None:
     t = row["timings"]["cuvil"]
     assert t["error"] is None and 0 < t["median_ms"] <= t["p90_ms"]
     assert t["rel_l2"] <= 1e-5, f"relative L2 {t['rel_l2']} against onnxruntime"
+
+
+@pytest.mark.slow
+def test_fuzz_quick(tmp_path: Path) -> None:
+    out = run_script("fuzz.py", "--quick", "--out", str(tmp_path / "findings"))
+    assert '"compile-ref"' in out and "0 bad outcome(s)" in out, out

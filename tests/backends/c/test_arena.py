@@ -132,3 +132,21 @@ def test_memory_figures_come_from_the_plan(tmp_path: Path) -> None:
     unplanned = memory_figures(graph("symbolic"), {"batch": 4})  # no plan: no arena figures
     assert unplanned["arena_bytes"] is None and unplanned["fragmentation"] is None
 
+
+
+def test_hardmax_writes_every_element_of_arena_memory(tmp_path: Path) -> None:
+    # hardmax's output in the poisoned arena: the zeros are written, not left to whatever the memory held
+    g = parse_graph("""graph main(%x: f32[n, 4]) {
+  symbol n in 1..4
+  %h = hardmax(%x) : f32[n, 4]
+  %r = reciprocal(%h) : f32[n, 4]
+  %y = neg(%r) : f32[n, 4]
+  return %y
+}
+""")
+    x = np.random.default_rng(2).standard_normal((3, 4)).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        (want,) = cuvil.compile(g, "ref")(x)
+    for target in ("generic", "native"):
+        (got,) = build(g, tmp_path, POISON, target)(x)
+        assert np.array_equal(got, want), (target, got, want)

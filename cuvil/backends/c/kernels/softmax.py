@@ -149,11 +149,13 @@ def _hardmax(k: KernelCtx) -> None:
     dt = x.dtype
     c = "double" if dt is DType.f64 else "float"
     v, _ = _view(k)
-    one = ct.convert(dt, "1")
-    # The first maximum wins; NaN counts as the maximum (NumPy's argmax).
+    one, zero = ct.convert(dt, "1"), ct.convert(dt, "0")
+    # The first maximum wins; NaN counts as the maximum (NumPy's argmax).  Every element is written: the
+    # output may sit in arena memory another value used before.
     with w.block(f"for (int64_t o = 0; o < {v.outer}; o++)"), w.block(f"for (int64_t j = 0; j < {v.inner}; j++)"):
         w.line(f"if ({v.n} == 0) continue;")
         w.line(f"const int64_t base = o * {v.n} * {v.inner} + j;")
+        w.line(f"for (int64_t i = 0; i < {v.n}; i++) {y.ptr}[base + i * {v.inner}] = {zero};")
         w.line(f"{c} best = {x.load('base')}; int64_t bi = 0;")
         with w.block(f"for (int64_t i = 1; i < {v.n} && best == best; i++)"):
             w.line(f"const {c} t = {x.load(f'base + i * {v.inner}')};")
