@@ -117,8 +117,8 @@ def compile(  # noqa: A001  (the library's main verb)
                                   {k: constraint_info(k, c) for k, c in (dims or {}).items()})
             graph, kind, digest = imported.graph, imported.kind, imported.sha256
         elif opts.input_spec is not None or opts.dynamic_shapes is not None:
-            raise CuvilError("input_spec and dynamic_shapes apply to PyTorch and TorchScript models; constrain the "
-                             "symbolic dims of other models with dims=")
+            raise CuvilError("input_spec and dynamic_shapes apply to PyTorch models (TorchScript ones among them); "
+                             "constrain the symbolic dims of other models with dims=")
         else:
             graph = import_model(model, dims)
             kind, digest = source_digest(model, graph)

@@ -174,10 +174,31 @@ def _signature(program: Any) -> tuple[list[str], list[str]]:
     n = len(outs)
     tree = pytree.tree_unflatten(list(range(n)), program.call_spec.out_spec)
     paths: list[Any] = [()] * n
-    for path, leaf in pytree.tree_flatten_with_path(tree)[0]:
+    try:
+        flat = pytree.tree_flatten_with_path(tree)[0]
+    except ValueError:  # a type registered without key paths (transformers' ModelOutput): walk it as a mapping
+        flat = list(_key_paths(tree, ()))
+    for path, leaf in flat:
         paths[leaf] = path
     inputs = [s.arg.name for s in program.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
     return inputs, output_names(paths)
+
+
+def _key_paths(tree: Any, prefix: tuple[Any, ...]) -> Any:
+    """``(path, leaf)`` of each leaf of a tree of mappings and sequences (other nodes by pytree's order)."""
+    import torch.utils._pytree as pytree
+
+    if isinstance(tree, Mapping):
+        items: Any = ((pytree.MappingKey(k), v) for k, v in tree.items())
+    elif isinstance(tree, list | tuple):
+        items = ((pytree.SequenceKey(i), v) for i, v in enumerate(tree))
+    elif isinstance(tree, int):
+        yield prefix, tree
+        return
+    else:
+        items = ((pytree.SequenceKey(i), v) for i, v in enumerate(pytree.tree_leaves(tree)))
+    for key, sub in items:
+        yield from _key_paths(sub, (*prefix, key))
 
 
 def output_names(paths: Sequence[Any]) -> list[str]:

@@ -15,8 +15,6 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-import torch.nn.functional as F  # noqa: E402
-import torch.utils._pytree as pytree  # noqa: E402
 from torch import nn  # noqa: E402
 
 import cuvil  # noqa: E402
@@ -92,7 +90,7 @@ class EveryForm(nn.Module):
 
     def forward(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, d: torch.Tensor) -> tuple[Any, ...]:
         out = []
-        for name, (shape, view, _, _) in FORMS.items():
+        for shape, view, _, _ in FORMS.values():
             src = {(4, 6): a, (2, 3, 4): b, (10,): c, (6, 6): d}[shape]
             out.append(view(src + 0))
         return tuple(out)
@@ -131,10 +129,9 @@ def _line_of(fragment: str) -> int:
 
 def test_symbolic_as_strided_is_refused_with_its_source_line() -> None:
     spec = [cuvil.TensorSpec(("batch", 6))]
-    with pytest.raises(UnsupportedOpError, match="symbolic sizes, strides") as info:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            cuvil.compile(SymbolicView().eval(), input_spec=spec)
+    with pytest.raises(UnsupportedOpError, match="symbolic sizes, strides") as info, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cuvil.compile(SymbolicView().eval(), input_spec=spec)
     assert f"test_as_strided.py:{_line_of('the line the refusal names')}" in str(info.value)
 
 
@@ -183,12 +180,14 @@ def test_tiny_swin_matches_eager(target: str) -> None:
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     config = transformers.SwinConfig(image_size=32, patch_size=4, num_channels=3, embed_dim=16, depths=[1, 1],
-                                     num_heads=[2, 2], window_size=4, return_dict=False)
+                                     num_heads=[2, 2], window_size=4)
     model = transformers.SwinModel(config).eval()
     x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(2))
     m = _compile(model, (x,), target)
+    # a ModelOutput, which pytree flattens without key paths: its outputs keep the fields' names
+    assert m.output_names == ["last_hidden_state", "pooler_output"]
     with torch.no_grad():
-        want = [t.numpy() for t in pytree.tree_leaves(model(x))]
+        want = [t.numpy() for t in model(x).to_tuple()]
     got = m(x.numpy())
     assert len(got) == len(want) == 2
     for g, w in zip(got, want):

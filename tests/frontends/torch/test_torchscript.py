@@ -107,7 +107,7 @@ def test_zoo_torchscript_matches_eager_native(name: str, kind: str, tmp_path: Pa
 
 
 def test_scripted_module_takes_the_exported_program_route(caplog: pytest.LogCaptureFixture) -> None:
-    model, args = zoo.mlp()
+    model, _ = zoo.mlp()
     with caplog.at_level(logging.INFO, logger=ROUTE_LOGGER):
         m = compile_quietly(torch.jit.script(model), input_spec=[cuvil.TensorSpec(("batch", 3, 16))])
     routes = [r.getMessage() for r in caplog.records if "TorchScript model" in r.getMessage()]
@@ -193,9 +193,8 @@ class SqueezeMiddleLoop(nn.Module):
         self.lin = nn.Linear(8, 8)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() == 3:
-            if x.size(1) == 1:
-                x = x.squeeze(1)
+        if x.dim() == 3 and x.size(1) == 1:
+            x = x.squeeze(1)
         y = x
         for _ in range(x.size(0)):
             y = torch.tanh(self.lin(y))
@@ -238,12 +237,12 @@ def test_file_written_by_torch_save_is_refused(tmp_path: Path) -> None:
     model, args = zoo.mlp()
     path = tmp_path / "pickled.pt"
     torch.save(model, str(path))
-    with pytest.raises(ModelError, match="written by torch.save") as info:
+    with pytest.raises(ModelError, match=r"written by torch\.save") as info:
         cuvil.compile(path, input_spec=list(args))
     assert str(path) in _one_line(info.value)
     state = tmp_path / "weights.pth"
     torch.save(model.state_dict(), str(state))
-    with pytest.raises(ModelError, match="not torch.jit.save"):
+    with pytest.raises(ModelError, match=r"not torch\.jit\.save"):
         cuvil.compile(str(state), input_spec=list(args))
 
 
