@@ -11,8 +11,10 @@ that succeeds; which one, and why the first failed, is logged at INFO:
    ranges mean what they mean for an ``nn.Module``) and converted like any exported
    program.  Control flow that only the inputs' ranks decide (``if x.dim() == 3``) is
    specialised to the branch the examples take, which is the branch every input of the
-   same ranks takes; a condition on a dim that the export makes symbolic is refused by
-   torch.export, and the model goes the second way.
+   same ranks takes; a condition on a dynamic dim is decided under torch.export's
+   assumptions about dynamic dims, as for an ``nn.Module``.  A model that fixes a dim the
+   input spec calls dynamic is refused with torch.export's explanation: the ONNX exporter
+   would not notice, and the result would be wrong for other sizes.
 2. torch's TorchScript ONNX exporter (``torch.onnx.export(..., dynamo=False)``, opset
    17) writes an ONNX model that Cuvil's ONNX front end imports: scripted loops become
    ``Loop`` nodes, conditions ``If`` nodes (folded at import where the types decide
@@ -73,6 +75,10 @@ def load_torchscript(model: Any, input_spec: Any = None, dynamic_shapes: Any = N
     except Exception as exc:
         if isinstance(exc, CuvilError) and not isinstance(exc, ModelError | UnsupportedOpError):
             raise  # the user's error (a bad dims= entry ...): the other route would refuse it too
+        if _violates_dims(exc):
+            # the model fixes a dim the spec calls dynamic; the ONNX exporter would not notice, and the
+            # compiled model would be wrong (or fail) for other sizes
+            raise
         first = _summary(exc)
         log.info("TorchScript model %r: the TorchScript-to-ExportedProgram route failed (%s); converting through "
                  "torch's TorchScript ONNX exporter (opset %d)", name, first, ONNX_OPSET)
@@ -91,6 +97,13 @@ def load_torchscript(model: Any, input_spec: Any = None, dynamic_shapes: Any = N
     if digest is not None:
         imported.sha256 = digest
     return imported
+
+
+def _violates_dims(exc: BaseException) -> bool:
+    """Whether torch.export refused the user's dynamic dims (the model specialises them)."""
+    cause = exc.__cause__
+    return isinstance(exc, ModelError) and cause is not None and (
+        type(cause).__name__ == "ConstraintViolationError" or "Constraints violated" in str(cause))
 
 
 def load_file(path: str | os.PathLike[str]) -> Any:

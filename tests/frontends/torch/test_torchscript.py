@@ -263,6 +263,19 @@ def test_torchscript_needs_a_positional_input_spec(tmp_path: Path) -> None:
         cuvil.compile(ts, input_spec={"input": args[0]})
 
 
+class FixedRows(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(3, 4) * 2.0
+
+
+def test_dim_the_model_fixes_is_refused_not_exported_to_onnx(caplog: pytest.LogCaptureFixture) -> None:
+    """The ONNX exporter would take the dynamic batch and give a model that fails for other sizes."""
+    ts = torch.jit.script(FixedRows().eval())
+    with caplog.at_level(logging.INFO, logger=ROUTE_LOGGER), pytest.raises(ModelError, match="Constraints violated"):
+        compile_quietly(ts, input_spec=[torch.ones(3, 4)], dynamic_shapes=({0: torch.export.Dim("b")},))
+    assert not any("ONNX" in r.getMessage() for r in caplog.records)
+
+
 def test_training_mode_torchscript_is_refused() -> None:
     model, args = zoo.mlp()
     ts = torch.jit.script(model.train())

@@ -46,14 +46,14 @@ def _as_strided(ctx: TorchCtx) -> Value:
     offset = ctx.arg(3, "storage_offset", None)
     val = ctx.meta(x_node)
     given = [*size, *stride, *([] if offset is None else [offset])]
-    if not all(isinstance(v, int) for v in given) or not all(isinstance(d, int) for d in x.type.shape):
+    shape = [d for d in x.type.shape if isinstance(d, int)]
+    if not all(isinstance(v, int) for v in given) or len(shape) != x.type.rank:
         raise ctx.unsupported("symbolic sizes, strides or storage offset: the view would depend on run-time "
                               f"extents (input {list(val.shape)}, size {size}, stride {stride})")
     if len(size) != len(stride):
         raise ctx.fail(f"size {size} and stride {stride} have different lengths")
     if any(s < 0 for s in stride) or any(n < 0 for n in size):
         raise ctx.fail(f"negative sizes or strides ({size}, {stride})")
-    shape = [int(d) for d in x.type.shape]
     order = storage_order(shape, [int(s) for s in val.stride()])
     base_offset = int(val.storage_offset())
     if order is None or base_offset != 0:
