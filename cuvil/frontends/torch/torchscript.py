@@ -148,9 +148,17 @@ def _via_export(model: Any, args: Sequence[Any], input_spec: Any, dynamic_shapes
                 dims: Mapping[str, SymbolInfo] | None, name: str) -> TorchImport:
     from torch._export.converter import TS2EPConverter
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the converter's notes on unused state-dict entries
-        program = TS2EPConverter(model, tuple(args)).convert()
+    # The converter traces with Dim.AUTO on every dim and warns, through torch's logger, of each dim
+    # the examples hold at 1; the export below uses the user's dims, so those notes are not theirs.
+    auto_notes = logging.getLogger("torch._export.non_strict_utils")
+    level = auto_notes.level
+    auto_notes.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the converter's notes on unused state-dict entries
+            program = TS2EPConverter(model, tuple(args)).convert()
+    finally:
+        auto_notes.setLevel(level)
     # torch marks the program's module as training: its dropout and batch-norm nodes are fixed already
     exported = export_model(program.module(), input_spec, dynamic_shapes, dims, check_mode=False)
     imported = convert_exported(exported, name, dims)
