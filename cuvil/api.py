@@ -82,8 +82,10 @@ def compile(  # noqa: A001  (the library's main verb)
     options: CompileOptions | None = None,
     **overrides: Any,
 ) -> CompiledModel:
-    """Compile a model for ``target``: an ONNX path, bytes or ModelProto, a Cuvil Graph, or a PyTorch
-    ``nn.Module`` (in eval mode) or ``ExportedProgram``.
+    """Compile a model for ``target``: an ONNX path, bytes or ModelProto, a Cuvil Graph, a PyTorch
+    ``nn.Module`` (in eval mode) or ``ExportedProgram``, or a TorchScript model: a scripted or traced
+    module or function, or the path of a ``.pt``/``.pth`` file ``torch.jit.save`` wrote (PyTorch and
+    TorchScript models take ``input_spec=``).
 
     ``target`` is a registered backend's name (``cuvil.backends.registry.backend_names()``: ref,
     generic, x86_avx2, x86_avx512, native, wasm32).  ``options`` is a :class:`cuvil.CompileOptions`
@@ -108,15 +110,15 @@ def compile(  # noqa: A001  (the library's main verb)
              else [])
     dims = opts.dims
     with stage(_log, "import", times):
-        if _is_torch_model(model):
+        if _is_torch_model(model) or _is_torch_file(model):
             from cuvil.frontends.torch import load_torch
 
             imported = load_torch(model, opts.input_spec, opts.dynamic_shapes,
                                   {k: constraint_info(k, c) for k, c in (dims or {}).items()})
-            graph, kind, digest = imported.graph, "pytorch module", imported.sha256
+            graph, kind, digest = imported.graph, imported.kind, imported.sha256
         elif opts.input_spec is not None or opts.dynamic_shapes is not None:
-            raise CuvilError("input_spec and dynamic_shapes apply to PyTorch models; constrain the symbolic "
-                             "dims of other models with dims=")
+            raise CuvilError("input_spec and dynamic_shapes apply to PyTorch models (TorchScript ones among them); "
+                             "constrain the symbolic dims of other models with dims=")
         else:
             graph = import_model(model, dims)
             kind, digest = source_digest(model, graph)
@@ -243,6 +245,13 @@ def _is_torch_model(model: Any) -> bool:
     from cuvil.frontends.torch.export import is_torch_model
 
     return is_torch_model(model)
+
+
+def _is_torch_file(model: Any) -> bool:
+    # a path to a zip archive or a .pt/.pth file: read by the torch front end (a TorchScript archive or refused)
+    from cuvil.frontends.torch_file import is_torch_file
+
+    return is_torch_file(model)
 
 
 def _log_plan(graph: Graph, backend: Backend, signature: Signature) -> None:

@@ -301,8 +301,15 @@ def _precision_options(args: argparse.Namespace) -> dict[str, Any]:
             "allow_overflow": args.allow_overflow}
 
 
+def _input_spec(values: Sequence[str] | None) -> dict[str, Any]:
+    """``--input-spec`` values (a TorchScript model's inputs, in order) as cuvil.compile's ``input_spec=``."""
+    from cuvil.ir.spec import parse_spec
+
+    return {"input_spec": [parse_spec(t) for t in values]} if values else {}
+
+
 def _cmd_compile(args: argparse.Namespace) -> int:
-    m = _compile(args.model, args.target, args.dim, **_quant_options(args))
+    m = _compile(args.model, args.target, args.dim, **_quant_options(args), **_input_spec(args.input_spec))
     print(f"compiled {args.model} for {m.target} {_compiled(m)}")
     _describe(m)
     if args.output:
@@ -326,12 +333,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         if args.dim:
             raise CuvilError("--dim applies when compiling a model; a saved artifact keeps the dims it was compiled with")
+        if args.input_spec:
+            raise CuvilError("--input-spec applies when compiling a model; a saved artifact keeps its inputs")
         m = load(args.model)
         if args.target is not None and args.target != m.target:
             raise CuvilError(f"{args.model} was compiled for target {m.target!r}, not {args.target!r}")
         how = f"loaded {args.model} ({m.target}) in {time.perf_counter() - t0:.3f} s"
     else:
-        m = _compile(args.model, args.target or "ref", args.dim)
+        m = _compile(args.model, args.target or "ref", args.dim, **_input_spec(args.input_spec))
         how = f"compiled {args.model} for {m.target} {_compiled(m)}"
     for name in m.output_names if args.output else ():  # an .npz is a zip: a member's name (NAME.npy) fits 16 bits
         if len(name.encode("utf-8", errors="surrogatepass")) + 4 > 0xFFFF:
@@ -473,11 +482,14 @@ def build_parser() -> argparse.ArgumentParser:
     built = [b.name for b in backends() if b.builds]  # what `compile -o` can save
 
     dim_help = "constrain a symbolic dim: NAME=LO:HI, NAME=N or NAME=%%N (a multiple), combined with commas"
+    spec_help = ("a TorchScript model's input, once per input in order: dims separated by commas (ints or symbol "
+                 "names), then the element type: 1,3,224,224 or batch,128:int64 (default float32)")
     cc = sub.add_parser("compile", help="compile a model, and save it as an artifact folder (-o)",
                         epilog="environment: CC is the C compiler, CUVIL_CACHE_DIR the build cache folder")
-    cc.add_argument("model", help="an ONNX model file")
+    cc.add_argument("model", help="an ONNX model file, or a TorchScript file (.pt/.pth from torch.jit.save)")
     cc.add_argument("--target", "-t", default="native", help=f"one of {', '.join(built)} (default native)")
     cc.add_argument("--dim", action="append", metavar="NAME=SPEC", help=dim_help)
+    cc.add_argument("--input-spec", action="append", metavar="SHAPE[:DTYPE]", help=spec_help)
     cc.add_argument("--output", "-o", metavar="DIR", help="save the compiled model to this folder")
     cc.add_argument("--quantize", choices=["int8"], help="post-training quantization (needs --calibration)")
     cc.add_argument("--calibration", metavar="DIR",
@@ -507,9 +519,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="run a saved artifact, or compile a model and run it, once",
                        epilog="environment: CC is the C compiler, CUVIL_CACHE_DIR the build cache folder")
-    r.add_argument("model", help="an artifact folder (from `cuvil compile -o`) or an ONNX model file")
+    r.add_argument("model", help="an artifact folder (from `cuvil compile -o`), an ONNX model file or a TorchScript "
+                                 "file")
     r.add_argument("--target", "-t", help="for a model file: the target (default ref); for an artifact: must match it")
     r.add_argument("--dim", action="append", metavar="NAME=SPEC", help="for a model file: " + dim_help)
+    r.add_argument("--input-spec", action="append", metavar="SHAPE[:DTYPE]", help=spec_help)
     src = r.add_mutually_exclusive_group()
     src.add_argument("--inputs", help=".npz file with one array per input name")
     src.add_argument("--random", action="store_true", help="seeded random inputs (the default)")

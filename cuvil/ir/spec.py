@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from cuvil.errors import CuvilError
 from cuvil.ir.dtypes import DType
 from cuvil.ir.symbolic import Dim, DimExpr, format_dim, parse_dim
 from cuvil.ir.types import TensorType
@@ -95,3 +96,20 @@ def _spec_dtype(d: object) -> DType:
         return DType.from_np(np.dtype(d))  # type: ignore[call-overload]
     except TypeError:
         raise TypeError(f"TensorSpec: unknown element type {d!r}") from None
+
+
+def parse_spec(text: str) -> TensorSpec:
+    """An input's spec as the command line writes it: ``SHAPE[:DTYPE]``, the dims separated by commas
+    (ints, symbol names or expressions such as ``32*h``; none for a scalar), then an element type
+    (default float32): ``1,3,224,224``, ``batch,3,32*h,32*w``, ``batch,128:int64``.  Malformed text is
+    a CuvilError naming it."""
+    shape_text, _, dtype = text.strip().partition(":")
+    dims = [d.strip() for d in shape_text.split(",")] if shape_text.strip() else []
+    try:
+        if any(not d for d in dims):
+            raise ValueError("a dim is empty")
+        shape = [int(d) if d.lstrip("-").isdigit() else d for d in dims]
+        return TensorSpec(shape, dtype.strip() or "float32")
+    except (TypeError, ValueError) as exc:
+        raise CuvilError(f"input spec {text!r}: {exc} (expected SHAPE[:DTYPE], e.g. 1,3,224,224 or "
+                         "batch,128:int64)") from None

@@ -141,7 +141,8 @@ class CompileInfo:
     """Where a compiled model came from and what compiling it took (saved in an artifact's meta.json)."""
 
     model_name: str | None = None  # the graph's name
-    source_kind: str | None = None  # "onnx file", "onnx bytes", "onnx model", "cuvil graph" or "pytorch module"
+    # "onnx file", "onnx bytes", "onnx model", "cuvil graph", "pytorch module", "torchscript module" or "torchscript file"
+    source_kind: str | None = None
     source_sha256: str | None = None  # of the model file's bytes, the serialized ModelProto, or the IR text
     seconds: float | None = None  # import + code generation + C build (or cache lookup)
     cached: bool | None = None  # the build came from the build cache (None: the target has no build)

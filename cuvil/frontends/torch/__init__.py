@@ -1,4 +1,5 @@
-"""The PyTorch front end: an ``nn.Module`` (or an ``ExportedProgram``) to Cuvil IR through torch.export.
+"""The PyTorch front end: an ``nn.Module`` (or an ``ExportedProgram``) to Cuvil IR through torch.export;
+TorchScript models (modules, functions, ``torch.jit.save`` files) through :mod:`.torchscript`.
 
 :func:`load_torch` exports the model (:mod:`.export`), names its symbolic
 dims after the user's ``torch.export.Dim`` objects with their ranges
@@ -13,9 +14,10 @@ import hashlib
 import importlib
 import logging
 import math
+import os
 import pkgutil
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,7 @@ import numpy as np
 
 from cuvil.errors import CuvilError, ModelError
 from cuvil.frontends.torch.converter import Converter, OpMapping, aten, supported_targets
-from cuvil.frontends.torch.export import Exported, check_eval_mode, export_model, is_torch_model
+from cuvil.frontends.torch.export import Exported, check_eval_mode, export_model, is_torch_model, is_torchscript
 from cuvil.frontends.torch.symbols import SymbolTable
 from cuvil.ir.graph import Graph
 from cuvil.ir.types import SymbolInfo
@@ -46,7 +48,9 @@ class TorchImport:
     ``program`` is the decomposed ExportedProgram the graph was converted from,
     ``value_sources`` maps the name of each value that is an FX node's result to that node's
     name, so a value of the graph (when it survives the passes) can be traced to its source, and
-    ``mappings`` is the converter's op-mapping table: one record per converted FX node."""
+    ``mappings`` is the converter's op-mapping table: one record per converted FX node.  ``kind``
+    says what was compiled (``cuvil.CompileInfo.source_kind``).  A TorchScript model converted
+    through torch's ONNX exporter has no program, sources or mappings."""
 
     graph: Graph
     sha256: str
@@ -54,21 +58,34 @@ class TorchImport:
     program: Any = None
     value_sources: dict[str, str] = field(default_factory=dict)
     mappings: tuple[OpMapping, ...] = ()
+    kind: str = "pytorch module"
 
 
 def load_torch(model: Any, input_spec: Any = None, dynamic_shapes: Any = None,
                dims: Mapping[str, SymbolInfo] | None = None) -> TorchImport:
-    """Export ``model`` and convert it; ``dims`` constrains symbols further (never beyond what torch allows)."""
+    """Export ``model`` and convert it; ``dims`` constrains symbols further (never beyond what torch allows).
+
+    A TorchScript model (a scripted or traced module or function, or the path of a file
+    ``torch.jit.save`` wrote) goes through :mod:`.torchscript`."""
     import cuvil.ops  # noqa: F401  (registers the op set)
 
+    if isinstance(model, str | os.PathLike) or is_torchscript(model):
+        from cuvil.frontends.torch.torchscript import load_torchscript
+
+        return load_torchscript(model, input_spec, dynamic_shapes, dims)
     exported = export_model(model, input_spec, dynamic_shapes, dims)
+    return convert_exported(exported, type(model).__name__, dims)
+
+
+def convert_exported(exported: Exported, name: str, dims: Mapping[str, SymbolInfo] | None = None) -> TorchImport:
+    """The Cuvil graph of an exported, decomposed program, named ``name``."""
     t0 = time.perf_counter()
     symbols = _symbols(exported)
     constants = _constants(exported.program)
     user_inputs, output_names = _signature(exported.program)
     converter = Converter(exported.program, symbols)
     graph = converter.convert(constants, user_inputs, output_names)
-    graph.name = type(model).__name__
+    graph.name = name
     if dims:
         refine_symbols(graph, dims)
     seconds = dict(exported.seconds, convert=time.perf_counter() - t0)
@@ -156,15 +173,41 @@ def _signature(program: Any) -> tuple[list[str], list[str]]:
                          "forward only computes outputs")
     n = len(outs)
     tree = pytree.tree_unflatten(list(range(n)), program.call_spec.out_spec)
-    names = [""] * n
-    for path, leaf in pytree.tree_flatten_with_path(tree)[0]:
-        names[leaf] = _path_name(path)
-    if n == 1 and names[0] in ("", "0"):
-        names = ["output"]
-    else:
-        names = [f"output_{x}" if x.replace("_", "").isdigit() or not x else x for x in names]
+    paths: list[Any] = [()] * n
+    try:
+        flat = pytree.tree_flatten_with_path(tree)[0]
+    except ValueError:  # a type registered without key paths (transformers' ModelOutput): walk it as a mapping
+        flat = list(_key_paths(tree, ()))
+    for path, leaf in flat:
+        paths[leaf] = path
     inputs = [s.arg.name for s in program.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
-    return inputs, names
+    return inputs, output_names(paths)
+
+
+def _key_paths(tree: Any, prefix: tuple[Any, ...]) -> Any:
+    """``(path, leaf)`` of each leaf of a tree of mappings and sequences (other nodes by pytree's order)."""
+    import torch.utils._pytree as pytree
+
+    if isinstance(tree, Mapping):
+        items: Any = ((pytree.MappingKey(k), v) for k, v in tree.items())
+    elif isinstance(tree, list | tuple):
+        items = ((pytree.SequenceKey(i), v) for i, v in enumerate(tree))
+    elif isinstance(tree, int):
+        yield prefix, tree
+        return
+    else:
+        items = ((pytree.SequenceKey(i), v) for i, v in enumerate(pytree.tree_leaves(tree)))
+    for key, sub in items:
+        yield from _key_paths(sub, (*prefix, key))
+
+
+def output_names(paths: Sequence[Any]) -> list[str]:
+    """A name for each output from its pytree path in the model's result: ``output`` for a lone tensor,
+    ``output_0`` ... for a tuple, the key for a dict."""
+    names = [_path_name(p) for p in paths]
+    if len(names) == 1 and names[0] in ("", "0"):
+        return ["output"]
+    return [f"output_{x}" if x.replace("_", "").isdigit() or not x else x for x in names]
 
 
 def _path_name(path: Any) -> str:
@@ -211,4 +254,5 @@ def refine_symbols(graph: Graph, dims: Mapping[str, SymbolInfo]) -> None:
     graph.share_symbols()
 
 
-__all__ = ["OpMapping", "TorchImport", "aten", "check_eval_mode", "is_torch_model", "load_torch", "supported_targets"]
+__all__ = ["OpMapping", "TorchImport", "aten", "check_eval_mode", "convert_exported", "is_torch_model", "is_torchscript",
+           "load_torch", "output_names", "refine_symbols", "supported_targets"]

@@ -110,7 +110,11 @@ def _trace_location(trace: str) -> str:
     for f, line in reversed(frames):
         if "/site-packages/" not in f and not f.startswith(_library_dirs()):
             return f"{f}:{line}"
-    return f"{frames[-1][0]}:{frames[-1][1]}" if frames else "<unknown location>"
+    cuvil_dir = _library_dirs()[1]
+    # else the innermost library frame (a package's model code), but never Cuvil's own: a node torch
+    # made while Cuvil exported the model (a graph module's run-time assertion) has no user source
+    outside = [(f, line) for f, line in frames if not f.startswith(cuvil_dir)]
+    return f"{outside[-1][0]}:{outside[-1][1]}" if outside else "<unknown location>"
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,8 @@ class Exported:
 
 
 def is_torch_model(model: object) -> bool:
-    """An ``nn.Module`` or an ``ExportedProgram`` (only when torch is loaded: otherwise it cannot be one)."""
+    """An ``nn.Module`` (a TorchScript module among them), a TorchScript function or an
+    ``ExportedProgram`` (only when torch is loaded: otherwise it cannot be one)."""
     import sys
 
     torch = sys.modules.get("torch")
@@ -49,7 +50,15 @@ def is_torch_model(model: object) -> bool:
         return False
     from torch.export import ExportedProgram
 
-    return isinstance(model, torch.nn.Module | ExportedProgram)
+    return isinstance(model, torch.nn.Module | torch.jit.ScriptFunction | ExportedProgram)
+
+
+def is_torchscript(model: object) -> bool:
+    """A TorchScript module (scripted, traced or loaded by ``torch.jit.load``) or function."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(model, torch.jit.ScriptModule | torch.jit.ScriptFunction)
 
 
 def check_eval_mode(model: Any) -> None:
@@ -65,18 +74,22 @@ def check_eval_mode(model: Any) -> None:
 
 
 def export_model(model: Any, input_spec: Any, dynamic_shapes: Any = None,
-                 dims: Mapping[str, SymbolInfo] | None = None) -> Exported:
-    """Export ``model`` (in eval mode) for the described inputs and decompose it to core ATen."""
+                 dims: Mapping[str, SymbolInfo] | None = None, *, check_mode: bool = True) -> Exported:
+    """Export ``model`` (in eval mode) for the described inputs and decompose it to core ATen.
+
+    ``check_mode=False`` skips the eval-mode check, for a module torch made from a model that was
+    checked already (a TorchScript model's graph module: torch marks those as training)."""
     import torch
 
     if isinstance(model, torch.export.ExportedProgram):
         if input_spec is not None or dynamic_shapes is not None:
             raise CuvilError("an ExportedProgram already fixes its inputs: pass no input_spec or dynamic_shapes")
         return _decompose(model, [{} for _ in _user_inputs(model)], {})
-    check_eval_mode(model)
+    if check_mode:
+        check_eval_mode(model)
     if input_spec is None:
         raise CuvilError("compiling a PyTorch model needs input_spec: example tensors or cuvil.TensorSpec objects")
-    args, kwargs, spec_shapes = _examples(input_spec, dims or {})
+    args, kwargs, spec_shapes = example_inputs(input_spec, dims or {})
     if spec_shapes is not None:
         if dynamic_shapes is not None:
             raise CuvilError("give symbolic dims either in cuvil.TensorSpec shapes or in dynamic_shapes, not both")
@@ -88,7 +101,7 @@ def export_model(model: Any, input_spec: Any, dynamic_shapes: Any = None,
     except CuvilError:
         raise
     except Exception as exc:
-        raise ModelError(f"torch.export could not export the model: {_explain(exc)}") from exc
+        raise ModelError(f"torch.export could not export the model: {explain(exc)}") from exc
     seconds = {"export": time.perf_counter() - t0}
     log.debug("torch.export took %.3f s", seconds["export"])
     leaf_dims = _dims_per_leaf(model, args, kwargs, dynamic_shapes)
@@ -103,7 +116,7 @@ def _decompose(program: Any, input_dims: list[dict[int, Any]], seconds: dict[str
             warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=FutureWarning)
             program = program.run_decompositions(_decomposition_table())
     except Exception as exc:
-        raise ModelError(f"torch.export could not decompose the model to core ATen: {_explain(exc)}") from exc
+        raise ModelError(f"torch.export could not decompose the model to core ATen: {explain(exc)}") from exc
     seconds["decompose"] = time.perf_counter() - t0
     log.debug("decomposition to core ATen took %.3f s", seconds["decompose"])
     n = len(_user_inputs(program))
@@ -142,7 +155,7 @@ def _user_inputs(program: Any) -> list[Any]:
     return [s for s in program.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
 
 
-def _explain(exc: BaseException) -> str:
+def explain(exc: BaseException) -> str:
     """torch's message without its generic trailer, plus what to do about 0/1 specialization."""
     text = str(exc).strip()
     for trailer in ("\n\nThe error above occurred when calling torch.export.export.",
@@ -159,7 +172,7 @@ def _explain(exc: BaseException) -> str:
 # input specs ---------------------------------------------------------------------------------
 
 
-def _examples(input_spec: Any, dims: Mapping[str, SymbolInfo]) -> tuple[list[Any], dict[str, Any], Any]:
+def example_inputs(input_spec: Any, dims: Mapping[str, SymbolInfo]) -> tuple[list[Any], dict[str, Any], Any]:
     """Positional and keyword example inputs, and the dynamic_shapes the TensorSpecs among them imply
     (None when no spec has a symbolic dim)."""
     import torch
@@ -291,14 +304,15 @@ def _dims_per_leaf(model: Any, args: Sequence[Any], kwargs: Mapping[str, Any], d
     by_id: dict[int, dict[int, Any]] = {}
 
     def record(path: Any, leaf: Any, spec: Any) -> None:
-        by_id[id(leaf)] = _axes(spec)
+        by_id[id(leaf)] = axes_of(spec)
 
     # the same tree walk torch.export used to validate dynamic_shapes against the inputs
     _tree_map_with_path(record, combined, dynamic_shapes, tree_name="inputs")
     return [by_id.get(id(leaf), {}) for leaf in leaves]
 
 
-def _axes(spec: Any) -> dict[int, Any]:
+def axes_of(spec: Any) -> dict[int, Any]:
+    """The dynamic dims one input's entry of dynamic_shapes gives: ``{axis: Dim}`` (fixed sizes left out)."""
     if spec is None:
         return {}
     if isinstance(spec, Mapping):

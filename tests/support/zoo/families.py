@@ -7,7 +7,9 @@ compiles each in seconds, but every model keeps the layers and data flow of
 its family (BasicBlocks with downsampling shortcuts, inverted residuals with
 depthwise convs and ReLU6, a ViT's conv patch embedding with class token and
 position embedding, BERT's additive attention mask from an int mask, GPT's
-causal ``scaled_dot_product_attention``, stacked LSTM/GRU, an MLP).  ResNet-18 is
+causal ``scaled_dot_product_attention``, stacked LSTM/GRU, an MLP).  ``scriptable_bert`` (not in
+``MODELS``) is a BERT-style encoder written so that ``torch.jit.script`` takes it, for the TorchScript
+tests.  ResNet-18 is
 ``networks.ResNet`` at width 8; the MobileNetV2 here has its own block table but
 ``networks``' inverted residual block.  ``SelfAttention`` here goes through
 ``F.scaled_dot_product_attention``, unlike ``networks.SelfAttention`` (matmuls written out).
@@ -15,6 +17,7 @@ causal ``scaled_dot_product_attention``, stacked LSTM/GRU, an MLP).  ResNet-18 i
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -165,6 +168,69 @@ class Bert(nn.Module):
         for layer in self.layers:
             x = layer(x, add_mask)
         return x, torch.tanh(self.pool(x[:, 0]))
+
+
+class ScriptableBertLayer(nn.Module):
+    """A post-norm BERT layer written within TorchScript's language (no closures, generators or
+    ``torch.finfo``): fused QKV projection, attention written out with the additive mask, GELU FFN."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.ln1 = nn.LayerNorm(dim, eps=1e-12)
+        self.ff1 = nn.Linear(dim, 4 * dim)
+        self.ff2 = nn.Linear(4 * dim, dim)
+        self.ln2 = nn.LayerNorm(dim, eps=1e-12)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape[0], x.shape[1], x.shape[2]
+        dh = d // self.heads
+        qkv = self.qkv(x).view(b, t, 3, self.heads, dh).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(dh) + mask
+        y = torch.matmul(torch.softmax(scores, dim=-1), v).transpose(1, 2).reshape(b, t, d)
+        x = self.ln1(x + self.proj(y))
+        return self.ln2(x + self.ff2(F.gelu(self.ff1(x))))
+
+
+class ScriptableBert(nn.Module):
+    """A BERT-style encoder that ``torch.jit.script`` accepts: token, position and segment embeddings,
+    the additive mask from an int mask (-10000 where padded), post-norm layers, and a tanh pooler on
+    the first token; it returns the hidden states and the pooled vector."""
+
+    def __init__(self, vocab: int = 100, dim: int = 32, heads: int = 4, depth: int = 2, max_len: int = 64) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(vocab, dim)
+        self.pos = nn.Embedding(max_len, dim)
+        self.seg = nn.Embedding(2, dim)
+        self.ln = nn.LayerNorm(dim, eps=1e-12)
+        self.layers = nn.ModuleList([ScriptableBertLayer(dim, heads) for _ in range(depth)])
+        self.pool = nn.Linear(dim, dim)
+
+    def forward(self, ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        pos = torch.arange(ids.shape[1], device=ids.device).unsqueeze(0)
+        x = self.ln(self.tok(ids) + self.pos(pos) + self.seg(torch.zeros_like(ids)))
+        add_mask = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * -10000.0
+        for layer in self.layers:
+            x = layer(x, add_mask)
+        return x, torch.tanh(self.pool(x[:, 0]))
+
+
+def scriptable_bert() -> Built:
+    """:class:`ScriptableBert` with randomised LayerNorm parameters, and ids and a padded mask."""
+    g = _seeded(9)
+    m = ScriptableBert()
+    with torch.no_grad():
+        for mod in m.modules():
+            if isinstance(mod, nn.LayerNorm):
+                mod.weight.uniform_(0.5, 1.5)
+                mod.bias.uniform_(-0.2, 0.2)
+    ids = torch.randint(0, 100, (2, 16), generator=g)
+    mask = torch.ones(2, 16, dtype=torch.int64)
+    mask[1, 11:] = 0
+    return m.eval(), (ids, mask)
 
 
 def bert() -> Built:
