@@ -126,3 +126,39 @@ def _per_channel(ctx: ImportCtx, v: Value, name: str, x: Value, groups: int) -> 
     if value.shape != (groups,) or channels % groups:
         raise ctx.fail(f"{name} must have shape [{groups}] (one per group) and {groups} must divide {channels}")
     return ctx.constant(np.repeat(value, channels // groups))
+
+
+@importer("LRN")
+def _lrn(ctx: ImportCtx) -> Sequence[Value | None]:
+    """``x / (bias + alpha/size * sum of x^2 over a window of `size` channels) ^ beta``.
+
+    The channel window is an average pool (which divides by ``size``, as the formula does) over
+    ``x^2`` seen as ``[N, 1, C, D1, ...]``, zero-padded by ``floor((size-1)/2)`` channels before
+    and ``ceil((size-1)/2)`` after, the padding counted."""
+    known_attrs(ctx, ("alpha", "beta", "bias", "size"))
+    x = ctx.input(0)
+    if x is None:
+        raise ctx.fail("needs its input X")
+    if "size" not in ctx.attrs:
+        raise ctx.fail("attribute 'size' is required")
+    size = int(ctx.attrs["size"])
+    if size < 1:
+        raise ctx.fail(f"size must be positive, got {size}")
+    if x.type.rank < 2:
+        raise ctx.fail(f"X must have rank >= 2 ([N, C, ...]), got {x.type}")
+    dt = x.type.dtype.np
+    spatial = x.type.rank - 1  # the channel axis and the original spatial axes, pooled over
+    square = ctx.emit1("mul", [x, x])
+    planes = ctx.emit1("unsqueeze", [square, ctx.constant(np.asarray([1], dtype=np.int64))])
+    before, after = (size - 1) // 2, size // 2
+    pool = {
+        "kernel_shape": [size] + [1] * (spatial - 1),
+        "pads": [before] + [0] * (spatial - 1) + [after] + [0] * (spatial - 1),
+        "count_include_pad": 1,
+    }
+    mean = ctx.emit1("average_pool", [planes], pool)
+    mean = ctx.emit1("squeeze", [mean, ctx.constant(np.asarray([1], dtype=np.int64))])
+    scaled = ctx.emit1("mul", [mean, ctx.constant(np.asarray(ctx.attr("alpha", 1e-4), dtype=dt))])
+    base = ctx.emit1("add", [scaled, ctx.constant(np.asarray(ctx.attr("bias", 1.0), dtype=dt))])
+    denom = ctx.emit1("pow", [base, ctx.constant(np.asarray(ctx.attr("beta", 0.75), dtype=dt))])
+    return [ctx.emit1("div", [x, denom])]
