@@ -22,7 +22,7 @@ from tests.support.targets import runnable
 
 # Conformance case name stems (test_<stem>...) of the ops this file covers; the _expanded variants test
 # ONNX's function bodies, which other ops' tests cover.
-STEMS = ("lrn",)
+STEMS = ("lrn", "lppool", "mvn", "rms_normalization", "swish", "swiglu", "upsample")
 
 
 def classic_cases() -> list[str]:

@@ -162,3 +162,49 @@ def _lrn(ctx: ImportCtx) -> Sequence[Value | None]:
     base = ctx.emit1("add", [scaled, ctx.constant(np.asarray(ctx.attr("bias", 1.0), dtype=dt))])
     denom = ctx.emit1("pow", [base, ctx.constant(np.asarray(ctx.attr("beta", 0.75), dtype=dt))])
     return [ctx.emit1("div", [x, denom])]
+
+
+def _axes_const(ctx: ImportCtx, axes: Sequence[int]) -> Value:
+    return ctx.constant(np.asarray(list(axes), dtype=np.int64))
+
+
+@importer("MeanVarianceNormalization", since=9)
+def _mean_variance_normalization(ctx: ImportCtx) -> Sequence[Value | None]:
+    """``(X - E[X]) / (sqrt(E[X^2] - E[X]^2) + 1e-9)`` over ``axes``, as ONNX's function body writes it."""
+    known_attrs(ctx, ("axes",))
+    x = ctx.input(0)
+    if x is None:
+        raise ctx.fail("needs its input X")
+    axes = _axes_const(ctx, ctx.attr("axes", [0, 2, 3]))
+    dt = x.type.dtype.np
+    mean = ctx.emit1("reduce_mean", [x, axes])
+    mean_of_squares = ctx.emit1("reduce_mean", [ctx.emit1("mul", [x, x]), axes])
+    variance = ctx.emit1("sub", [mean_of_squares, ctx.emit1("mul", [mean, mean])])
+    std = ctx.emit1("add", [ctx.emit1("sqrt", [variance]), ctx.constant(np.asarray(1e-9, dtype=dt))])
+    return [ctx.emit1("div", [ctx.emit1("sub", [x, mean]), std])]
+
+
+@importer("RMSNormalization", since=23)
+def _rms_normalization(ctx: ImportCtx) -> Sequence[Value | None]:
+    """``X / sqrt(mean(X^2 over axes axis..) + epsilon) * scale``, computed in ``stash_type`` and cast back
+    to X's type before the scale (ONNX's function body)."""
+    known_attrs(ctx, ("axis", "epsilon", "stash_type"))
+    x, scale = ctx.input(0), ctx.input(1)
+    if x is None or scale is None:
+        raise ctx.fail("needs the inputs X and scale")
+    rank = x.type.rank
+    axis = int(ctx.attr("axis", -1))
+    if not -rank <= axis < rank:
+        raise ctx.fail(f"axis {axis} is out of range for X of rank {rank}")
+    stash = dtype_of(ctx.attr("stash_type", 1), "RMSNormalization stash_type")
+    if not stash.is_float:
+        raise ctx.fail(f"stash_type must be a floating-point type, got {stash}")
+    xs = x if x.type.dtype is stash else ctx.emit1("cast", [x], {"to": stash})
+    mean_square = ctx.emit1("reduce_mean", [ctx.emit1("mul", [xs, xs]), _axes_const(ctx, range(axis % rank, rank))])
+    eps = ctx.constant(np.asarray(ctx.attr("epsilon", 1e-5), dtype=np.float32).astype(stash.np))
+    normalized = ctx.emit1("div", [xs, ctx.emit1("sqrt", [ctx.emit1("add", [mean_square, eps])])])
+    if normalized.type.dtype is not x.type.dtype:
+        normalized = ctx.emit1("cast", [normalized], {"to": x.type.dtype})
+    if scale.type.dtype is not x.type.dtype:
+        raise ctx.unsupported(f"scale of type {scale.type.dtype} for X of type {x.type.dtype}")
+    return [ctx.emit1("mul", [normalized, scale])]
