@@ -286,3 +286,48 @@ def _upsample(ctx: ImportCtx) -> Sequence[Value | None]:
     if mode == "nearest":
         attrs["nearest_mode"] = "floor"
     return ctx.emit("resize", [x, None, scales, None], attrs)
+
+
+# MaxUnpool ---------------------------------------------------------------------------------------
+
+
+@importer("MaxUnpool")
+def _max_unpool(ctx: ImportCtx) -> Sequence[Value | None]:
+    """Zeros of the output's shape with ``X`` scattered to the flat positions ``I`` (MaxPool's indices).
+
+    The output's shape is ``output_shape`` when given, else ``(in - 1) * stride + kernel - pads`` per
+    spatial dim.  The indices are linear in the output tensor ("in the range [0, N x C x D1 x ... x Dn)",
+    as the operator page says and onnxruntime computes).  ONNX's reference evaluator instead scatters
+    into the computed shape and pads that at the end up to ``output_shape``, and so does the stored
+    output of the conformance case with an ``output_shape``: the two agree wherever ``output_shape``
+    is the computed shape."""
+    known_attrs(ctx, ("kernel_shape", "pads", "strides"))
+    x, indices, out_shape = ctx.input(0), ctx.input(1), ctx.input(2)
+    if x is None or indices is None:
+        raise ctx.fail("needs the inputs X and I")
+    if "kernel_shape" not in ctx.attrs:
+        raise ctx.fail("attribute 'kernel_shape' is required")
+    n = x.type.rank - 2
+    kernel = [int(k) for k in ctx.attrs["kernel_shape"]]
+    strides = [int(s) for s in ctx.attr("strides", None) or [1] * n]
+    pads = [int(p) for p in ctx.attr("pads", None) or [0] * (2 * n)]
+    if n < 1 or len(kernel) != n or len(strides) != n or len(pads) != 2 * n:
+        raise ctx.fail(f"kernel_shape {kernel}, strides {strides} and pads {pads} do not fit X {x.type}")
+    if indices.type.dtype is not DType.i64 or indices.type.rank != x.type.rank:
+        raise ctx.fail(f"I must be int64 of X's rank, got {indices.type} for X {x.type}")
+    i64 = np.int64
+    if out_shape is None:
+        in_dims = ctx.emit1("shape", [x])
+        scale = ctx.constant(np.asarray([1, 1, *strides], dtype=i64))
+        grow = ctx.constant(np.asarray([0, 0, *(k - s - pads[i] - pads[n + i]
+                                                for i, (k, s) in enumerate(zip(kernel, strides)))], dtype=i64))
+        # (in - 1) * s + k - pads  ==  in * s + (k - s - pads); N and C unchanged
+        out_shape = ctx.emit1("add", [ctx.emit1("mul", [in_dims, scale]), grow])
+    elif out_shape.type.dtype is not DType.i64 or out_shape.type.rank != 1:
+        raise ctx.fail(f"output_shape must be a 1-D int64 tensor, got {out_shape.type}")
+    total = ctx.emit1("reduce_prod", [out_shape], {"keepdims": 1})
+    zeros = ctx.emit1("constant_of_shape", [total], {"value": np.zeros((1,), dtype=x.type.dtype.np)})
+    flat = ctx.constant(np.asarray([-1], dtype=i64))
+    values = ctx.emit1("reshape", [x, flat])
+    scattered = ctx.emit1("scatter_elements", [zeros, ctx.emit1("reshape", [indices, flat]), values], {"axis": 0})
+    return ctx.emit("reshape", [scattered, out_shape])
