@@ -22,7 +22,7 @@ from tests.support.targets import runnable
 
 # Conformance case name stems (test_<stem>...) of the ops this file covers; the _expanded variants test
 # ONNX's function bodies, which other ops' tests cover.
-STEMS = ("lrn", "lppool", "mvn", "rms_normalization", "swish", "swiglu", "upsample", "reversesequence", "compress",
+STEMS = ("lrn", "det", "cumprod", "bitwise", "bitshift", "lppool", "mvn", "rms_normalization", "swish", "swiglu", "upsample", "reversesequence", "compress",
          "center_crop_pad", "tensorscatter", "maxunpool", "hannwindow", "hammingwindow", "blackmanwindow")
 # Cases whose stored outputs follow ONNX's reference evaluator where it departs from the operator page and
 # from onnxruntime: Cuvil follows the page, and these cases are compared with onnxruntime's outputs instead.
