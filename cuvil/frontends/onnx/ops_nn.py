@@ -26,7 +26,7 @@ from cuvil.frontends.onnx.ops_reduce import known_attrs
 from cuvil.ir.dtypes import DType
 from cuvil.ir.graph import Value
 from cuvil.ops.common import const_of
-from cuvil.ops.conv import WindowAttrs, kernel_extent, window_out_dim
+from cuvil.ops.conv import WindowAttrs, window_out_dim
 
 
 def _pass_through(op_type: str, cuvil_op: str) -> None:
@@ -177,7 +177,7 @@ def _lp_pool(ctx: ImportCtx) -> Sequence[Value | None]:
     The window sum is an average pool that counts the padding, times the window's size.  An average
     pool does not count the taps of a ``ceil_mode`` window that overhang the end padding, so with
     ``ceil_mode`` the input is first padded with zeros up to the last window's end."""
-    window = ("auto_pad", "kernel_shape", "pads", "strides")
+    window: tuple[str, ...] = ("auto_pad", "kernel_shape", "pads", "strides")
     window += ("ceil_mode", "dilations") if ctx.opset >= 18 else ()
     known_attrs(ctx, (*window, "p"))
     x = ctx.input(0)
@@ -213,7 +213,7 @@ def _pad_for_ceil_mode(ctx: ImportCtx, x: Value, kernel: list[int], attrs: dict[
     for i, size in enumerate(spatial):
         out = window_out_dim(size, kernel[i], i, w, ceil_mode=True)
         assert isinstance(out, int) and isinstance(size, int)
-        reach = (out - 1) * strides[i] + int(kernel_extent(kernel[i], dilations[i]))
+        reach = (out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1
         extra.append(max(reach - (size + pads[i] + pads[n + i]), 0))
     if not any(extra):
         return x
