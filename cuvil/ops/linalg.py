@@ -1,4 +1,4 @@
-"""Linear algebra ops: ``matmul``, ``gemm`` and ``einsum``.
+"""Linear algebra ops: ``matmul``, ``gemm``, ``einsum`` and ``det``.
 
 ``matmul`` follows NumPy: 1-D operands are promoted to matrices and the
 promoted dim removed afterwards, and batch dims broadcast.  ``gemm`` is
@@ -282,5 +282,37 @@ register(
         infer=_einsum_infer,
         reference=_einsum_ref,
         doc="Einstein summation over the inputs (ellipsis, implicit output in ASCII order, diagonals).",
+    )
+)
+
+
+# det ---------------------------------------------------------------------------------------
+
+
+def _det_infer(ctx: InferCtx) -> list[TensorType]:
+    ctx.require_dtype(0, FLOATS)
+    x = ctx.type(0)
+    if x.rank < 2:
+        raise ctx.fail(f"X must have rank >= 2 ([..., M, M]), got {x}")
+    if not _dims_match(x.shape[-2], x.shape[-1]):
+        raise ctx.fail(f"the matrices of {x} are not square")
+    ctx.assume_equal(x.shape[-2], x.shape[-1], "matrix dims")
+    return [TensorType(x.dtype, x.shape[:-2])]
+
+
+def _det_ref(ctx: RefCtx) -> list[np.ndarray]:
+    x = ctx.input(0).astype(np.float64)
+    y = np.linalg.det(x) if x.size else np.ones(x.shape[:-2])  # an empty batch, or 0x0 matrices (det 1)
+    return [np.asarray(y).astype(ctx.out_dtype())]
+
+
+register(
+    OpDef(
+        name="det",
+        inputs=("X",),
+        infer=_det_infer,
+        reference=_det_ref,
+        tolerance=1e-4,
+        doc="Determinant of each square matrix of the last two dims (LU with partial pivoting, in float64).",
     )
 )

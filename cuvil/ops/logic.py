@@ -1,14 +1,16 @@
-"""Comparisons, boolean logic, float classification (is_nan, is_inf) and ``where``.
+"""Comparisons, boolean logic, bitwise logic and shifts on integers, float classification (is_nan,
+is_inf) and ``where``.
 
 Comparisons and classifications produce ``bool``; the logical ops take and
-give ``bool``.  Every op broadcasts its inputs like NumPy.
+give ``bool``; the bitwise ops and ``bit_shift`` take and give one integer type.
+Every op broadcasts its inputs like NumPy.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from cuvil.ir.dtypes import ALL, DType
+from cuvil.ir.dtypes import ALL, INTS, UNSIGNED_INTS, DType
 from cuvil.ir.types import TensorType
 from cuvil.ops.common import broadcast_shapes
 from cuvil.ops.elementwise import binary, unary
@@ -26,6 +28,34 @@ binary("and", np.logical_and, dtypes=BOOL, commutative=True, doc="A and B")
 binary("or", np.logical_or, dtypes=BOOL, commutative=True, doc="A or B")
 binary("xor", np.logical_xor, dtypes=BOOL, commutative=True, doc="A xor B")
 unary("not", np.logical_not, dtypes=BOOL, doc="not X")
+
+binary("bitwise_and", np.bitwise_and, dtypes=INTS, commutative=True, doc="A & B (integers)")
+binary("bitwise_or", np.bitwise_or, dtypes=INTS, commutative=True, doc="A | B (integers)")
+binary("bitwise_xor", np.bitwise_xor, dtypes=INTS, commutative=True, doc="A ^ B (integers)")
+unary("bitwise_not", np.invert, dtypes=INTS, doc="~X (integers)")
+
+
+def _bit_shift(a: np.ndarray, b: np.ndarray, *, direction: str) -> np.ndarray:
+    """A shifted by B bits; a shift by the type's width or more gives 0 (C leaves it undefined)."""
+    bits = a.dtype.itemsize * 8
+    short = np.minimum(b, bits - 1).astype(a.dtype)
+    shifted = np.left_shift(a, short) if direction == "LEFT" else np.right_shift(a, short)
+    return np.where(b >= bits, np.zeros((), a.dtype), shifted)
+
+
+def _validate_direction(ctx: InferCtx) -> None:
+    if ctx.attrs["direction"] not in ("LEFT", "RIGHT"):
+        raise ctx.fail(f"direction must be LEFT or RIGHT, got {ctx.attrs['direction']!r}")
+
+
+binary(
+    "bit_shift",
+    _bit_shift,
+    dtypes=UNSIGNED_INTS,
+    attrs={"direction": AttrSpec("str")},
+    validate=_validate_direction,
+    doc="A << B (direction LEFT) or A >> B (RIGHT), unsigned; shifting by the width or more gives 0.",
+)
 
 
 def _is_inf(x: np.ndarray, *, detect_negative: int, detect_positive: int) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Reductions: ``reduce_*`` over a set of axes, ``arg_max``/``arg_min``, ``cumsum`` and ``top_k``.
+"""Reductions: ``reduce_*`` over a set of axes, ``arg_max``/``arg_min``, ``cumsum``/``cumprod`` and ``top_k``.
 
 The ``reduce_*`` ops follow ONNX opset 18+: the axes are an optional second
 input (a 1-D int64 tensor, possibly computed at run time), ``keepdims`` keeps
@@ -250,7 +250,7 @@ for _name, _pick in (("arg_max", np.argmax), ("arg_min", np.argmin)):
     )
 
 
-# cumsum ----------------------------------------------------------------------
+# cumsum, cumprod -------------------------------------------------------------
 
 
 def _scalar_axis_input(ctx: InferCtx, i: int, what: str) -> int | None:
@@ -278,37 +278,45 @@ def _cumsum_infer(ctx: InferCtx) -> list[TensorType]:
     return [t]
 
 
-def _cumsum_ref(ctx: RefCtx) -> list[np.ndarray]:
-    x = ctx.input(0)
-    axis = normalize_axis(ctx.op, int(ctx.input(1).reshape(-1)[0]), x.ndim)
-    xa = x.astype(_acc_dtype(x.dtype), copy=False)
-    if ctx.attrs["reverse"]:
-        xa = np.flip(xa, axis=axis)
-    y = np.cumsum(xa, axis=axis, dtype=xa.dtype)
-    if ctx.attrs["exclusive"]:
-        # Shift by one along the axis: element i gets the sum of the elements before it.
-        shifted = np.zeros_like(y)
-        dst = [slice(None)] * x.ndim
-        src = [slice(None)] * x.ndim
-        dst[axis], src[axis] = slice(1, None), slice(None, -1)
-        shifted[tuple(dst)] = y[tuple(src)]
-        y = shifted
-    if ctx.attrs["reverse"]:
-        y = np.flip(y, axis=axis)
-    return [np.asarray(y, order="C").astype(ctx.out_dtype(), copy=False)]
+def _cumulative_ref(scan: Callable[..., np.ndarray], identity: int) -> Callable[[RefCtx], list[np.ndarray]]:
+    """The reference of a cumulative op: ``scan`` (np.cumsum, np.cumprod) along the axis; ``exclusive``
+    shifts the result by one, ``identity`` first."""
+
+    def ref(ctx: RefCtx) -> list[np.ndarray]:
+        x = ctx.input(0)
+        axis = normalize_axis(ctx.op, int(ctx.input(1).reshape(-1)[0]), x.ndim)
+        xa = x.astype(_acc_dtype(x.dtype), copy=False)
+        if ctx.attrs["reverse"]:
+            xa = np.flip(xa, axis=axis)
+        with np.errstate(all="ignore"):  # integers wrap around, as the kernels' do
+            y = scan(xa, axis=axis, dtype=xa.dtype)
+        if ctx.attrs["exclusive"]:
+            # Shift by one along the axis: element i gets the combination of the elements before it.
+            shifted = np.full_like(y, identity)
+            dst = [slice(None)] * x.ndim
+            src = [slice(None)] * x.ndim
+            dst[axis], src[axis] = slice(1, None), slice(None, -1)
+            shifted[tuple(dst)] = y[tuple(src)]
+            y = shifted
+        if ctx.attrs["reverse"]:
+            y = np.flip(y, axis=axis)
+        return [np.asarray(y, order="C").astype(ctx.out_dtype(), copy=False)]
+
+    return ref
 
 
-register(
-    OpDef(
-        name="cumsum",
-        inputs=("x", "axis"),
-        outputs=("y",),
-        attrs={"exclusive": AttrSpec("int", 0), "reverse": AttrSpec("int", 0)},
-        infer=_cumsum_infer,
-        reference=_cumsum_ref,
-        doc="Cumulative sum along a (scalar, possibly run-time) axis; exclusive and reverse variants.",
+for _name, _scan, _identity, _what in (("cumsum", np.cumsum, 0, "sum"), ("cumprod", np.cumprod, 1, "product")):
+    register(
+        OpDef(
+            name=_name,
+            inputs=("x", "axis"),
+            outputs=("y",),
+            attrs={"exclusive": AttrSpec("int", 0), "reverse": AttrSpec("int", 0)},
+            infer=_cumsum_infer,
+            reference=_cumulative_ref(_scan, _identity),
+            doc=f"Cumulative {_what} along a (scalar, possibly run-time) axis; exclusive and reverse variants.",
+        )
     )
-)
 
 
 # top_k -------------------------------------------------------------------------

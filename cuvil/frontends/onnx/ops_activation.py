@@ -1,4 +1,5 @@
-"""Importers of ONNX activation functions and Clip.
+"""Importers of ONNX activation functions and Clip; Swish and SwiGLU become ``x * sigmoid(alpha * x)``
+(times the value input), as ONNX's function bodies for them write it.
 
 Older forms upgraded here: ``consumed_inputs`` (opset < 6) is dropped; Selu's
 opset-1 defaults (shorter constants) are kept for opset-1 models; Clip's
@@ -14,6 +15,7 @@ import numpy as np
 
 from cuvil.frontends.onnx.importer import ImportCtx, importer
 from cuvil.frontends.onnx.ops_elementwise import binary_op, first_opset, input_value, modern_attrs, unary_op
+from cuvil.frontends.onnx.ops_reduce import known_attrs
 from cuvil.ir.graph import Value
 
 for _onnx, _cuvil in {
@@ -61,3 +63,26 @@ def _clip(ctx: ImportCtx) -> Sequence[Value | None]:
             bounds.append(ctx.constant(np.asarray(value, dtype=x.type.dtype.np)))
     attrs = modern_attrs(ctx, drop=("min", "max"))
     return [ctx.emit1("clip", [x, *bounds], attrs)]
+
+
+def _swish(ctx: ImportCtx, x: Value) -> Value:
+    """``x * sigmoid(alpha * x)``, as ONNX's function body for Swish writes it."""
+    alpha = ctx.constant(np.asarray(ctx.attr("alpha", 1.0), dtype=x.type.dtype.np))
+    return ctx.emit1("mul", [x, ctx.emit1("sigmoid", [ctx.emit1("mul", [alpha, x])])])
+
+
+@importer("Swish", since=first_opset("Swish"))
+def _swish_importer(ctx: ImportCtx) -> Sequence[Value | None]:
+    known_attrs(ctx, ("alpha",))
+    return [_swish(ctx, input_value(ctx, 0))]
+
+
+@importer("SwiGLU", since=first_opset("SwiGLU"))
+def _swiglu(ctx: ImportCtx) -> Sequence[Value | None]:
+    """``Swish_alpha(A) * B``; A and B have one shape (the op does not broadcast)."""
+    known_attrs(ctx, ("alpha",))
+    a, b = input_value(ctx, 0), input_value(ctx, 1)
+    if a.type.rank != b.type.rank or any(
+            isinstance(p, int) and isinstance(q, int) and p != q for p, q in zip(a.type.shape, b.type.shape)):
+        raise ctx.fail(f"A {a.type} and B {b.type} must have the same shape (SwiGLU does not broadcast)")
+    return [ctx.emit1("mul", [_swish(ctx, a), b])]

@@ -1,4 +1,4 @@
-"""Importers of ONNX MatMul, Gemm and Einsum.
+"""Importers of ONNX MatMul, Gemm, Einsum and Det.
 
 Gemm before opset 7 has a ``broadcast`` attribute: with ``broadcast=0`` C must
 already be ``[M, N]`` (checked here); with 1 it broadcasts as in later opsets.
@@ -37,3 +37,9 @@ def _einsum(ctx: ImportCtx) -> Sequence[Value | None]:
     if "equation" not in ctx.attrs:
         raise ctx.fail("attribute 'equation' is required")
     return ctx.emit("einsum", ctx.inputs(), {"equation": ctx.attrs["equation"]})
+
+
+@importer("Det")
+def _det(ctx: ImportCtx) -> Sequence[Value | None]:
+    known_attrs(ctx, ())
+    return ctx.emit("det", ctx.inputs())

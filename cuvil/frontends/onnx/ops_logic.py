@@ -1,4 +1,4 @@
-"""Importers of ONNX comparisons, logical ops, IsNaN/IsInf and Where.
+"""Importers of ONNX comparisons, logical and bitwise ops, BitShift, IsNaN/IsInf and Where.
 
 Comparisons and And/Or/Xor before opset 7 used the legacy ``broadcast``/``axis``
 attributes; ``binary_op`` upgrades them.
@@ -21,10 +21,14 @@ for _onnx, _cuvil in {
     "And": "and",
     "Or": "or",
     "Xor": "xor",
+    "BitwiseAnd": "bitwise_and",
+    "BitwiseOr": "bitwise_or",
+    "BitwiseXor": "bitwise_xor",
+    "BitShift": "bit_shift",
 }.items():
     binary_op(_onnx, _cuvil)
 
-for _onnx, _cuvil in {"Not": "not", "IsNaN": "is_nan", "IsInf": "is_inf"}.items():
+for _onnx, _cuvil in {"Not": "not", "BitwiseNot": "bitwise_not", "IsNaN": "is_nan", "IsInf": "is_inf"}.items():
     unary_op(_onnx, _cuvil)
 
 

@@ -15,14 +15,18 @@ over time and are upgraded here:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from cuvil.frontends.onnx.importer import ImportCtx, importer
+from cuvil.frontends.onnx.ops_reduce import known_attrs
 from cuvil.ir.dtypes import DType
 from cuvil.ir.graph import Value
 from cuvil.ops.common import const_of
+from cuvil.ops.conv import WindowAttrs, window_out_dim
 
 
 def _pass_through(op_type: str, cuvil_op: str) -> None:
@@ -137,3 +141,193 @@ def _resize_10(ctx: ImportCtx) -> Sequence[Value | None]:
         part = ctx.constant(np.asarray([vals[a] for a in axes], dtype=np.float32), DType.f32)
         y = ctx.emit1("resize", [y, None, part, None], {**base, "nearest_mode": rounding, "axes": axes})
     return [y]
+
+
+# LpPool, GlobalLpPool ----------------------------------------------------------------------------
+
+
+def _power(ctx: ImportCtx, x: Value, p: float) -> Value:
+    """``x ** p`` for ``x >= 0``: products for the usual p (exact), pow otherwise."""
+    if p == 1:
+        return x
+    if p == 2:
+        return ctx.emit1("mul", [x, x])
+    return ctx.emit1("pow", [x, ctx.constant(np.asarray(p, dtype=x.type.dtype.np))])
+
+
+def _root(ctx: ImportCtx, x: Value, p: float) -> Value:
+    if p == 1:
+        return x
+    if p == 2:
+        return ctx.emit1("sqrt", [x])
+    return ctx.emit1("pow", [x, ctx.constant(np.asarray(1.0 / p, dtype=x.type.dtype.np))])
+
+
+def _lp_p(ctx: ImportCtx) -> float:
+    p = float(ctx.attr("p", 2))
+    if not p > 0:
+        raise ctx.fail(f"p must be positive, got {p}")
+    return p
+
+
+@importer("LpPool")
+def _lp_pool(ctx: ImportCtx) -> Sequence[Value | None]:
+    """``(sum of |x|^p over each window) ^ (1/p)``, the padding counting as zeros.
+
+    The window sum is an average pool that counts the padding, times the window's size.  An average
+    pool does not count the taps of a ``ceil_mode`` window that overhang the end padding, so with
+    ``ceil_mode`` the input is first padded with zeros up to the last window's end."""
+    window: tuple[str, ...] = ("auto_pad", "kernel_shape", "pads", "strides")
+    window += ("ceil_mode", "dilations") if ctx.opset >= 18 else ()
+    known_attrs(ctx, (*window, "p"))
+    x = ctx.input(0)
+    if x is None:
+        raise ctx.fail("needs its input X")
+    if "kernel_shape" not in ctx.attrs:
+        raise ctx.fail("attribute 'kernel_shape' is required")
+    p = _lp_p(ctx)
+    attrs = {k: ctx.attrs[k] for k in window if k in ctx.attrs}
+    kernel = [int(k) for k in attrs["kernel_shape"]]
+    powered = _power(ctx, ctx.emit1("abs", [x]), p)
+    if int(attrs.pop("ceil_mode", 0)):
+        powered = _pad_for_ceil_mode(ctx, powered, kernel, attrs)
+    mean = ctx.emit1("average_pool", [powered], {**attrs, "count_include_pad": 1})
+    total = ctx.emit1("mul", [mean, ctx.constant(np.asarray(math.prod(kernel), dtype=x.type.dtype.np))])
+    return [_root(ctx, total, p)]
+
+
+def _pad_for_ceil_mode(ctx: ImportCtx, x: Value, kernel: list[int], attrs: dict[str, Any]) -> Value:
+    """``x`` zero-padded at the end of each spatial dim so that floor-mode windows reach as far as the
+    ``ceil_mode`` windows of ``attrs`` do (which it updates: no ceil_mode, the same window count)."""
+    n = x.type.rank - 2
+    if attrs.get("auto_pad", "NOTSET") != "NOTSET":
+        return x  # SAME and VALID windows never overhang: ceil_mode changes nothing
+    spatial = x.type.shape[2:]
+    if len(kernel) != n or not all(isinstance(d, int) for d in spatial):
+        raise ctx.unsupported(f"ceil_mode=1 with symbolic spatial dims {x.type}")
+    pads = [int(v) for v in attrs.get("pads") or [0] * (2 * n)]
+    strides = [int(v) for v in attrs.get("strides") or [1] * n]
+    dilations = [int(v) for v in attrs.get("dilations") or [1] * n]
+    w = WindowAttrs(tuple(strides), tuple(dilations), tuple(pads[:n]), tuple(pads[n:]), "NOTSET")
+    extra = []
+    for i, size in enumerate(spatial):
+        out = window_out_dim(size, kernel[i], i, w, ceil_mode=True)
+        assert isinstance(out, int) and isinstance(size, int)
+        reach = (out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1
+        extra.append(max(reach - (size + pads[i] + pads[n + i]), 0))
+    if not any(extra):
+        return x
+    widths = ctx.constant(np.asarray([0] * (n + 2) + [0, 0] + extra, dtype=np.int64))
+    return ctx.emit1("pad", [x, widths], {"mode": "constant"})
+
+
+@importer("GlobalLpPool")
+def _global_lp_pool(ctx: ImportCtx) -> Sequence[Value | None]:
+    """``(sum of |x|^p over all spatial dims) ^ (1/p)``, the spatial dims kept as 1."""
+    known_attrs(ctx, ("p",))
+    x = ctx.input(0)
+    if x is None:
+        raise ctx.fail("needs its input X")
+    if x.type.rank < 3:
+        raise ctx.fail(f"X must have rank >= 3 ([N, C, spatial...]), got {x.type}")
+    if not x.type.dtype.is_float:
+        raise ctx.fail(f"X must be floating-point, got {x.type.dtype}")
+    p = _lp_p(ctx)
+    axes = ctx.constant(np.arange(2, x.type.rank, dtype=np.int64))
+    total = ctx.emit1("reduce_sum", [_power(ctx, ctx.emit1("abs", [x]), p), axes], {"keepdims": 1})
+    return [_root(ctx, total, p)]
+
+
+# Upsample (opsets 1-9) ---------------------------------------------------------------------------
+
+
+@importer("Upsample")
+def _upsample(ctx: ImportCtx) -> Sequence[Value | None]:
+    """Upsample is Resize with ``asymmetric`` coordinates (``out = floor(in * scale)``), nearest
+    source indices rounded down, as onnxruntime computes it; scales below 1 are not Upsample's."""
+    x = ctx.input(0)
+    if x is None:
+        raise ctx.fail("needs its input X")
+    if ctx.opset >= 10:
+        raise ctx.unsupported(f"Upsample-{ctx.opset} (deprecated from opset 10: Resize replaces it)")
+    if ctx.opset < 7:
+        known_attrs(ctx, ("mode", "height_scale", "width_scale"))
+        if x.type.rank != 4:
+            raise ctx.fail(f"Upsample-1 takes an [N, C, H, W] input, got {x.type}")
+        if "height_scale" not in ctx.attrs or "width_scale" not in ctx.attrs:
+            raise ctx.fail("Upsample-1 needs the 'height_scale' and 'width_scale' attributes")
+        values: Any = [1.0, 1.0, float(ctx.attrs["height_scale"]), float(ctx.attrs["width_scale"])]
+    elif ctx.opset < 9:
+        known_attrs(ctx, ("mode", "scales"))
+        if "scales" not in ctx.attrs:
+            raise ctx.fail("attribute 'scales' is required")
+        values = [float(s) for s in ctx.attrs["scales"]]
+    else:
+        known_attrs(ctx, ("mode",))
+        values = None
+    mode = {"bilinear": "linear"}.get(str(ctx.attr("mode", "nearest")), str(ctx.attr("mode", "nearest")))
+    if mode not in _RESIZE_10_MODES:
+        raise ctx.unsupported(f"mode {ctx.attr('mode')!r} (Upsample has nearest and linear)")
+    if values is not None:
+        if len(values) != x.type.rank:
+            raise ctx.fail(f"scales has {len(values)} values for an input of rank {x.type.rank}")
+        if any(s < 1 for s in values):
+            raise ctx.fail(f"scales must be >= 1, got {values}")
+        scales = ctx.constant(np.asarray(values, dtype=np.float32))
+    else:
+        given = ctx.input(1)
+        if given is None:
+            raise ctx.fail("needs the scales input")
+        scales = given
+        known = ctx.const_input(1)
+        if known is not None and np.any(known < 1):
+            raise ctx.fail(f"scales must be >= 1, got {known.tolist()}")
+    attrs: dict[str, Any] = {"mode": mode, "coordinate_transformation_mode": "asymmetric"}
+    if mode == "nearest":
+        attrs["nearest_mode"] = "floor"
+    return ctx.emit("resize", [x, None, scales, None], attrs)
+
+
+# MaxUnpool ---------------------------------------------------------------------------------------
+
+
+@importer("MaxUnpool")
+def _max_unpool(ctx: ImportCtx) -> Sequence[Value | None]:
+    """Zeros of the output's shape with ``X`` scattered to the flat positions ``I`` (MaxPool's indices).
+
+    The output's shape is ``output_shape`` when given, else ``(in - 1) * stride + kernel - pads`` per
+    spatial dim.  The indices are linear in the output tensor ("in the range [0, N x C x D1 x ... x Dn)",
+    as the operator page says and onnxruntime computes).  ONNX's reference evaluator instead scatters
+    into the computed shape and pads that at the end up to ``output_shape``, and so does the stored
+    output of the conformance case with an ``output_shape``: the two agree wherever ``output_shape``
+    is the computed shape."""
+    known_attrs(ctx, ("kernel_shape", "pads", "strides"))
+    x, indices, out_shape = ctx.input(0), ctx.input(1), ctx.input(2)
+    if x is None or indices is None:
+        raise ctx.fail("needs the inputs X and I")
+    if "kernel_shape" not in ctx.attrs:
+        raise ctx.fail("attribute 'kernel_shape' is required")
+    n = x.type.rank - 2
+    kernel = [int(k) for k in ctx.attrs["kernel_shape"]]
+    strides = [int(s) for s in ctx.attr("strides", None) or [1] * n]
+    pads = [int(p) for p in ctx.attr("pads", None) or [0] * (2 * n)]
+    if n < 1 or len(kernel) != n or len(strides) != n or len(pads) != 2 * n:
+        raise ctx.fail(f"kernel_shape {kernel}, strides {strides} and pads {pads} do not fit X {x.type}")
+    if indices.type.dtype is not DType.i64 or indices.type.rank != x.type.rank:
+        raise ctx.fail(f"I must be int64 of X's rank, got {indices.type} for X {x.type}")
+    i64 = np.int64
+    if out_shape is None:
+        in_dims = ctx.emit1("shape", [x])
+        scale = ctx.constant(np.asarray([1, 1, *strides], dtype=i64))
+        grow = ctx.constant(np.asarray([0, 0, *(k - s - pads[i] - pads[n + i]
+                                                for i, (k, s) in enumerate(zip(kernel, strides)))], dtype=i64))
+        # (in - 1) * s + k - pads  ==  in * s + (k - s - pads); N and C unchanged
+        out_shape = ctx.emit1("add", [ctx.emit1("mul", [in_dims, scale]), grow])
+    elif out_shape.type.dtype is not DType.i64 or out_shape.type.rank != 1:
+        raise ctx.fail(f"output_shape must be a 1-D int64 tensor, got {out_shape.type}")
+    total = ctx.emit1("reduce_prod", [out_shape], {"keepdims": 1})
+    zeros = ctx.emit1("constant_of_shape", [total], {"value": np.zeros((1,), dtype=x.type.dtype.np)})
+    flat = ctx.constant(np.asarray([-1], dtype=i64))
+    values = ctx.emit1("reshape", [x, flat])
+    scattered = ctx.emit1("scatter_elements", [zeros, ctx.emit1("reshape", [indices, flat]), values], {"axis": 0})
+    return ctx.emit("reshape", [scattered, out_shape])

@@ -126,3 +126,85 @@ def _per_channel(ctx: ImportCtx, v: Value, name: str, x: Value, groups: int) -> 
     if value.shape != (groups,) or channels % groups:
         raise ctx.fail(f"{name} must have shape [{groups}] (one per group) and {groups} must divide {channels}")
     return ctx.constant(np.repeat(value, channels // groups))
+
+
+@importer("LRN")
+def _lrn(ctx: ImportCtx) -> Sequence[Value | None]:
+    """``x / (bias + alpha/size * sum of x^2 over a window of `size` channels) ^ beta``.
+
+    The channel window is an average pool (which divides by ``size``, as the formula does) over
+    ``x^2`` seen as ``[N, 1, C, D1, ...]``, zero-padded by ``floor((size-1)/2)`` channels before
+    and ``ceil((size-1)/2)`` after, the padding counted."""
+    known_attrs(ctx, ("alpha", "beta", "bias", "size"))
+    x = ctx.input(0)
+    if x is None:
+        raise ctx.fail("needs its input X")
+    if "size" not in ctx.attrs:
+        raise ctx.fail("attribute 'size' is required")
+    size = int(ctx.attrs["size"])
+    if size < 1:
+        raise ctx.fail(f"size must be positive, got {size}")
+    if x.type.rank < 2:
+        raise ctx.fail(f"X must have rank >= 2 ([N, C, ...]), got {x.type}")
+    dt = x.type.dtype.np
+    spatial = x.type.rank - 1  # the channel axis and the original spatial axes, pooled over
+    square = ctx.emit1("mul", [x, x])
+    planes = ctx.emit1("unsqueeze", [square, ctx.constant(np.asarray([1], dtype=np.int64))])
+    before, after = (size - 1) // 2, size // 2
+    pool = {
+        "kernel_shape": [size] + [1] * (spatial - 1),
+        "pads": [before] + [0] * (spatial - 1) + [after] + [0] * (spatial - 1),
+        "count_include_pad": 1,
+    }
+    mean = ctx.emit1("average_pool", [planes], pool)
+    mean = ctx.emit1("squeeze", [mean, ctx.constant(np.asarray([1], dtype=np.int64))])
+    scaled = ctx.emit1("mul", [mean, ctx.constant(np.asarray(ctx.attr("alpha", 1e-4), dtype=dt))])
+    base = ctx.emit1("add", [scaled, ctx.constant(np.asarray(ctx.attr("bias", 1.0), dtype=dt))])
+    denom = ctx.emit1("pow", [base, ctx.constant(np.asarray(ctx.attr("beta", 0.75), dtype=dt))])
+    return [ctx.emit1("div", [x, denom])]
+
+
+def _axes_const(ctx: ImportCtx, axes: Sequence[int]) -> Value:
+    return ctx.constant(np.asarray(list(axes), dtype=np.int64))
+
+
+@importer("MeanVarianceNormalization", since=9)
+def _mean_variance_normalization(ctx: ImportCtx) -> Sequence[Value | None]:
+    """``(X - E[X]) / (sqrt(E[X^2] - E[X]^2) + 1e-9)`` over ``axes``, as ONNX's function body writes it."""
+    known_attrs(ctx, ("axes",))
+    x = ctx.input(0)
+    if x is None:
+        raise ctx.fail("needs its input X")
+    axes = _axes_const(ctx, ctx.attr("axes", [0, 2, 3]))
+    dt = x.type.dtype.np
+    mean = ctx.emit1("reduce_mean", [x, axes])
+    mean_of_squares = ctx.emit1("reduce_mean", [ctx.emit1("mul", [x, x]), axes])
+    variance = ctx.emit1("sub", [mean_of_squares, ctx.emit1("mul", [mean, mean])])
+    std = ctx.emit1("add", [ctx.emit1("sqrt", [variance]), ctx.constant(np.asarray(1e-9, dtype=dt))])
+    return [ctx.emit1("div", [ctx.emit1("sub", [x, mean]), std])]
+
+
+@importer("RMSNormalization", since=23)
+def _rms_normalization(ctx: ImportCtx) -> Sequence[Value | None]:
+    """``X / sqrt(mean(X^2 over axes axis..) + epsilon) * scale``, computed in ``stash_type`` and cast back
+    to X's type before the scale (ONNX's function body)."""
+    known_attrs(ctx, ("axis", "epsilon", "stash_type"))
+    x, scale = ctx.input(0), ctx.input(1)
+    if x is None or scale is None:
+        raise ctx.fail("needs the inputs X and scale")
+    rank = x.type.rank
+    axis = int(ctx.attr("axis", -1))
+    if not -rank <= axis < rank:
+        raise ctx.fail(f"axis {axis} is out of range for X of rank {rank}")
+    stash = dtype_of(ctx.attr("stash_type", 1), "RMSNormalization stash_type")
+    if not stash.is_float:
+        raise ctx.fail(f"stash_type must be a floating-point type, got {stash}")
+    xs = x if x.type.dtype is stash else ctx.emit1("cast", [x], {"to": stash})
+    mean_square = ctx.emit1("reduce_mean", [ctx.emit1("mul", [xs, xs]), _axes_const(ctx, range(axis % rank, rank))])
+    eps = ctx.constant(np.asarray(ctx.attr("epsilon", 1e-5), dtype=np.float32).astype(stash.np))
+    normalized = ctx.emit1("div", [xs, ctx.emit1("sqrt", [ctx.emit1("add", [mean_square, eps])])])
+    if normalized.type.dtype is not x.type.dtype:
+        normalized = ctx.emit1("cast", [normalized], {"to": x.type.dtype})
+    if scale.type.dtype is not x.type.dtype:
+        raise ctx.unsupported(f"scale of type {scale.type.dtype} for X of type {x.type.dtype}")
+    return [ctx.emit1("mul", [normalized, scale])]

@@ -1,4 +1,4 @@
-"""Importers of ONNX reductions: Reduce*, ArgMax/ArgMin, CumSum and TopK.
+"""Importers of ONNX reductions: Reduce*, ArgMax/ArgMin, CumSum/CumProd and TopK.
 
 Older opsets give the reduce axes (and TopK's k) as attributes; they become
 constant inputs of the Cuvil op, which follows the newest ONNX form.
@@ -69,10 +69,15 @@ _arg_importer("ArgMax", "arg_max")
 _arg_importer("ArgMin", "arg_min")
 
 
-@importer("CumSum")
-def _cumsum(ctx: ImportCtx) -> Sequence[Value | None]:
-    known_attrs(ctx, ("exclusive", "reverse"))
-    return ctx.emit("cumsum", ctx.inputs(), dict(ctx.attrs))
+def _cumulative_importer(onnx_op: str, cuvil_op: str) -> None:
+    @importer(onnx_op)
+    def fn(ctx: ImportCtx) -> Sequence[Value | None]:
+        known_attrs(ctx, ("exclusive", "reverse"))
+        return ctx.emit(cuvil_op, ctx.inputs(), dict(ctx.attrs))
+
+
+_cumulative_importer("CumSum", "cumsum")
+_cumulative_importer("CumProd", "cumprod")
 
 
 @importer("TopK")

@@ -219,3 +219,123 @@ def _one_hot(ctx: ImportCtx) -> list[Value]:
         negative = ctx.emit1("less", [indices, ctx.constant(np.int64(0))])
         indices = ctx.emit1("where", [negative, ctx.constant(np.int64(-(2**62))), indices])
     return ctx.emit("one_hot", [indices, depth, values], {"axis": int(ctx.attr("axis", -1))})
+
+
+# ReverseSequence, Compress, CenterCropPad, TensorScatter ----------------------------------------------
+
+
+def _i64(ctx: ImportCtx, value: int | Sequence[int]) -> Value:
+    return ctx.constant(np.asarray(value, dtype=np.int64))
+
+
+def _dim_scalar(ctx: ImportCtx, x: Value, axis: int) -> Value:
+    """``x``'s dim ``axis`` as an int64 scalar (a constant when the dim is static)."""
+    d = ctx.emit1("shape", [x], {"start": axis, "end": axis + 1})
+    return ctx.emit1("squeeze", [d, _i64(ctx, [0])])
+
+
+@importer("ReverseSequence")
+def _reverse_sequence(ctx: ImportCtx) -> list[Value]:
+    """Each batch entry's first ``sequence_lens[b]`` steps reversed: a gather along the time axis of
+    ``t < len ? len - 1 - t : t``.  A length past the time dim is an index out of range at run time."""
+    _check_attrs(ctx, {"batch_axis", "time_axis"})
+    x, lens = _required(ctx, 0, "input"), _required(ctx, 1, "sequence_lens")
+    batch_axis, time_axis = int(ctx.attr("batch_axis", 1)), int(ctx.attr("time_axis", 0))
+    if {batch_axis, time_axis} != {0, 1}:
+        raise ctx.fail(f"batch_axis {batch_axis} and time_axis {time_axis} must be 0 and 1, one each")
+    if x.type.rank < 2:
+        raise ctx.fail(f"input must have rank >= 2, got {x.type}")
+    if lens.type.rank != 1 or lens.type.dtype is not DType.i64:
+        raise ctx.fail(f"sequence_lens must be a 1-D int64 tensor, got {lens.type}")
+    steps = ctx.emit1("range", [_i64(ctx, 0), _dim_scalar(ctx, x, time_axis), _i64(ctx, 1)])
+    # [T, 1] against [1, B] (time first) or [1, T] against [B, 1]: the index grid over (axis 0, axis 1)
+    steps = ctx.emit1("unsqueeze", [steps, _i64(ctx, [1 - time_axis])])
+    lens_b = ctx.emit1("unsqueeze", [lens, _i64(ctx, [1 - batch_axis])])
+    reversed_ = ctx.emit1("sub", [ctx.emit1("sub", [lens_b, _i64(ctx, 1)]), steps])
+    index = ctx.emit1("where", [ctx.emit1("less", [steps, lens_b]), reversed_, steps])
+    if x.type.rank > 2:
+        index = ctx.emit1("unsqueeze", [index, _i64(ctx, list(range(2, x.type.rank)))])
+    index = ctx.emit1("expand", [index, ctx.emit1("shape", [x])])
+    return ctx.emit("gather_elements", [x, index], {"axis": time_axis})
+
+
+@importer("Compress")
+def _compress(ctx: ImportCtx) -> list[Value]:
+    """The slices along ``axis`` (of the flattened input without one) where ``condition`` holds: a gather
+    of ``condition``'s nonzero positions, so the output extent is known at compile time only when the
+    condition is.  A condition longer than the axis selects out of range: an error at run time."""
+    _check_attrs(ctx, {"axis"})
+    x, cond = _required(ctx, 0, "input"), _required(ctx, 1, "condition")
+    if cond.type.rank != 1:
+        raise ctx.fail(f"condition must be 1-D, got {cond.type}")
+    if cond.type.dtype is not DType.bool:
+        raise ctx.fail(f"condition must be bool, got {cond.type.dtype}")
+    axis = ctx.attr("axis")
+    if axis is None:
+        x, axis = ctx.emit1("reshape", [x, _i64(ctx, [-1])]), 0
+    axis = int(axis)
+    if not -x.type.rank <= axis < x.type.rank:
+        raise ctx.fail(f"axis {axis} is out of range for input of rank {x.type.rank}")
+    picked = ctx.emit1("reshape", [ctx.emit1("non_zero", [cond]), _i64(ctx, [-1])])
+    return ctx.emit("gather", [x, picked], {"axis": axis})
+
+
+@importer("CenterCropPad")
+def _center_crop_pad(ctx: ImportCtx) -> list[Value]:
+    """Pad with zeros (the odd pixel after) to at least ``shape``, then crop the centred window (the odd
+    pixel after), on ``axes``: ONNX's function body, with ``axes`` given to Pad and Slice."""
+    _check_attrs(ctx, {"axes"})
+    x, shape = _required(ctx, 0, "input_data"), _required(ctx, 1, "shape")
+    rank = x.type.rank
+    axes = [int(a) for a in ctx.attr("axes", list(range(rank)))]
+    if any(not -rank <= a < rank for a in axes) or len({a % rank for a in axes}) != len(axes):
+        raise ctx.fail(f"axes {axes} must be distinct axes of the input of rank {rank}")
+    if shape.type.rank != 1 or shape.type.dtype not in (DType.i64, DType.i32):
+        raise ctx.fail(f"shape must be a 1-D int32 or int64 tensor, got {shape.type}")
+    if isinstance(shape.type.shape[0], int) and shape.type.shape[0] != len(axes):
+        raise ctx.fail(f"shape has {shape.type.shape[0]} values for {len(axes)} axes")
+    if shape.type.dtype is not DType.i64:
+        shape = ctx.emit1("cast", [shape], {"to": DType.i64})
+    axes_v = _i64(ctx, [a % rank for a in axes])
+    two = _i64(ctx, 2)
+
+    def dims(v: Value) -> Value:
+        return ctx.emit1("gather", [ctx.emit1("shape", [v]), axes_v], {"axis": 0})
+
+    have = dims(x)
+    pad = ctx.emit1("sub", [ctx.emit1("max", [have, shape]), have])
+    before = ctx.emit1("div", [pad, two])
+    pads = ctx.emit1("concat", [before, ctx.emit1("sub", [pad, before])], {"axis": 0})
+    padded = ctx.emit1("pad", [x, pads, None, axes_v], {"mode": "constant"})
+    start = ctx.emit1("div", [ctx.emit1("sub", [dims(padded), shape]), two])
+    return ctx.emit("slice", [padded, start, ctx.emit1("add", [start, shape]), axes_v])
+
+
+@importer("TensorScatter")
+def _tensor_scatter(ctx: ImportCtx) -> list[Value]:
+    """``update`` written into ``past_cache`` along ``axis`` from each batch entry's ``write_indices[b]``
+    (modulo the cache length in ``circular`` mode): a scatter of ``update`` at ``write + s``."""
+    _check_attrs(ctx, {"axis", "mode"})
+    past, update = _required(ctx, 0, "past_cache"), _required(ctx, 1, "update")
+    write = ctx.input(2)
+    mode = str(ctx.attr("mode", "linear"))
+    if mode not in ("linear", "circular"):
+        raise ctx.unsupported(f"mode {mode!r} (TensorScatter has linear and circular)")
+    rank = past.type.rank
+    axis = int(ctx.attr("axis", -2))
+    if not -rank <= axis < rank or axis % rank == 0:
+        raise ctx.fail(f"axis {axis} must be a non-batch axis of the cache of rank {rank}")
+    axis %= rank
+    if update.type.rank != rank or update.type.dtype is not past.type.dtype:
+        raise ctx.fail(f"update {update.type} must have the rank and type of past_cache {past.type}")
+    steps = ctx.emit1("range", [_i64(ctx, 0), _dim_scalar(ctx, update, axis), _i64(ctx, 1)])
+    index = ctx.emit1("reshape", [steps, _i64(ctx, [-1 if a == axis else 1 for a in range(rank)])])
+    if write is not None:
+        if write.type.rank != 1 or write.type.dtype is not DType.i64:
+            raise ctx.fail(f"write_indices must be a 1-D int64 tensor, got {write.type}")
+        start = ctx.emit1("reshape", [write, _i64(ctx, [-1] + [1] * (rank - 1))])
+        index = ctx.emit1("add", [index, start])
+    if mode == "circular":
+        index = ctx.emit1("mod", [index, _dim_scalar(ctx, past, axis)])
+    index = ctx.emit1("expand", [index, ctx.emit1("shape", [update])])
+    return ctx.emit("scatter_elements", [past, index, update], {"axis": axis})

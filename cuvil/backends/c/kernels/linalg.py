@@ -1,4 +1,4 @@
-"""Kernels of the linear algebra ops: ``matmul``, ``gemm`` and ``einsum``.
+"""Kernels of the linear algebra ops: ``matmul``, ``gemm``, ``einsum`` and ``det``.
 
 float32 products go through ``cuvil_sgemm`` (``cuvil_gemm.h``), whose
 arbitrary strides make transposes free; a fused kernel's epilogue, when one
@@ -24,6 +24,7 @@ from cuvil.backends.c import ctypes_map as ct
 from cuvil.backends.c.kernel import CVal, KernelCtx, kernel
 from cuvil.backends.c.kernels.half import HALF, half_buffers, half_product, round_out
 from cuvil.backends.c.kernels.reduce import acc_ctype, prod_expr, to_acc
+from cuvil.backends.c.kernels.shape import dims_of, prod
 from cuvil.backends.c.writer import c_float, c_string
 from cuvil.ir.dtypes import DType
 from cuvil.ops.linalg import ELLIPSIS, parse_equation
@@ -271,3 +272,38 @@ def _einsum(k: KernelCtx) -> None:
         w.line("o++;")
         for _ in out:
             w.line("}")
+
+
+# det ---------------------------------------------------------------------------------------
+
+
+@kernel("det")
+def _det(k: KernelCtx) -> None:
+    """Each matrix copied to float64, then Gaussian elimination with partial pivoting: the determinant
+    is the pivots' product, its sign flipped per row swap (LAPACK's getrf, as NumPy's det uses)."""
+    x, y, w = k.inp(0), k.out(0), k.w
+    r = x.rank
+    n = x.dim(r - 1)
+    k.require(x.dim(r - 2), n, "matrix dims")
+    batch, b, a, det = k.tmp("batch"), k.tmp("b"), k.tmp("a"), k.tmp("det")
+    w.line(f"const int64_t {batch} = {prod(dims_of(x, 0, r - 2))};")
+    w.line(f"const int64_t nn = {n};")
+    a_buf = k.scratch("double", "nn * nn > 0 ? nn * nn : 1", "lu")
+    with w.block(f"for (int64_t {b} = 0; {b} < {batch}; {b}++)"):
+        w.line(f"double *{a} = {a_buf};")
+        w.line(f"for (int64_t i = 0; i < nn * nn; i++) {a}[i] = (double){x.load(f'{b} * nn * nn + i')};")
+        w.line(f"double {det} = 1.0;")
+        with w.block("for (int64_t c = 0; c < nn; c++)"):
+            w.line("int64_t p = c;")
+            w.line(f"for (int64_t i = c + 1; i < nn; i++) if (fabs({a}[i * nn + c]) > fabs({a}[p * nn + c])) p = i;")
+            w.line(f"if ({a}[p * nn + c] == 0.0) {{ {det} = 0.0; break; }}")
+            with w.block("if (p != c)"):
+                w.line(f"for (int64_t j = 0; j < nn; j++) {{ double t = {a}[c * nn + j]; "
+                       f"{a}[c * nn + j] = {a}[p * nn + j]; {a}[p * nn + j] = t; }}")
+                w.line(f"{det} = -{det};")
+            w.line(f"{det} *= {a}[c * nn + c];")
+            with w.block("for (int64_t i = c + 1; i < nn; i++)"):
+                w.line(f"const double f = {a}[i * nn + c] / {a}[c * nn + c];")
+                w.line(f"for (int64_t j = c + 1; j < nn; j++) {a}[i * nn + j] -= f * {a}[c * nn + j];")
+        w.line(y.store(b, f"({y.ctype_compute}){det}"))
+    k.release(a_buf)

@@ -1,4 +1,5 @@
-"""Kernels of comparisons, boolean logic, float classification (is_nan, is_inf) and ``where``.
+"""Kernels of comparisons, boolean logic, bitwise logic and shifts, float classification (is_nan,
+is_inf) and ``where``.
 
 Comparisons compute in the operands' compute type (float16/bfloat16 as
 float) and store ``bool``.  Boolean operands are normalised with ``!= 0`` so
@@ -51,6 +52,35 @@ def xor(s: Scalar, a: Sequence[str]) -> str:
 @elementwise_op("not")
 def not_(s: Scalar, a: Sequence[str]) -> str:
     return f"({a[0]} == 0)"
+
+
+@elementwise_op("bitwise_and")
+def bitwise_and(s: Scalar, a: Sequence[str]) -> str:
+    return f"({a[0]} & {a[1]})"
+
+
+@elementwise_op("bitwise_or")
+def bitwise_or(s: Scalar, a: Sequence[str]) -> str:
+    return f"({a[0]} | {a[1]})"
+
+
+@elementwise_op("bitwise_xor")
+def bitwise_xor(s: Scalar, a: Sequence[str]) -> str:
+    return f"({a[0]} ^ {a[1]})"
+
+
+@elementwise_op("bitwise_not")
+def bitwise_not(s: Scalar, a: Sequence[str]) -> str:
+    return f"(~{a[0]})"  # the compute type's higher bits are dropped on store
+
+
+@elementwise_op("bit_shift")
+def bit_shift(s: Scalar, a: Sequence[str]) -> str:
+    """Unsigned operands (computed in uint32_t or uint64_t); a shift by the element type's width or
+    more gives 0, where C would be undefined past the compute type's width."""
+    bits = s.dtype.np.itemsize * 8
+    op = "<<" if s.attrs.get("direction") == "LEFT" else ">>"
+    return f"({a[1]} >= {bits}u ? ({s.ctype})0 : ({s.ctype})({a[0]} {op} {a[1]}))"
 
 
 @elementwise_op("is_nan")

@@ -1,4 +1,4 @@
-"""Kernels of the reductions: ``reduce_*``, ``arg_max``/``arg_min``, ``cumsum`` and ``top_k``.
+"""Kernels of the reductions: ``reduce_*``, ``arg_max``/``arg_min``, ``cumsum``/``cumprod`` and ``top_k``.
 
 A ``reduce_*`` node becomes one walk over its input in memory order
 (``cuvil_reduce_plan`` in ``cuvil_reduce.h``) that folds every element into
@@ -366,11 +366,11 @@ def _arg(k: KernelCtx) -> None:
         w.line(f"{out.ptr}[o * {v.inner} + j] = bi;")
 
 
-# cumsum --------------------------------------------------------------------------------------
+# cumsum, cumprod -----------------------------------------------------------------------------
 
 
-@kernel("cumsum")
-def _cumsum(k: KernelCtx) -> None:
+def _cumulative(k: KernelCtx, combine: str, identity: str) -> None:
+    """A running ``acc combine= x`` along the axis (``+``, ``*``), from ``identity``."""
     x, y, w = k.inp(0), k.out(0), k.w
     dt = x.dtype
     rank = x.rank
@@ -388,7 +388,7 @@ def _cumsum(k: KernelCtx) -> None:
     reverse, exclusive = bool(k.attrs["reverse"]), bool(k.attrs["exclusive"])
     step = "i = n - 1 - ii" if reverse else "i = ii"
     with w.block(f"for (int64_t o = 0; o < {outer}; o++)"):
-        w.line(f"for (int64_t j = 0; j < {inner}; j++) {acc}[j] = 0;")
+        w.line(f"for (int64_t j = 0; j < {inner}; j++) {acc}[j] = {identity};")
         w.line(f"const int64_t n = {n};")
         with w.block("for (int64_t ii = 0; ii < n; ii++)"):
             w.line(f"const int64_t {step};")
@@ -398,11 +398,21 @@ def _cumsum(k: KernelCtx) -> None:
                 v = to_acc(dt, ct.load(dt, "xp", "j"))
                 if exclusive:
                     w.line(ct.store(dt, "yp", "j", f"{acc}[j]"))
-                    w.line(f"{acc}[j] += {v};")
+                    w.line(f"{acc}[j] {combine}= {v};")
                 else:
-                    w.line(f"{acc}[j] += {v};")
+                    w.line(f"{acc}[j] {combine}= {v};")
                     w.line(ct.store(dt, "yp", "j", f"{acc}[j]"))
     k.release(acc)
+
+
+@kernel("cumsum")
+def _cumsum(k: KernelCtx) -> None:
+    _cumulative(k, "+", "0")
+
+
+@kernel("cumprod")
+def _cumprod(k: KernelCtx) -> None:
+    _cumulative(k, "*", "1")
 
 
 # top_k ---------------------------------------------------------------------------------------
