@@ -61,47 +61,55 @@ def test_conformance_compiled(target: str, node_tests: Path, tmp_path: Path, req
 
 # random inputs against the ONNX reference -------------------------------------------------------
 
-
-def _model(node: onnx.NodeProto, inputs: dict[str, np.ndarray], opset: int) -> onnx.ModelProto:
-    elem = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int64): TensorProto.INT64}
-    g = oh.make_graph([node], "g", [oh.make_tensor_value_info(k, elem[v.dtype], v.shape) for k, v in inputs.items()],
-                      [oh.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in node.output])
-    return oh.make_model(g, opset_imports=[oh.make_opsetid("", opset)])
+_ELEM = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int64): TensorProto.INT64}
 
 
-def _check(model: onnx.ModelProto, inputs: dict[str, np.ndarray], expected: np.ndarray) -> None:
-    got = list(cuvil.compile(model, target="ref")(*inputs.values()))[0]
-    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+class _Nodes:
+    """Many single-node variants side by side in one model (one build), each with its own inputs."""
+
+    def __init__(self) -> None:
+        self.nodes: list[onnx.NodeProto] = []
+        self.inputs: dict[str, np.ndarray] = {}
+        self.outputs: list[str] = []
+
+    def add(self, op: str, arrays: list[np.ndarray], **attrs: object) -> None:
+        tag = f"n{len(self.nodes)}"
+        names = [f"{tag}_in{j}" for j in range(len(arrays))]
+        self.inputs.update(zip(names, arrays))
+        self.outputs.append(f"{tag}_out")
+        self.nodes.append(oh.make_node(op, names, [f"{tag}_out"], **attrs))
+
+    def model(self, opset: int) -> onnx.ModelProto:
+        g = oh.make_graph(self.nodes, "variants",
+                          [oh.make_tensor_value_info(k, _ELEM[v.dtype], v.shape) for k, v in self.inputs.items()],
+                          [oh.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in self.outputs])
+        return oh.make_model(g, opset_imports=[oh.make_opsetid("", opset)])
 
 
-_GS = [(r, m, p, al) for r, m, p, al in itertools.product((2, 3), ("nearest", "linear", "cubic"),
-                                                           ("zeros", "border", "reflection"), (0, 1))
-       if not (r == 3 and m == "cubic")]
+def _run(model: onnx.ModelProto, inputs: dict[str, np.ndarray], target: str, cache: str | None) -> list[np.ndarray]:
+    return list(cuvil.compile(model, target=target, cache_dir=cache)(*inputs.values()))
 
 
-@pytest.mark.parametrize(("rank", "mode", "padding", "align"), _GS)
-def test_grid_sample_random(rank: int, mode: str, padding: str, align: int) -> None:
-    """Grid points up to four times beyond the input (reflections of reflections), every mode."""
-    rng = np.random.default_rng(rank * 100 + len(mode) * 10 + len(padding) + align)
-    xs, gs = ((2, 3, 5, 4), (2, 6, 7, 2)) if rank == 2 else ((2, 2, 3, 4, 5), (2, 3, 4, 2, 3))
-    inputs = {"X": rng.standard_normal(xs).astype(np.float32), "G": rng.uniform(-4.5, 4.5, gs).astype(np.float32)}
-    node = oh.make_node("GridSample", ["X", "G"], ["Y"], mode=mode, padding_mode=padding, align_corners=align)
-    model = _model(node, inputs, 22)
-    _check(model, inputs, ReferenceEvaluator(model).run(None, inputs)[0])
+def _assert_close(got: list[np.ndarray], expected: list[np.ndarray], what: list[str]) -> None:
+    assert len(got) == len(expected)
+    for g, e, name in zip(got, expected, what):
+        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-5, err_msg=name)
 
 
-def test_grid_sample_opset16_names() -> None:
-    """GridSample-16 names its modes bilinear and bicubic, and takes them as the same interpolation."""
-    rng = np.random.default_rng(3)
-    inputs = {"X": rng.standard_normal((1, 2, 4, 5)).astype(np.float32),
-              "G": rng.uniform(-1.2, 1.2, (1, 3, 3, 2)).astype(np.float32)}
-    for old, new in (("bilinear", "linear"), ("bicubic", "cubic"), ("nearest", "nearest")):
-        m16 = _model(oh.make_node("GridSample", ["X", "G"], ["Y"], mode=old), inputs, 16)
-        m20 = _model(oh.make_node("GridSample", ["X", "G"], ["Y"], mode=new), inputs, 20)
-        _check(m16, inputs, ReferenceEvaluator(m20).run(None, inputs)[0])
-    bad = _model(oh.make_node("GridSample", ["X", "G"], ["Y"], mode="linear"), inputs, 16)
-    with pytest.raises(UnsupportedOpError, match="mode='linear'"):
-        cuvil.compile(bad, target="ref")
+def _grid_variants() -> tuple[_Nodes, list[str]]:
+    """Every mode x padding x align_corners, 2 and 3 spatial axes, with grid points up to four times
+    beyond the input (reflections of reflections)."""
+    v, names = _Nodes(), []
+    rng = np.random.default_rng(7)
+    for r, mode, pad, align in itertools.product((2, 3), ("nearest", "linear", "cubic"),
+                                                 ("zeros", "border", "reflection"), (0, 1)):
+        if r == 3 and mode == "cubic":
+            continue
+        xs, gs = ((2, 3, 5, 4), (2, 6, 7, 2)) if r == 2 else ((2, 2, 3, 4, 5), (2, 3, 4, 2, 3))
+        v.add("GridSample", [rng.standard_normal(xs).astype(np.float32), rng.uniform(-4.5, 4.5, gs).astype(np.float32)],
+              mode=mode, padding_mode=pad, align_corners=align)
+        names.append(f"{r}-D {mode} {pad} align_corners={align}")
+    return v, names
 
 
 def _rois(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -110,34 +118,73 @@ def _rois(rng: np.random.Generator, n: int) -> np.ndarray:
                      np.maximum(c[:, 0], c[:, 2]), np.maximum(c[:, 1], c[:, 3])], 1)
 
 
-@pytest.mark.parametrize(("opset", "mode", "ctm", "ratio"),
-                         [(o, m, c, r) for o, m, c, r in itertools.product((10, 22), ("avg", "max"),
-                                                                           ("half_pixel", "output_half_pixel"), (1, 3))
-                          if not (o == 10 and c == "half_pixel")])
-def test_roi_align_random(opset: int, mode: str, ctm: str, ratio: int) -> None:
-    """ROIs partly outside the input, two images; RoiAlign-10 (no half-pixel shift) against onnxruntime,
-    whose reference ONNX's evaluator lacks (it applies the newest default there)."""
-    rng = np.random.default_rng(opset + ratio + len(mode) + len(ctm))
-    inputs = {"X": rng.standard_normal((2, 3, 7, 9)).astype(np.float32), "rois": _rois(rng, 5),
-              "b": rng.integers(0, 2, 5).astype(np.int64)}
-    attrs: dict[str, object] = dict(mode=mode, output_height=3, output_width=4, sampling_ratio=ratio,
-                                    spatial_scale=0.8)
-    if opset > 10:
-        attrs["coordinate_transformation_mode"] = ctm
-    model = _model(oh.make_node("RoiAlign", ["X", "rois", "b"], ["Y"], **attrs), inputs, opset)
-    if opset > 10:
-        expected = ReferenceEvaluator(model).run(None, inputs)[0]
-    else:
+def _roi_variants(opset: int) -> tuple[_Nodes, list[str]]:
+    """Both modes and coordinate modes, fixed and adaptive (0) sampling ratios, ROIs partly outside
+    the input, two images."""
+    v, names = _Nodes(), []
+    rng = np.random.default_rng(opset)
+    for mode, ctm, ratio in itertools.product(("avg", "max"), ("half_pixel", "output_half_pixel"), (0, 1, 3)):
+        if opset == 10 and ctm == "half_pixel":
+            continue
+        attrs: dict[str, object] = dict(mode=mode, output_height=3, output_width=4, sampling_ratio=ratio,
+                                        spatial_scale=0.8)
+        if opset > 10:
+            attrs["coordinate_transformation_mode"] = ctm
+        v.add("RoiAlign", [rng.standard_normal((2, 3, 7, 9)).astype(np.float32), _rois(rng, 5),
+                           rng.integers(0, 2, 5).astype(np.int64)], **attrs)
+        names.append(f"RoiAlign-{opset} {mode} {ctm} sampling_ratio={ratio}")
+    return v, names
+
+
+def _expected(v: _Nodes, opset: int) -> list[np.ndarray]:
+    model = v.model(opset)
+    if opset == 10:  # ONNX's evaluator gives RoiAlign-10 the newest default (half_pixel): onnxruntime instead
         ort = pytest.importorskip("onnxruntime")
-        expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, inputs)[0]
-    _check(model, inputs, expected)
+        sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        return list(sess.run(None, v.inputs))
+    return list(ReferenceEvaluator(model).run(None, v.inputs))
 
 
-def test_roi_align_adaptive_sampling_refused() -> None:
+def _random_checks(target: str, cache: str | None) -> None:
+    for make, opset in ((_grid_variants, 22), (lambda: _roi_variants(22), 22), (lambda: _roi_variants(10), 10)):
+        v, names = make()
+        _assert_close(_run(v.model(opset), v.inputs, target, cache), _expected(v, opset), names)
+
+
+def test_random_ref() -> None:
+    _random_checks("ref", None)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", runnable("native", "wasm32"))
+def test_random_compiled(target: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    _random_checks(target, request.getfixturevalue("wasm_cache") if target == "wasm32" else str(tmp_path))
+
+
+def test_grid_sample_opset16_names() -> None:
+    """GridSample-16 names its modes bilinear and bicubic, and means the same interpolation."""
+    rng = np.random.default_rng(3)
+    arrays = [rng.standard_normal((1, 2, 4, 5)).astype(np.float32), rng.uniform(-1.2, 1.2, (1, 3, 3, 2)).astype(np.float32)]
+    old, new = _Nodes(), _Nodes()
+    for a, b in (("bilinear", "linear"), ("bicubic", "cubic"), ("nearest", "nearest")):
+        old.add("GridSample", arrays, mode=a)
+        new.add("GridSample", arrays, mode=b)
+    _assert_close(_run(old.model(16), old.inputs, "ref", None), _expected(new, 20), ["bilinear", "bicubic", "nearest"])
+    bad = _Nodes()
+    bad.add("GridSample", arrays, mode="linear")
+    with pytest.raises(UnsupportedOpError, match="mode='linear'"):
+        cuvil.compile(bad.model(16), target="ref")
+
+
+def test_unsupported_attribute_values() -> None:
     rng = np.random.default_rng(0)
-    inputs = {"X": rng.standard_normal((1, 1, 4, 4)).astype(np.float32), "rois": _rois(rng, 2),
-              "b": np.zeros(2, np.int64)}
-    model = _model(oh.make_node("RoiAlign", ["X", "rois", "b"], ["Y"], sampling_ratio=0), inputs, 16)
-    with pytest.raises(UnsupportedOpError, match="sampling_ratio=0"):
-        cuvil.compile(model, target="ref")
-
+    grid = [rng.standard_normal((1, 1, 4, 4)).astype(np.float32), np.zeros((1, 2, 2, 2), np.float32)]
+    roi = [grid[0], _rois(rng, 2), np.zeros(2, np.int64)]
+    for op, arrays, attrs, message in (("GridSample", grid, {"padding_mode": "wrap"}, "padding_mode='wrap'"),
+                                       ("RoiAlign", roi, {"mode": "min"}, "mode='min'"),
+                                       ("RoiAlign", roi, {"coordinate_transformation_mode": "asymmetric"},
+                                        "coordinate_transformation_mode='asymmetric'")):
+        v = _Nodes()
+        v.add(op, arrays, **attrs)
+        with pytest.raises(UnsupportedOpError, match=message):
+            cuvil.compile(v.model(22), target="ref")

@@ -19,8 +19,8 @@ import onnx
 from onnx import compose
 
 import cuvil
-from cuvil.conformance import cuvil_runner, load_case, run_cases
 from cuvil.conformance import compare as compare_outputs
+from cuvil.conformance import cuvil_runner, load_case, run_cases
 
 
 @dataclass
@@ -63,7 +63,7 @@ def run_batched(dirs: Iterable[str], target: str, cache_dir: str | None = None) 
         try:
             compiled = cuvil.compile(_merged(cases), target=target, cache_dir=cache_dir)
             outs = list(compiled(*[a for c in cases for a in c.inputs]))
-        except Exception:  # noqa: BLE001 - the cases one by one say which of them fails, and how
+        except Exception:  # the cases one by one say which of them fails, and how
             summary = run_cases([d for d in dirs if os.path.basename(d) in {c.name for c in cases}], target,
                                 cuvil_runner(target, cache_dir=cache_dir))
             results.update({r.name: r.status if r.status == "pass" else f"{r.status}: {r.message}"
