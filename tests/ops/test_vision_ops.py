@@ -8,10 +8,12 @@ and are compared by the conformance runner's rules (rtol 1e-3, atol 1e-7)."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx.numpy_helper
 import pytest
 from onnx import TensorProto
 from onnx import helper as oh
@@ -27,6 +29,7 @@ from tests.support.targets import runnable
 OP_CASES = {
     "GridSample": r"^test_gridsample",
     "RoiAlign": r"^test_roialign",
+    "Col2Im": r"^test_col2im",
 }
 
 
@@ -70,19 +73,26 @@ class _Nodes:
     def __init__(self) -> None:
         self.nodes: list[onnx.NodeProto] = []
         self.inputs: dict[str, np.ndarray] = {}
+        self.constants: list[onnx.TensorProto] = []
         self.outputs: list[str] = []
 
-    def add(self, op: str, arrays: list[np.ndarray], **attrs: object) -> None:
+    def add(self, op: str, arrays: list[np.ndarray], constant: Sequence[int] = (), **attrs: object) -> None:
+        """A node reading ``arrays``: graph inputs, or initializers for the positions in ``constant``."""
         tag = f"n{len(self.nodes)}"
         names = [f"{tag}_in{j}" for j in range(len(arrays))]
-        self.inputs.update(zip(names, arrays))
+        for j, (name, a) in enumerate(zip(names, arrays)):
+            if j in constant:
+                self.constants.append(onnx.numpy_helper.from_array(a, name))
+            else:
+                self.inputs[name] = a
         self.outputs.append(f"{tag}_out")
         self.nodes.append(oh.make_node(op, names, [f"{tag}_out"], **attrs))
 
     def model(self, opset: int) -> onnx.ModelProto:
         g = oh.make_graph(self.nodes, "variants",
                           [oh.make_tensor_value_info(k, _ELEM[v.dtype], v.shape) for k, v in self.inputs.items()],
-                          [oh.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in self.outputs])
+                          [oh.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in self.outputs],
+                          initializer=self.constants)
         return oh.make_model(g, opset_imports=[oh.make_opsetid("", opset)])
 
 
@@ -136,6 +146,25 @@ def _roi_variants(opset: int) -> tuple[_Nodes, list[str]]:
     return v, names
 
 
+def _col2im_variants() -> tuple[_Nodes, list[str]]:
+    """1-, 2- and 3-D images; strides, pads and dilations alone and together; image and block shapes
+    given at run time and as constants."""
+    v, names = _Nodes(), []
+    rng = np.random.default_rng(11)
+    for image, block, attrs in (([7], [3], {"strides": [2], "pads": [1, 2]}),
+                                ([5, 6], [2, 3], {}),
+                                ([6, 7], [3, 2], {"strides": [2, 1], "pads": [1, 0, 2, 1], "dilations": [1, 2]}),
+                                ([4, 5, 3], [2, 2, 2], {"strides": [1, 2, 1], "pads": [0, 1, 1, 1, 0, 0]})):
+        r = len(image)
+        dil, pads, strides = attrs.get("dilations", [1] * r), attrs.get("pads", [0] * 2 * r), attrs.get("strides", [1] * r)
+        counts = [(image[d] + pads[d] + pads[d + r] - dil[d] * (block[d] - 1) - 1) // strides[d] + 1 for d in range(r)]
+        x = rng.standard_normal((2, 3 * int(np.prod(block)), int(np.prod(counts)))).astype(np.float32)
+        for constant in ((), (1, 2)):
+            v.add("Col2Im", [x, np.array(image, np.int64), np.array(block, np.int64)], constant=constant, **attrs)
+            names.append(f"Col2Im image {image} block {block} {attrs} {'constant' if constant else 'run-time'} shapes")
+    return v, names
+
+
 def _expected(v: _Nodes, opset: int) -> list[np.ndarray]:
     model = v.model(opset)
     if opset == 10:  # ONNX's evaluator gives RoiAlign-10 the newest default (half_pixel): onnxruntime instead
@@ -146,7 +175,8 @@ def _expected(v: _Nodes, opset: int) -> list[np.ndarray]:
 
 
 def _random_checks(target: str, cache: str | None) -> None:
-    for make, opset in ((_grid_variants, 22), (lambda: _roi_variants(22), 22), (lambda: _roi_variants(10), 10)):
+    for make, opset in ((_grid_variants, 22), (lambda: _roi_variants(22), 22), (lambda: _roi_variants(10), 10),
+                        (_col2im_variants, 18)):
         v, names = make()
         _assert_close(_run(v.model(opset), v.inputs, target, cache), _expected(v, opset), names)
 
