@@ -41,22 +41,22 @@ def _col2im(k: KernelCtx) -> None:
     k.include("cuvil_index.h")
     set_output_shape(k, 0, [f"(int64_t){x.dim(0)}", ch, *(f"{img}[{d}]" for d in range(r))])
     acc = k.scratch("double", f"(int64_t){x.dim(0)} * {ch} * {px}", "col2im_acc")
-    plane, o, lb, pos, at, rest, flat, st, inside, i = (
-        k.tmp(h) for h in ("plane", "o", "l", "pos", "at", "rest", "flat", "st", "inside", "i"))
-    with w.block(f"for (int64_t {plane} = 0; {plane} < (int64_t){x.dim(0)} * {ch}; {plane}++)"):
-        with w.block(f"for (int64_t {o} = 0; {o} < {kk}; {o}++)"):
-            w.line(f"int64_t {at}[{r}]; int64_t {rest} = {o};")
+    plane, o, lb, pos, at, rest, left, flat, st, inside, i = (
+        k.tmp(h) for h in ("plane", "o", "l", "pos", "at", "rest", "left", "flat", "st", "inside", "i"))
+    with (w.block(f"for (int64_t {plane} = 0; {plane} < (int64_t){x.dim(0)} * {ch}; {plane}++)"),
+          w.block(f"for (int64_t {o} = 0; {o} < {kk}; {o}++)")):
+        w.line(f"int64_t {at}[{r}]; int64_t {rest} = {o};")
+        for d in reversed(range(r)):
+            w.line(f"{at}[{d}] = {rest} % {blk}[{d}]; {rest} /= {blk}[{d}];")
+        with w.block(f"for (int64_t {lb} = 0; {lb} < {nl}; {lb}++)"):
+            w.line(f"int64_t {left} = {lb}, {flat} = 0, {st} = 1, {pos}; int {inside} = 1;")
             for d in reversed(range(r)):
-                w.line(f"{at}[{d}] = {rest} % {blk}[{d}]; {rest} /= {blk}[{d}];")
-            with w.block(f"for (int64_t {lb} = 0; {lb} < {nl}; {lb}++)"):
-                w.line(f"int64_t {rest} = {lb}, {flat} = 0, {st} = 1, {pos}; int {inside} = 1;")
-                for d in reversed(range(r)):
-                    w.line(f"{pos} = ({rest} % {cnt}[{d}]) * {strides[d]} - {pads[d]} + {at}[{d}] * {dil[d]}; "
-                           f"{rest} /= {cnt}[{d}];")
-                    w.line(f"if ({pos} < 0 || {pos} >= {img}[{d}]) {inside} = 0;")
-                    w.line(f"{flat} += {pos} * {st}; {st} *= {img}[{d}];")
-                w.line(f"if ({inside}) {acc}[{plane} * {px} + {flat}] += "
-                       f"(double){x.load(f'({plane} * {kk} + {o}) * {nl} + {lb}')};")
+                w.line(f"{pos} = ({left} % {cnt}[{d}]) * {strides[d]} - {pads[d]} + {at}[{d}] * {dil[d]}; "
+                       f"{left} /= {cnt}[{d}];")
+                w.line(f"if ({pos} < 0 || {pos} >= {img}[{d}]) {inside} = 0;")
+                w.line(f"{flat} += {pos} * {st}; {st} *= {img}[{d}];")
+            w.line(f"if ({inside}) {acc}[{plane} * {px} + {flat}] += "
+                   f"(double){x.load(f'({plane} * {kk} + {o}) * {nl} + {lb}')};")
     with w.block(f"for (int64_t {i} = 0; {i} < (int64_t){x.dim(0)} * {ch} * {px}; {i}++)"):
         w.line(y.store(i, f"{acc}[{i}]"))
     k.release(acc)
