@@ -93,7 +93,7 @@ def _reference(ctx: RefCtx) -> list[np.ndarray]:
     if min(counts, default=1) < 1 or ck % k or length != math.prod(counts):
         raise ValueError(f"col2im: input {list(x.shape)} does not hold blocks {block} for image {image}")
     cols = x.reshape(n, ck // k, k, length).astype(np.float64)
-    out = np.zeros((n, ck // k, math.prod(image) + 1))  # the last pixel collects what falls into the padding
+    out = np.zeros((math.prod(image) + 1, n, ck // k))  # the last pixel collects what falls into the padding
     where = np.full((k, length), math.prod(image), dtype=np.int64)
     for kk, offset in enumerate(itertools.product(*(range(b) for b in block))):
         at = np.indices(counts).reshape(r, -1)
@@ -101,8 +101,8 @@ def _reference(ctx: RefCtx) -> list[np.ndarray]:
         inside = np.logical_and.reduce([(p >= 0) & (p < image[d]) for d, p in enumerate(pos)])
         flat = np.ravel_multi_index(tuple(np.where(inside, p, 0) for p in pos), image)
         where[kk] = np.where(inside, flat, math.prod(image))
-    np.add.at(out, (slice(None), slice(None), where.reshape(-1)), cols.reshape(n, ck // k, -1))
-    return [out[..., :-1].reshape(n, ck // k, *image).astype(ctx.out_dtype())]
+    np.add.at(out, where.reshape(-1), np.moveaxis(cols.reshape(n, ck // k, -1), -1, 0))
+    return [np.moveaxis(out[:-1], 0, -1).reshape(n, ck // k, *image).astype(ctx.out_dtype())]
 
 
 register(

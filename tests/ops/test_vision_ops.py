@@ -30,6 +30,10 @@ OP_CASES = {
     "GridSample": r"^test_gridsample",
     "RoiAlign": r"^test_roialign",
     "Col2Im": r"^test_col2im",
+    "DFT": r"^test_dft",
+    "STFT": r"^test_stft",
+    "NonMaxSuppression": r"^test_nonmaxsuppression",
+    "Unique": r"^test_unique",
 }
 
 
@@ -51,20 +55,36 @@ def test_conformance_ref(op: str, node_tests: Path) -> None:
     assert op in CORE_OPS
 
 
+# Cases whose expected outputs hold single-precision FFT rounding where the exact result is 0: the
+# imaginary parts of the inverse transform's Nyquist bins (about 1.9e-7 expected, atol 1e-7).  The
+# reference interpreter transforms in single precision as ONNX's reference does and passes them;
+# the C kernels sum in float64 and give the exact 0 (onnxruntime fails these two cases and three more
+# of DFT/STFT).  Checked instead: every output within a few float32 ulps of the expected one (rtol 1e-6),
+# and within 2.5e-7 where it is 0.
+FLOAT32_FFT_ROUNDING = frozenset({"test_dft_inverse", "test_dft_inverse_opset19"})
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("target", runnable("native", "wasm32"))
 def test_conformance_compiled(target: str, node_tests: Path, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """Every op's cases on a C target, in one build per opset."""
     dirs = [d for op in sorted(OP_CASES) for d in _cases(node_tests, op)]
     cache = request.getfixturevalue("wasm_cache") if target == "wasm32" else str(tmp_path)
-    results = run_batched(dirs, target, cache_dir=cache)
+    outputs: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {}
+    results = run_batched(dirs, target, cache_dir=cache, outputs=outputs)
     assert len(results) == len(dirs)
-    assert not _failures(results)
+    assert not _failures({k: v for k, v in results.items() if k not in FLOAT32_FFT_ROUNDING})
+    for name in FLOAT32_FFT_ROUNDING:
+        got, expected = outputs[name]
+        for g, e in zip(got, expected, strict=True):
+            assert g.shape == e.shape and g.dtype == e.dtype
+            np.testing.assert_allclose(g, e, rtol=1e-6, atol=2.5e-7, err_msg=name)
 
 
 # random inputs against the ONNX reference -------------------------------------------------------
 
 _ELEM = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int64): TensorProto.INT64}
+_I64 = TensorProto.INT64
 
 
 class _Nodes:
@@ -74,9 +94,10 @@ class _Nodes:
         self.nodes: list[onnx.NodeProto] = []
         self.inputs: dict[str, np.ndarray] = {}
         self.constants: list[onnx.TensorProto] = []
-        self.outputs: list[str] = []
+        self.outputs: list[tuple[str, int]] = []
 
-    def add(self, op: str, arrays: list[np.ndarray], constant: Sequence[int] = (), **attrs: object) -> None:
+    def add(self, op: str, arrays: list[np.ndarray], constant: Sequence[int] = (),
+            out_types: Sequence[int] = (TensorProto.FLOAT,), **attrs: object) -> None:
         """A node reading ``arrays``: graph inputs, or initializers for the positions in ``constant``."""
         tag = f"n{len(self.nodes)}"
         names = [f"{tag}_in{j}" for j in range(len(arrays))]
@@ -85,13 +106,14 @@ class _Nodes:
                 self.constants.append(onnx.numpy_helper.from_array(a, name))
             else:
                 self.inputs[name] = a
-        self.outputs.append(f"{tag}_out")
-        self.nodes.append(oh.make_node(op, names, [f"{tag}_out"], **attrs))
+        outs = [f"{tag}_out{j}" for j in range(len(out_types))]
+        self.outputs.extend(zip(outs, out_types))
+        self.nodes.append(oh.make_node(op, names, outs, **attrs))
 
     def model(self, opset: int) -> onnx.ModelProto:
         g = oh.make_graph(self.nodes, "variants",
                           [oh.make_tensor_value_info(k, _ELEM[v.dtype], v.shape) for k, v in self.inputs.items()],
-                          [oh.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in self.outputs],
+                          [oh.make_tensor_value_info(o, t, None) for o, t in self.outputs],
                           initializer=self.constants)
         return oh.make_model(g, opset_imports=[oh.make_opsetid("", opset)])
 
@@ -103,7 +125,11 @@ def _run(model: onnx.ModelProto, inputs: dict[str, np.ndarray], target: str, cac
 def _assert_close(got: list[np.ndarray], expected: list[np.ndarray], what: list[str]) -> None:
     assert len(got) == len(expected)
     for g, e, name in zip(got, expected, what):
-        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-5, err_msg=name)
+        assert g.dtype == e.dtype and g.shape == e.shape, name
+        if e.dtype.kind in "iub" or (e.dtype.kind == "f" and np.isnan(e).any()):
+            np.testing.assert_array_equal(g, e, err_msg=name)
+        else:
+            np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-5, err_msg=name)
 
 
 def _grid_variants() -> tuple[_Nodes, list[str]]:
@@ -165,6 +191,108 @@ def _col2im_variants() -> tuple[_Nodes, list[str]]:
     return v, names
 
 
+def _dft_variants(opset: int) -> tuple[_Nodes, list[str]]:
+    """Every axis (negative ones too), real and complex signals, cut and zero-padded lengths, forward,
+    one-sided, inverse and one-sided inverse of odd and even lengths; from opset 20 the axis and the
+    length as run-time inputs too."""
+    v, names = _Nodes(), []
+    rng = np.random.default_rng(opset + 5)
+    shape = (2, 5, 6)
+    for axis, comps, length, inverse, onesided in itertools.product((0, 1, -2), (1, 2), (None, 4, 9), (0, 1), (0, 1)):
+        if opset < 20 and axis == -2:
+            continue
+        if inverse and onesided and comps == 1:
+            continue  # a one-sided spectrum is complex
+        x = rng.standard_normal((*shape, comps)).astype(np.float32)
+        attrs: dict[str, object] = {"inverse": inverse, "onesided": onesided}
+        arrays = [x]
+        constant: tuple[int, ...] = ()
+        if length is not None:
+            arrays.append(np.array(length, np.int64))
+            constant = (1,) if axis != 1 else ()
+        if opset >= 20:
+            if length is None:
+                arrays.append(np.array(0, np.int64))  # a placeholder input, replaced below
+            arrays.append(np.array(axis, np.int64))
+        else:
+            attrs["axis"] = axis
+        v.add("DFT", arrays, constant=constant, **attrs)
+        if opset >= 20 and length is None:  # no dft_length: drop the placeholder
+            node = v.nodes[-1]
+            del v.inputs[node.input[1]]
+            node.input[1] = ""
+        names.append(f"DFT-{opset} axis {axis} comps {comps} length {length} inverse {inverse} onesided {onesided}")
+    return v, names
+
+
+def _stft_variants() -> tuple[_Nodes, list[str]]:
+    v, names = _Nodes(), []
+    rng = np.random.default_rng(17)
+    for comps, window, length, step, onesided in itertools.product((1, 2), (None, 8), (None, 8, 6), (3, 5), (0, 1)):
+        if window is None and length is None:
+            length = 30  # the whole signal is one frame
+        if window is not None and length is not None and length != window:
+            continue
+        x = rng.standard_normal((2, 30, comps)).astype(np.float32)
+        arrays = [x, np.array(step, np.int64)]
+        arrays.append(np.hanning(window).astype(np.float32) if window else np.zeros(0, np.float32))
+        if length is not None:
+            arrays.append(np.array(length, np.int64))
+        v.add("STFT", arrays, constant=(1,) if step == 3 else (), onesided=onesided)
+        if window is None:
+            node = v.nodes[-1]
+            del v.inputs[node.input[2]]
+            node.input[2] = ""
+        names.append(f"STFT comps {comps} window {window} frame_length {length} step {step} onesided {onesided}")
+    return v, names
+
+
+def _nms_variants() -> tuple[_Nodes, list[str]]:
+    """Crowded boxes (many overlaps), scores with ties, both box formats, with and without a score
+    threshold, limits below and above the number of boxes, IoU thresholds 0 to 1."""
+    v, names = _Nodes(), []
+    rng = np.random.default_rng(23)
+    for center, limit, iou, score in itertools.product((0, 1), (2, 50), (0.0, 0.4, 1.0), (None, 0.3)):
+        corners = rng.uniform(0, 10, (2, 12, 4)).astype(np.float32)
+        if center:
+            corners[..., 2:] = rng.uniform(0.5, 4, (2, 12, 2)).astype(np.float32)
+        scores = np.round(rng.uniform(0, 1, (2, 3, 12)), 1).astype(np.float32)  # rounded: ties
+        arrays = [corners, scores, np.array([limit], np.int64), np.array([iou], np.float32)]
+        if score is not None:
+            arrays.append(np.array([score], np.float32))
+        v.add("NonMaxSuppression", arrays, out_types=[_I64], center_point_box=center)
+        names.append(f"NonMaxSuppression center {center} limit {limit} iou {iou} score_threshold {score}")
+    return v, names
+
+
+def _unique_variants() -> tuple[_Nodes, list[str], list[np.ndarray]]:
+    """Floats with repeats, NaNs and signed zeros, integer rows, 3-D slices; every axis, both orders.
+    Expected: NumPy's unique (its order of first occurrence derived here); ONNX's reference takes
+    slices along axis 0 for unsorted results whatever the axis."""
+    v, names, expected = _Nodes(), [], []
+    rng = np.random.default_rng(29)
+    floats = np.array([2.0, np.nan, -0.0, 1.5, 0.0, 2.0, np.nan, -3.0, 1.5], np.float32)
+    ints = rng.integers(0, 3, (6, 4)).astype(np.int64)
+    ints[3] = ints[1]
+    ints[:, 2] = ints[:, 0]
+    cube = rng.integers(0, 2, (2, 5, 2)).astype(np.float32)
+    for x, axis in ((floats, None), (ints, None), (ints, 0), (ints, 1), (ints, -1), (cube, 1)):
+        for sorted_ in (0, 1):
+            attrs: dict[str, object] = {"sorted": sorted_} if axis is None else {"sorted": sorted_, "axis": axis}
+            v.add("Unique", [x], out_types=[_ELEM[x.dtype], _I64, _I64, _I64], **attrs)
+            names += [f"Unique {x.dtype} axis {axis} sorted {sorted_} output {j}" for j in range(4)]
+            y, idx, inv, cnt = np.unique(x, return_index=True, return_inverse=True, return_counts=True, axis=axis)
+            inv = inv.reshape(-1)
+            if not sorted_:
+                order = np.argsort(idx, kind="stable")
+                rank = np.empty_like(order)
+                rank[order] = np.arange(order.size)
+                idx, cnt, inv = idx[order], cnt[order], rank[inv]
+                y = x.reshape(-1)[idx] if axis is None else np.take(x, idx, axis=axis)
+            expected += [y, idx.astype(np.int64), inv.astype(np.int64), cnt.astype(np.int64)]
+    return v, names, expected
+
+
 def _expected(v: _Nodes, opset: int) -> list[np.ndarray]:
     model = v.model(opset)
     if opset == 10:  # ONNX's evaluator gives RoiAlign-10 the newest default (half_pixel): onnxruntime instead
@@ -176,9 +304,12 @@ def _expected(v: _Nodes, opset: int) -> list[np.ndarray]:
 
 def _random_checks(target: str, cache: str | None) -> None:
     for make, opset in ((_grid_variants, 22), (lambda: _roi_variants(22), 22), (lambda: _roi_variants(10), 10),
-                        (_col2im_variants, 18)):
+                        (_col2im_variants, 18), (lambda: _dft_variants(20), 20), (lambda: _dft_variants(17), 17),
+                        (_stft_variants, 17), (_nms_variants, 11)):
         v, names = make()
         _assert_close(_run(v.model(opset), v.inputs, target, cache), _expected(v, opset), names)
+    u, names, expected = _unique_variants()
+    _assert_close(_run(u.model(11), u.inputs, target, cache), expected, names)
 
 
 def test_random_ref() -> None:

@@ -50,8 +50,11 @@ def _opset_key(model: onnx.ModelProto) -> tuple[tuple[str, int], ...]:
     return tuple(sorted((o.domain or "ai.onnx", int(o.version)) for o in model.opset_import))
 
 
-def run_batched(dirs: Iterable[str], target: str, cache_dir: str | None = None) -> dict[str, str]:
-    """Each case's result: ``"pass"``, or what failed (a mismatch, or the error that stopped it)."""
+def run_batched(dirs: Iterable[str], target: str, cache_dir: str | None = None,
+                outputs: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] | None = None) -> dict[str, str]:
+    """Each case's result: ``"pass"``, or what failed (a mismatch, or the error that stopped it).
+
+    ``outputs``, when given, receives each merged case's (actual, expected) outputs."""
     dirs = list(dirs)
     groups: dict[tuple[tuple[str, int], ...], list[_Case]] = {}
     for d in dirs:
@@ -73,5 +76,7 @@ def run_batched(dirs: Iterable[str], target: str, cache_dir: str | None = None) 
         for c in cases:
             got, at = outs[at:at + len(c.expected)], at + len(c.expected)
             diff = compare_outputs(got, c.expected)
+            if outputs is not None:
+                outputs[c.name] = (got, c.expected)
             results[c.name] = "pass" if diff is None else f"fail: {diff}"
     return results

@@ -70,3 +70,14 @@ def _roi_align(ctx: ImportCtx) -> Sequence[Value | None]:
              "output_height": int(ctx.attr("output_height", 1)), "output_width": int(ctx.attr("output_width", 1)),
              "sampling_ratio": int(ctx.attr("sampling_ratio", 0)), "spatial_scale": float(ctx.attr("spatial_scale", 1.0))}
     return ctx.emit("roi_align", [x, rois, batch], attrs)
+
+
+@importer("NonMaxSuppression", since=10)
+def _nms(ctx: ImportCtx) -> Sequence[Value | None]:
+    known_attrs(ctx, ("center_point_box",))
+    if ctx.input(0) is None or ctx.input(1) is None:
+        raise ctx.fail("inputs boxes and scores are required")
+    center = int(ctx.attr("center_point_box", 0))
+    if center not in (0, 1):
+        raise ctx.unsupported(f"center_point_box={center} (0: corners, 1: center and size)")
+    return ctx.emit("non_max_suppression", ctx.inputs(), {"center_point_box": center})

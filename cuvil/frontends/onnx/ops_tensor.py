@@ -3,7 +3,7 @@
 Reshape Flatten Squeeze Unsqueeze Transpose Concat Split Slice Gather
 GatherElements GatherND ScatterElements ScatterND (and the deprecated
 Scatter) Expand Tile Shape Size ConstantOfShape EyeLike Range OneHot
-NonZero Trilu.
+NonZero Trilu Unique.
 
 Older opsets are upgraded here to the newest form of each op: attributes
 that later became inputs (Reshape's shape before 5, Squeeze/Unsqueeze axes
@@ -219,3 +219,14 @@ def _one_hot(ctx: ImportCtx) -> list[Value]:
         negative = ctx.emit1("less", [indices, ctx.constant(np.int64(0))])
         indices = ctx.emit1("where", [negative, ctx.constant(np.int64(-(2**62))), indices])
     return ctx.emit("one_hot", [indices, depth, values], {"axis": int(ctx.attr("axis", -1))})
+
+
+@importer("Unique", since=11)
+def _unique(ctx: ImportCtx) -> list[Value]:
+    _check_attrs(ctx, {"axis", "sorted"})
+    x = _required(ctx, 0, "X")
+    sorted_ = int(ctx.attr("sorted", 1))
+    if sorted_ not in (0, 1):
+        raise ctx.unsupported(f"sorted={sorted_} (0: order of first occurrence, 1: ascending)")
+    axis = ctx.attr("axis")
+    return ctx.emit("unique", [x], {"axis": None if axis is None else int(axis), "sorted": sorted_}, num_outputs=4)
