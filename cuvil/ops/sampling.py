@@ -1,4 +1,4 @@
-"""Ops that read their input at computed, fractional positions: ``grid_sample`` and ``roi_align``.
+"""Ops that read their input at computed, fractional positions: ``grid_sample``, ``roi_align``, ``deform_conv``.
 
 Semantics are ONNX's (GridSample-22, RoiAlign-16), step for step as ONNX's reference
 implementations compute them, in float64:
@@ -14,6 +14,8 @@ implementations compute them, in float64:
   of a grid of bilinear samples: ``sampling_ratio`` per bin side, or, when 0,
   ``ceil(roi size / bins)`` for each region.  A sample beyond one pixel outside the input
   reads 0.
+* ``deform_conv``: a 2-D convolution whose every kernel tap reads the input bilinearly (taps
+  outside read 0) at its place plus a per-position offset, times an optional mask.
 
 The references are vectorized: interpolation is separable, so each spatial axis gives every
 output position a few taps (a valid index, a weight, for zero padding an inside flag).
@@ -31,6 +33,7 @@ import numpy as np
 from cuvil.ir.dtypes import FLOATS, INTS
 from cuvil.ir.symbolic import Dim
 from cuvil.ir.types import TensorType
+from cuvil.ops.conv import WindowAttrs, concrete, window_attrs, window_out_dim
 from cuvil.ops.registry import AttrSpec, InferCtx, OpDef, RefCtx, register
 
 GRID_MODES = ("nearest", "linear", "cubic")
@@ -252,6 +255,107 @@ register(
         tolerance=1e-4,
         doc="Pools each region of interest [x1, y1, x2, y2] of image batch_indices[i] of X into "
         "output_height x output_width bins of bilinear samples (ONNX RoiAlign): mode avg|max.",
+    )
+)
+
+# deform_conv ---------------------------------------------------------------------------------------
+
+
+def _deform_geometry(ctx: InferCtx | RefCtx) -> tuple[WindowAttrs, int, int]:
+    w = window_attrs(ctx, 2)
+    group, og = int(ctx.attrs["group"]), int(ctx.attrs["offset_group"])
+    if group < 1 or og < 1:
+        raise ValueError(f"{ctx.op}: group ({group}) and offset_group ({og}) must be positive")
+    return w, group, og
+
+
+def _deform_infer(ctx: InferCtx) -> list[TensorType]:
+    x, wt, off = ctx.type(0), ctx.type(1), ctx.type(2)
+    dt = ctx.same_dtype(0, 1, 2, 3, 4)
+    ctx.require_dtype(0, FLOATS)
+    if x.rank != 4 or wt.rank != 4 or off.rank != 4:
+        raise ctx.fail(f"X, W and offset must be 4-D (2 spatial axes), got {x}, {wt}, {off}")
+    try:
+        w, group, og = _deform_geometry(ctx)
+    except ValueError as exc:
+        raise ctx.fail(str(exc).removeprefix(f"{ctx.op}: ")) from None
+    ks = ctx.attrs["kernel_shape"]
+    kernel: list[Dim] = list(wt.shape[2:])
+    if ks is not None:
+        if len(ks) != 2:
+            raise ctx.fail(f"kernel_shape must have 2 values, got {list(ks)}")
+        kernel = [int(v) for v in ks]
+        for i in range(2):
+            ctx.assume_equal(wt.shape[2 + i], kernel[i], "W's spatial dims and kernel_shape")
+    ctx.assume_equal(x.shape[1], wt.shape[1] * group, "X's channels and W's input channels x group")
+    if isinstance(wt.shape[0], int) and wt.shape[0] % group:
+        raise ctx.fail(f"W's output channels ({wt.shape[0]}) must be a multiple of group ({group})")
+    if isinstance(x.shape[1], int) and x.shape[1] % og:
+        raise ctx.fail(f"X's channels ({x.shape[1]}) must be a multiple of offset_group ({og})")
+    out = [window_out_dim(x.shape[2 + i], kernel[i], i, w) for i in range(2)]
+    ctx.assume_equal(off.shape[0], x.shape[0], "batch sizes of offset and X")
+    ctx.assume_equal(off.shape[1], kernel[0] * kernel[1] * 2 * og, "offset channels and 2 x kernel taps x offset_group")
+    for i in range(2):
+        ctx.assume_equal(off.shape[2 + i], out[i], "offset's spatial dims and the output's")
+    if ctx.has(3):
+        b = ctx.type(3)
+        if b.rank != 1:
+            raise ctx.fail(f"B must be 1-D, got {b}")
+        ctx.assume_equal(b.shape[0], wt.shape[0], "B's length and W's output channels")
+    if ctx.has(4):
+        m = ctx.type(4)
+        if m.rank != 4:
+            raise ctx.fail(f"mask must be 4-D, got {m}")
+        ctx.assume_equal(m.shape[1], kernel[0] * kernel[1] * og, "mask channels and kernel taps x offset_group")
+    return [TensorType(dt, (x.shape[0], wt.shape[0], *out))]
+
+
+def _deform_ref(ctx: RefCtx) -> list[np.ndarray]:
+    x, wt, off = (ctx.input(i).astype(np.float64) for i in range(3))
+    w, group, og = _deform_geometry(ctx)
+    n, ic, ih, iw = x.shape
+    oc, icg, kh, kw = wt.shape
+    oh, ow = (concrete(window_out_dim(x.shape[2 + i], wt.shape[2 + i], i, w)) for i in range(2))
+    if ic != icg * group or oc % group or ic % og or off.shape != (n, og * kh * kw * 2, oh, ow):
+        raise ValueError(f"deform_conv: X {list(x.shape)}, W {list(wt.shape)} and offset {list(off.shape)} do not fit")
+    off = off.reshape(n, og, kh, kw, 2, oh, ow)
+    mask = ctx.input(4).astype(np.float64).reshape(n, og, kh, kw, oh, ow) if ctx.has(4) else None
+    # sample positions [n, og, kh, kw, oh, ow]
+    hs = (np.arange(oh) * w.strides[0] - w.pads_begin[0])[None, None, None, None, :, None] + \
+        (np.arange(kh) * w.dilations[0])[None, None, :, None, None, None] + off[:, :, :, :, 0]
+    ws = (np.arange(ow) * w.strides[1] - w.pads_begin[1])[None, None, None, None, None, :] + \
+        (np.arange(kw) * w.dilations[1])[None, None, None, :, None, None] + off[:, :, :, :, 1]
+    h0, w0 = np.floor(hs), np.floor(ws)
+    grid = np.moveaxis(x.reshape(n, og, ic // og, ih, iw), 2, -1)  # [n, og, ih, iw, ic/og]
+    bi = np.arange(n).reshape(n, 1, 1, 1, 1, 1)
+    gi = np.arange(og).reshape(1, og, 1, 1, 1, 1)
+    cols = np.zeros((n, og, kh, kw, oh, ow, ic // og))
+    for dh_, dw_ in itertools.product((0, 1), (0, 1)):
+        hi, wi = h0 + dh_, w0 + dw_
+        weight = (1 - np.abs(hs - hi)) * (1 - np.abs(ws - wi))
+        inside = (hi >= 0) & (hi < ih) & (wi >= 0) & (wi < iw)
+        got = grid[bi, gi, np.where(inside, hi, 0).astype(np.int64), np.where(inside, wi, 0).astype(np.int64)]
+        cols += np.where(inside, weight, 0.0)[..., None] * got
+    if mask is not None:
+        cols *= mask[..., None]
+    cols = np.moveaxis(cols, -1, 2).reshape(n, group, icg, kh, kw, oh, ow)
+    y = np.einsum("ngcabij,gocab->ngoij", cols, wt.reshape(group, oc // group, icg, kh, kw)).reshape(n, oc, oh, ow)
+    if ctx.has(3):
+        y = y + ctx.input(3).astype(np.float64).reshape(1, oc, 1, 1)
+    return [y.astype(ctx.out_dtype())]
+
+
+register(
+    OpDef(
+        name="deform_conv",
+        inputs=("X", "W", "offset", "B?", "mask?"),
+        attrs={"dilations": AttrSpec("ints", None), "group": AttrSpec("int", 1), "kernel_shape": AttrSpec("ints", None),
+               "offset_group": AttrSpec("int", 1), "pads": AttrSpec("ints", None), "strides": AttrSpec("ints", None)},
+        infer=_deform_infer,
+        reference=_deform_ref,
+        tolerance=1e-4,
+        doc="2-D deformable convolution (ONNX DeformConv): each kernel tap reads X bilinearly (zero outside) at "
+        "its position plus a learned offset, scaled by mask.",
     )
 )
 

@@ -34,6 +34,7 @@ OP_CASES = {
     "STFT": r"^test_stft",
     "NonMaxSuppression": r"^test_nonmaxsuppression",
     "Unique": r"^test_unique",
+    "DeformConv": r"deform_conv",
 }
 
 
@@ -293,6 +294,29 @@ def _unique_variants() -> tuple[_Nodes, list[str], list[np.ndarray]]:
     return v, names, expected
 
 
+def _deform_variants() -> tuple[_Nodes, list[str]]:
+    """Offsets up to two pixels (taps partly outside), strides, pads, dilations, groups, offset groups,
+    with and without mask and bias."""
+    v, names = _Nodes(), []
+    rng = np.random.default_rng(31)
+    for group, og, stride, pad, dil, extras in ((1, 1, 1, 0, 1, False), (2, 2, 2, 1, 1, True), (1, 2, 1, 1, 2, True),
+                                                (2, 1, 1, 2, 1, False)):
+        ic, oc, kh, kw, ih, iw = 4, 6, 3, 2, 6, 7
+        oh = (ih + 2 * pad - (dil * (kh - 1) + 1)) // stride + 1
+        ow = (iw + 2 * pad - (dil * (kw - 1) + 1)) // stride + 1
+        arrays = [rng.standard_normal((2, ic, ih, iw)).astype(np.float32),
+                  rng.standard_normal((oc, ic // group, kh, kw)).astype(np.float32),
+                  rng.uniform(-2, 2, (2, og * kh * kw * 2, oh, ow)).astype(np.float32)]
+        if extras:
+            arrays += [rng.standard_normal(oc).astype(np.float32),
+                       rng.uniform(0, 1, (2, og * kh * kw, oh, ow)).astype(np.float32)]
+        v.add("DeformConv", arrays, group=group, offset_group=og, strides=[stride, stride], pads=[pad] * 4,
+              dilations=[dil, dil])
+        names.append(f"DeformConv group {group} offset_group {og} stride {stride} pad {pad} dilation {dil} "
+                     f"mask and bias {extras}")
+    return v, names
+
+
 def _expected(v: _Nodes, opset: int) -> list[np.ndarray]:
     model = v.model(opset)
     if opset == 10:  # ONNX's evaluator gives RoiAlign-10 the newest default (half_pixel): onnxruntime instead
@@ -305,7 +329,7 @@ def _expected(v: _Nodes, opset: int) -> list[np.ndarray]:
 def _random_checks(target: str, cache: str | None) -> None:
     for make, opset in ((_grid_variants, 22), (lambda: _roi_variants(22), 22), (lambda: _roi_variants(10), 10),
                         (_col2im_variants, 18), (lambda: _dft_variants(20), 20), (lambda: _dft_variants(17), 17),
-                        (_stft_variants, 17), (_nms_variants, 11)):
+                        (_stft_variants, 17), (_nms_variants, 11), (_deform_variants, 22)):
         v, names = make()
         _assert_close(_run(v.model(opset), v.inputs, target, cache), _expected(v, opset), names)
     u, names, expected = _unique_variants()

@@ -1,4 +1,5 @@
-"""Importers of ONNX's sampling ops: GridSample and RoiAlign (Cuvil's ``grid_sample`` and ``roi_align``).
+"""Importers of ONNX's sampling and detection ops: GridSample, RoiAlign, NonMaxSuppression (Cuvil's
+``grid_sample``, ``roi_align``, ``non_max_suppression``).
 
 The Cuvil ops follow the newest ONNX forms; older ones are upgraded here:
 
@@ -81,3 +82,15 @@ def _nms(ctx: ImportCtx) -> Sequence[Value | None]:
     if center not in (0, 1):
         raise ctx.unsupported(f"center_point_box={center} (0: corners, 1: center and size)")
     return ctx.emit("non_max_suppression", ctx.inputs(), {"center_point_box": center})
+
+
+@importer("DeformConv", since=19)
+def _deform_conv(ctx: ImportCtx) -> Sequence[Value | None]:
+    known_attrs(ctx, ("dilations", "group", "kernel_shape", "offset_group", "pads", "strides"))
+    x, w, offset = ctx.input(0), ctx.input(1), ctx.input(2)
+    if x is None or w is None or offset is None:
+        raise ctx.fail("inputs X, W and offset are required")
+    if x.type.rank != 4:
+        raise ctx.unsupported(f"X of rank {x.type.rank} (the 2-D form, 4-D X, is supported)")
+    _float_inputs(ctx, [x], ["X"])
+    return ctx.emit("deform_conv", ctx.inputs(), dict(ctx.attrs))

@@ -1,4 +1,4 @@
-"""Kernels of ``grid_sample`` and ``roi_align``: float64 copies of the operands through runtime/cuvil_sampling.h.
+"""Kernels of ``grid_sample``, ``roi_align`` and ``deform_conv``: float64 copies of the operands through runtime/cuvil_sampling.h.
 
 The runtime computes in float64 as the reference does; an operand of another float type is
 converted into a call-owned float64 buffer first (and the result converted back), a float64
@@ -95,3 +95,44 @@ def _roi_align(k: KernelCtx) -> None:
     store_out(k, y, yd)
     release(k, (x, xd), (rois, rd), (y, yd))
     k.release(bi)
+
+
+@kernel("deform_conv")
+def _deform_conv(k: KernelCtx) -> None:
+    x, wt, off, y = k.inp(0), k.inp(1), k.inp(2), k.out(0)
+    w = k.w
+    strides, dil = (list(k.attrs.get(a) or [1, 1]) for a in ("strides", "dilations"))
+    pads = list(k.attrs.get("pads") or [0, 0, 0, 0])
+    group, og = int(k.attrs["group"]), int(k.attrs["offset_group"])
+    k.require(x.dim(1), f"(int64_t){wt.dim(1)} * {group}", "X's channels vs W's input channels x group")
+    k.fail_if(f"(int64_t){x.dim(1)} % {og} != 0 || (int64_t){wt.dim(0)} % {group} != 0",
+              "channels do not divide into offset_group or group")
+    k.require(off.dim(0), x.dim(0), "batch sizes of offset and X")
+    k.require(off.dim(1), f"(int64_t){wt.dim(2)} * (int64_t){wt.dim(3)} * {2 * og}", "offset channels")
+    for i in range(2):
+        k.require(off.dim(2 + i), y.dim(2 + i), f"offset dim {2 + i} vs the output's")
+    if k.has(3):
+        k.require(k.inp(3).dim(0), wt.dim(0), "B's length vs W's output channels")
+    if k.has(4):
+        m = k.inp(4)
+        k.require(m.dim(0), x.dim(0), "batch sizes of mask and X")
+        k.require(m.dim(1), f"(int64_t){wt.dim(2)} * (int64_t){wt.dim(3)} * {og}", "mask channels")
+        for i in range(2):
+            k.require(m.dim(2 + i), y.dim(2 + i), f"mask dim {2 + i} vs the output's")
+    k.include("cuvil_sampling.h")
+    st, pd, dl = k.tmp("strides"), k.tmp("pads"), k.tmp("dilations")
+    w.line(f"const int64_t {st}[2] = {{{strides[0]}, {strides[1]}}}, {pd}[2] = {{{pads[0]}, {pads[1]}}}, "
+           f"{dl}[2] = {{{dil[0]}, {dil[1]}}};")
+    ins = [(v, as_double(k, v, f"dc_in{i}")) for i, v in enumerate(k.ins) if v is not None]
+    ptr = {id(v): p for v, p in ins}
+    b = ptr[id(k.inp(3))] if k.has(3) else "NULL"
+    mask = ptr[id(k.inp(4))] if k.has(4) else "NULL"
+    yd = double_out(k, y, "dc_y")
+    cols = k.scratch("double", f"(int64_t){x.dim(1)} * (int64_t){wt.dim(2)} * (int64_t){wt.dim(3)} * "
+                               f"(int64_t){y.dim(2)} * (int64_t){y.dim(3)}", "dc_cols")
+    w.line(f"cuvil_deform_conv2d({ptr[id(x)]}, {ptr[id(wt)]}, {ptr[id(off)]}, {b}, {mask}, {yd}, {x.dim(0)}, "
+           f"{x.dim(1)}, {x.dim(2)}, {x.dim(3)}, {wt.dim(0)}, {wt.dim(2)}, {wt.dim(3)}, {y.dim(2)}, {y.dim(3)}, "
+           f"{group}, {og}, {st}, {pd}, {dl}, {cols});")
+    store_out(k, y, yd)
+    release(k, *ins, (y, yd))
+    k.release(cols)

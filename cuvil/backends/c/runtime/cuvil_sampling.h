@@ -227,4 +227,56 @@ static CUVIL_UNUSED void cuvil_roi_align(const double *x, const double *rois, co
     }
 }
 
+/* 2-D deformable convolution.  Geometry: stride, pad_begin, dilation per axis (s[0..1], p[0..1], d[0..1]);
+ * b and mask may be NULL; cols holds (ic * kh * kw) x (oh * ow) values. */
+static CUVIL_UNUSED void cuvil_deform_conv2d(const double *x, const double *w, const double *off, const double *b,
+                                             const double *mask, double *y, int64_t n, int64_t ic, int64_t ih,
+                                             int64_t iw, int64_t oc, int64_t kh, int64_t kw, int64_t oh, int64_t ow,
+                                             int64_t group, int64_t offset_group, const int64_t *s, const int64_t *p,
+                                             const int64_t *d, double *cols) {
+    const int64_t taps = kh * kw, plane = oh * ow, icog = ic / offset_group, icg = ic / group, ocg = oc / group;
+    for (int64_t bn = 0; bn < n; bn++) {
+        for (int64_t c = 0; c < ic; c++) {
+            const int64_t g = c / icog;
+            const double *xc = x + (bn * ic + c) * ih * iw;
+            for (int64_t t = 0; t < taps; t++) {
+                const int64_t ki = t / kw, kj = t % kw;
+                const double *oy = off + ((bn * offset_group + g) * taps * 2 + t * 2) * plane, *ox = oy + plane;
+                const double *mk = mask ? mask + ((bn * offset_group + g) * taps + t) * plane : NULL;
+                double *col = cols + (c * taps + t) * plane;
+                for (int64_t i = 0; i < oh; i++) {
+                    for (int64_t j = 0; j < ow; j++) {
+                        const int64_t q = i * ow + j;
+                        const double hs = (double)(i * s[0] - p[0] + ki * d[0]) + oy[q];
+                        const double ws = (double)(j * s[1] - p[1] + kj * d[1]) + ox[q];
+                        const double h0 = floor(hs), w0 = floor(ws);
+                        double v = 0.0;
+                        for (int a = 0; a < 2; a++) {
+                            const double hi = h0 + (double)a;
+                            if (!(hi >= 0.0 && hi < (double)ih)) continue;
+                            for (int e = 0; e < 2; e++) {
+                                const double wi = w0 + (double)e;
+                                if (!(wi >= 0.0 && wi < (double)iw)) continue;
+                                const double wt = (1.0 - fabs(hs - hi)) * (1.0 - fabs(ws - wi));
+                                v += wt * xc[(int64_t)hi * iw + (int64_t)wi];
+                            }
+                        }
+                        col[q] = mk ? v * mk[q] : v;
+                    }
+                }
+            }
+        }
+        for (int64_t o = 0; o < oc; o++) {
+            const int64_t g = o / ocg;
+            double *yo = y + (bn * oc + o) * plane;
+            for (int64_t q = 0; q < plane; q++) yo[q] = b ? b[o] : 0.0;
+            for (int64_t k = 0; k < icg * taps; k++) {
+                const double wv = w[o * icg * taps + k];
+                const double *col = cols + (g * icg * taps + k) * plane;
+                for (int64_t q = 0; q < plane; q++) yo[q] += wv * col[q];
+            }
+        }
+    }
+}
+
 #endif
