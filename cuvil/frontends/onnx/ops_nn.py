@@ -1,5 +1,5 @@
 """Importers of ONNX's spatial ops: Conv, ConvTranspose, the pools, Pad, Resize, DepthToSpace,
-SpaceToDepth.
+SpaceToDepth, Col2Im.
 
 Conv, the pools and the depth/space ops kept their meaning across opsets (later versions only
 added attributes whose defaults reproduce the earlier behaviour), so their attributes pass
@@ -45,6 +45,7 @@ for _onnx, _cuvil in {
     "GlobalMaxPool": "global_max_pool",
     "DepthToSpace": "depth_to_space",
     "SpaceToDepth": "space_to_depth",
+    "Col2Im": "col2im",
 }.items():
     _pass_through(_onnx, _cuvil)
 

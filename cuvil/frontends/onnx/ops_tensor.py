@@ -3,7 +3,7 @@
 Reshape Flatten Squeeze Unsqueeze Transpose Concat Split Slice Gather
 GatherElements GatherND ScatterElements ScatterND (and the deprecated
 Scatter) Expand Tile Shape Size ConstantOfShape EyeLike Range OneHot
-NonZero Trilu.
+NonZero Trilu Unique.
 
 Older opsets are upgraded here to the newest form of each op: attributes
 that later became inputs (Reshape's shape before 5, Squeeze/Unsqueeze axes
@@ -339,3 +339,14 @@ def _tensor_scatter(ctx: ImportCtx) -> list[Value]:
         index = ctx.emit1("mod", [index, _dim_scalar(ctx, past, axis)])
     index = ctx.emit1("expand", [index, ctx.emit1("shape", [update])])
     return ctx.emit("scatter_elements", [past, index, update], {"axis": axis})
+
+
+@importer("Unique", since=11)
+def _unique(ctx: ImportCtx) -> list[Value]:
+    _check_attrs(ctx, {"axis", "sorted"})
+    x = _required(ctx, 0, "X")
+    sorted_ = int(ctx.attr("sorted", 1))
+    if sorted_ not in (0, 1):
+        raise ctx.unsupported(f"sorted={sorted_} (0: order of first occurrence, 1: ascending)")
+    axis = ctx.attr("axis")
+    return ctx.emit("unique", [x], {"axis": None if axis is None else int(axis), "sorted": sorted_}, num_outputs=4)
