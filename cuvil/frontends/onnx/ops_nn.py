@@ -1,5 +1,5 @@
-"""Importers of ONNX's spatial ops: Conv, ConvTranspose, the pools, Pad, Resize, DepthToSpace,
-SpaceToDepth.
+"""Importers of ONNX's spatial ops: Conv, ConvTranspose, the pools (LpPool, GlobalLpPool and MaxUnpool
+among them), Pad, Resize and Upsample, DepthToSpace, SpaceToDepth, AffineGrid.
 
 Conv, the pools and the depth/space ops kept their meaning across opsets (later versions only
 added attributes whose defaults reproduce the earlier behaviour), so their attributes pass
@@ -11,6 +11,10 @@ over time and are upgraded here:
 * Resize-10 (``X``, ``scales``; asymmetric coordinates) becomes the newest Resize with the
   coordinate mode and nearest rounding that onnxruntime gives Resize-10.  Resize-11/13 take an
   ``roi`` and ``scales`` that are often empty placeholders; those are dropped.
+
+LpPool, GlobalLpPool, MaxUnpool, Upsample (opsets 1-9) and AffineGrid have no Cuvil op of their own:
+each is an exact composition of existing ops (an average pool, a scatter, a Resize, a matmul), so
+every target runs them.
 """
 
 from __future__ import annotations
