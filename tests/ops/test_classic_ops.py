@@ -166,7 +166,7 @@ def with_lrn_outputs(model: onnx.ModelProto) -> onnx.ModelProto:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not LIGHT.is_dir(), reason="the onnx wheel has no light model zoo")
-@pytest.mark.parametrize("target", runnable("ref", "native"))
+@pytest.mark.parametrize("target", runnable("ref", "native", "wasm32"))
 @pytest.mark.parametrize("name", LRN_NETWORKS)
 def test_light_zoo_lrn_networks(name: str, target: str, tmp_path: Path) -> None:
     """The network's output matches its stored reference as the ONNX backend test runner compares them.
