@@ -20,6 +20,7 @@ from cuvil.conformance import ATOL, RTOL, case_dirs, compare
 from cuvil.errors import ModelError, UnsupportedOpError
 from tests.support.classic_cases import classic_cases, ort_outputs
 from tests.support.node_batch import Case, failures, run_merged, stored_case
+from tests.support.node_cases import symbolic_dims
 from tests.support.paths import NODE_TESTS
 from tests.support.single_node import one_node
 from tests.support.targets import runnable
@@ -69,6 +70,18 @@ def extra_cases() -> dict[str, Case]:
 @pytest.mark.parametrize("path", CASE_PATHS, ids=os.path.basename)
 def test_conformance_ref(path: str) -> None:
     summary = run_merged([conformance_case(path)], "ref")
+    assert not failures(summary), failures(summary)
+
+
+def test_symbolic_dims_ref() -> None:
+    """The conformance cases with every float input dim above 1 made symbolic (the compositions' shape
+    arithmetic on symbols): the same outputs, on one build of them all."""
+    cases = []
+    for path in CASE_PATHS:
+        case = conformance_case(path)
+        case.model, _ = symbolic_dims(case.model)
+        cases.append(case)
+    summary = run_merged(cases, "ref")
     assert not failures(summary), failures(summary)
 
 
