@@ -442,10 +442,10 @@ def test_damaged_text(tmp_path: Path, old: bytes, new: bytes, fragments: tuple[s
 def test_every_unsupported_op_in_one_error(tmp_path: Path) -> None:
     nodes = [
         helper.make_node("Frobnicate", ["x"], ["f1"], name="frob_a", domain="com.example"),
-        helper.make_node("Det", ["f1"], ["d1"], name="det_a"),
+        helper.make_node("Bernoulli", ["f1"], ["d1"], name="bern_a"),
         helper.make_node("Add", ["x", "w"], ["s"], name="add"),
         helper.make_node("Frobnicate", ["s"], ["f2"], name="frob_b", domain="com.example"),
-        helper.make_node("Det", ["f2"], ["d2"], name="det_b"),
+        helper.make_node("Bernoulli", ["f2"], ["d2"], name="bern_b"),
         helper.make_node("Add", ["d1", "d2"], ["y"], name="sum"),
     ]
     outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])]
@@ -456,26 +456,26 @@ def test_every_unsupported_op_in_one_error(tmp_path: Path) -> None:
     with pytest.raises(cuvil.UnsupportedOpError) as e:
         cuvil.compile(path)
     uses = {(u.domain, u.op_type): u for u in e.value.uses}
-    assert set(uses) == {("com.example", "Frobnicate"), ("", "Det")}, uses
+    assert set(uses) == {("com.example", "Frobnicate"), ("", "Bernoulli")}, uses
     assert uses["com.example", "Frobnicate"].nodes == ("frob_a", "frob_b")
     assert uses["com.example", "Frobnicate"].opset == 3
-    assert uses["", "Det"].nodes == ("det_a", "det_b")
-    assert uses["", "Det"].opset == OPSET
+    assert uses["", "Bernoulli"].nodes == ("bern_a", "bern_b")
+    assert uses["", "Bernoulli"].opset == OPSET
     msg = str(e.value)
     assert msg.startswith("unsupported ops (2):"), msg
     for fragment in (
         "com.example::Frobnicate (opset 3)",
         "'frob_a', 'frob_b'",
-        f"ai.onnx::Det (opset {OPSET})",
-        "'det_a', 'det_b'",
+        f"ai.onnx::Bernoulli (opset {OPSET})",
+        "'bern_a', 'bern_b'",
     ):
         assert fragment in msg, msg
 
 
 def test_unsupported_op_inside_a_branch_is_listed(tmp_path: Path) -> None:
-    """The scan reaches into subgraphs: a Det in an If branch is reported with the top-level one."""
+    """The scan reaches into subgraphs: a Bernoulli in an If branch is reported with the top-level one."""
     branch = helper.make_graph(
-        [helper.make_node("Det", ["x"], ["b"], name="det_in_branch")],
+        [helper.make_node("Bernoulli", ["x"], ["b"], name="bern_in_branch")],
         "then",
         [],
         [helper.make_tensor_value_info("b", TensorProto.FLOAT, [])],
@@ -483,13 +483,13 @@ def test_unsupported_op_inside_a_branch_is_listed(tmp_path: Path) -> None:
     nodes = [
         helper.make_node("Constant", [], ["c"], name="cond", value=numpy_helper.from_array(np.array(True))),
         helper.make_node("If", ["c"], ["y"], name="if", then_branch=branch, else_branch=branch),
-        helper.make_node("Det", ["x"], ["z"], name="det_top"),
+        helper.make_node("Bernoulli", ["x"], ["z"], name="bern_top"),
     ]
     outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])]
     with pytest.raises(cuvil.UnsupportedOpError) as e:
         cuvil.compile(tiny_model(node=nodes, output=outputs))
-    (det,) = [u for u in e.value.uses if u.op_type == "Det"]
-    assert set(det.nodes) >= {"det_top"} and any("det_in_branch" in n for n in det.nodes), det
+    (bern,) = [u for u in e.value.uses if u.op_type == "Bernoulli"]
+    assert set(bern.nodes) >= {"bern_top"} and any("bern_in_branch" in n for n in bern.nodes), bern
 
 
 # The command line -----------------------------------------------------------------------------------------

@@ -1,12 +1,14 @@
 """The classic ONNX ops that model zoos still carry (LRN, ReverseSequence, Compress, MaxUnpool, LpPool, ...):
 every ONNX conformance case of theirs passes on ref, native and wasm32, compared the way the ONNX backend
-test runner compares (rtol 1e-3, atol 1e-7); edge cases the conformance set leaves out are checked against
-onnxruntime; and the onnx wheel's light model zoo networks that use LRN match their reference outputs."""
+test runner compares (rtol 1e-3, atol 1e-7); the forms the conformance set leaves out
+(tests/support/classic_cases.py) match onnxruntime or the operator's formula the same way; and the onnx
+wheel's light model zoo networks that use LRN match their reference outputs."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -14,16 +16,20 @@ import pytest
 from onnx import numpy_helper
 
 import cuvil
-from cuvil.conformance import ATOL, RTOL, case_dirs, compare, load_case
-from tests.support.node_batch import failures, run_merged
+from cuvil.conformance import ATOL, RTOL, case_dirs, compare
+from cuvil.errors import ModelError, UnsupportedOpError
+from tests.support.classic_cases import classic_cases, ort_outputs
+from tests.support.node_batch import Case, failures, run_merged, stored_case
+from tests.support.node_cases import symbolic_dims
 from tests.support.paths import NODE_TESTS
-from tests.support.single_node import one_node, run_ort
+from tests.support.single_node import one_node
 from tests.support.targets import runnable
 
 # Conformance case name stems (test_<stem>...) of the ops this file covers; the _expanded variants test
 # ONNX's function bodies, which other ops' tests cover.
-STEMS = ("lrn", "det", "cumprod", "bitwise", "bitshift", "lppool", "mvn", "rms_normalization", "swish", "swiglu", "upsample", "reversesequence", "compress",
-         "center_crop_pad", "tensorscatter", "maxunpool", "hannwindow", "hammingwindow", "blackmanwindow")
+STEMS = ("lrn", "lppool", "maxunpool", "upsample", "mvn", "rms_normalization", "swish", "swiglu", "reversesequence",
+         "compress", "center_crop_pad", "tensorscatter", "affine_grid", "hannwindow", "hammingwindow",
+         "blackmanwindow", "bitwise", "bitshift", "cumprod", "det")
 # Cases whose stored outputs follow ONNX's reference evaluator where it departs from the operator page and
 # from onnxruntime: Cuvil follows the page, and these cases are compared with onnxruntime's outputs instead.
 ORT_ORACLE = {
@@ -33,93 +39,109 @@ ORT_ORACLE = {
 }
 
 
-def classic_cases() -> list[str]:
+def case_paths() -> list[str]:
     if not NODE_TESTS.is_dir():
         return []
     found = case_dirs(NODE_TESTS, rf"^test_({'|'.join(STEMS)})")
     return [c for c in found if "_expanded" not in c]
 
 
-CASES = classic_cases()
+CASE_PATHS = case_paths()
 
 
-def _name(case: str) -> str:
-    return os.path.basename(case)
+def conformance_case(path: str) -> Case:
+    """The stored case, or for ORT_ORACLE's cases the stored inputs with onnxruntime's outputs."""
+    case = stored_case(path)
+    if case.name in ORT_ORACLE:
+        pytest.importorskip("onnxruntime")
+        stored, case.expected = case.expected, ort_outputs(case.model, dict(zip(
+            [vi.name for vi in case.model.graph.input], case.inputs)))
+        assert compare(case.expected, stored) is not None  # the two oracles do differ here
+    return case
 
 
 @pytest.fixture(scope="module")
-def ort_outputs() -> dict[str, list[np.ndarray]]:
-    """onnxruntime's outputs for the cases of ORT_ORACLE."""
+def extra_cases() -> dict[str, Case]:
     pytest.importorskip("onnxruntime")
-    import onnxruntime as ort
-
-    out = {}
-    for case in CASES:
-        if _name(case) in ORT_ORACLE:
-            model, inputs, stored = load_case(case)
-            assert isinstance(model, onnx.ModelProto)
-            sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-            out[_name(case)] = sess.run(None, {vi.name: x for vi, x in zip(model.graph.input, inputs)})
-            assert compare(out[_name(case)], stored) is not None  # the two oracles do differ here
-    return out
+    return {c.name: c for c in classic_cases()}
 
 
-@pytest.mark.skipif(not CASES, reason="conformance data not found beside the repo")
-@pytest.mark.parametrize("case", CASES, ids=_name)
-def test_conformance_ref(case: str, ort_outputs: dict[str, list[np.ndarray]]) -> None:
-    summary = run_merged([case], "ref", expected=ort_outputs)
+@pytest.mark.skipif(not CASE_PATHS, reason="conformance data not found beside the repo")
+@pytest.mark.parametrize("path", CASE_PATHS, ids=os.path.basename)
+def test_conformance_ref(path: str) -> None:
+    summary = run_merged([conformance_case(path)], "ref")
+    assert not failures(summary), failures(summary)
+
+
+def test_symbolic_dims_ref() -> None:
+    """The conformance cases with every float input dim above 1 made symbolic (the compositions' shape
+    arithmetic on symbols): the same outputs, on one build of them all."""
+    cases = []
+    for path in CASE_PATHS:
+        case = conformance_case(path)
+        case.model, _ = symbolic_dims(case.model)
+        cases.append(case)
+    summary = run_merged(cases, "ref")
+    assert not failures(summary), failures(summary)
+
+
+def test_edge_cases_ref(extra_cases: dict[str, Case]) -> None:
+    """The forms the conformance cases leave out (tests/support/classic_cases.py), against onnxruntime
+    or the operator's formula."""
+    assert len(extra_cases) >= 40
+    summary = run_merged(list(extra_cases.values()), "ref")
     assert not failures(summary), failures(summary)
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not CASES, reason="conformance data not found beside the repo")
+@pytest.mark.skipif(not CASE_PATHS, reason="conformance data not found beside the repo")
 @pytest.mark.parametrize("target", runnable("native", "wasm32"))
-def test_conformance_c_targets(target: str, tmp_path: Path, ort_outputs: dict[str, list[np.ndarray]]) -> None:
-    summary = run_merged(CASES, target, cache_dir=str(tmp_path), expected=ort_outputs)
-    assert len(summary.results) == len(CASES)
+def test_c_targets(target: str, tmp_path: Path, extra_cases: dict[str, Case]) -> None:
+    """Every conformance case and edge case of these ops, a few dozen to a build."""
+    cases = [conformance_case(p) for p in CASE_PATHS] + list(extra_cases.values())
+    summary = run_merged(cases, target, cache_dir=str(tmp_path))
+    assert len(summary.results) == len(cases)
     assert not failures(summary), failures(summary)
 
 
-# LRN beyond the conformance cases ----------------------------------------------------------------------
+F32 = np.zeros((1, 3, 4, 4), np.float32)
 
 
-def lrn_spec(x: np.ndarray, size: int, alpha: float, beta: float, bias: float) -> np.ndarray:
-    """LRN as the ONNX operator page writes it, in float64, one channel at a time."""
-    xd = x.astype(np.float64)
-    channels = x.shape[1]
-    square_sum = np.zeros_like(xd)
-    for c in range(channels):
-        lo, hi = max(0, c - (size - 1) // 2), min(channels - 1, c + size // 2)
-        square_sum[:, c] = (xd[:, lo : hi + 1] ** 2).sum(axis=1)
-    return (xd / (bias + alpha / size * square_sum) ** beta).astype(x.dtype)
-
-
-@pytest.mark.parametrize(("shape", "size", "dtype"), [
-    ((2, 7, 5), 4, np.float32),          # an even window: one channel more after than before
-    ((1, 6, 3, 4, 2), 3, np.float32),    # 3-D spatial
-    ((2, 8, 6, 5), 5, np.float32),
-    ((2, 5), 1, np.float32),             # no spatial dims, a window of one
-    ((1, 9, 4, 4), 5, np.float16),
+@pytest.mark.parametrize(("op", "inputs", "kw", "error", "match"), [
+    ("LRN", {"x": F32}, {}, ModelError, "attribute 'size' is required"),
+    ("LRN", {"x": F32}, {"size": 0}, ModelError, "size must be positive"),
+    ("Upsample", {"x": F32, "s": np.ones(4, np.float32)}, {"opset": 10}, UnsupportedOpError, "deprecated"),
+    ("Upsample", {"x": F32}, {"opset": 7, "scales": [1.0, 1.0, 0.5, 1.0]}, ModelError, "scales must be >= 1"),
+    ("Upsample", {"x": F32}, {"opset": 7, "scales": [1.0, 1.0, 2.0, 2.0], "mode": "cubic"}, UnsupportedOpError,
+     "mode 'cubic'"),
+    ("LpPool", {"x": F32}, {"kernel_shape": [2, 2], "p": 0}, ModelError, "p must be positive"),
+    ("MaxUnpool", {"x": F32, "i": F32.astype(np.int64)}, {}, ModelError, "kernel_shape"),
+    ("Compress", {"x": F32, "c": np.ones((2, 2), bool)}, {}, ModelError, "condition must be 1-D"),
+    ("ReverseSequence", {"x": F32, "l": np.ones(3, np.int64)}, {"batch_axis": 2}, ModelError, "batch_axis 2"),
+    ("CenterCropPad", {"x": F32, "s": np.ones(3, np.int64)}, {"axes": [0, 1]}, ModelError, "3 values for 2 axes"),
+    ("TensorScatter", {"p": F32, "u": F32}, {"axis": 0}, ModelError, "non-batch axis"),
+    ("BitShift", {"a": np.ones(2, np.uint8), "b": np.ones(2, np.uint8)}, {"direction": "UP"}, ModelError,
+     "direction must be LEFT or RIGHT"),
+    ("BitwiseAnd", {"a": np.ones(2, np.float32), "b": np.ones(2, np.float32)}, {}, ModelError, "element type"),
+    ("Det", {"x": np.ones((2, 3, 4), np.float32)}, {}, ModelError, "not square"),
+    ("HannWindow", {"n": np.ones(2, np.int64)}, {}, ModelError, "size must be an int32 or int64 scalar"),
+    ("Bernoulli", {"x": np.full(3, 0.5, np.float32)}, {}, UnsupportedOpError, "Bernoulli"),
 ])
-def test_lrn_matches_oracles(shape: tuple[int, ...], size: int, dtype: type) -> None:
-    """Against the operator's formula, and against onnxruntime where it runs the node (4-D, odd sizes).
-    (The ONNX reference evaluator's LRN loops over the batch instead of the channels: not an oracle.)"""
-    x = {"x": (np.random.default_rng(3).standard_normal(shape) * 3).astype(dtype)}
-    attrs = {"size": size, "alpha": 2e-3, "beta": 0.6, "bias": 1.5}
-    model = one_node("LRN", x, **attrs)  # type: ignore[arg-type]
-    got = list(cuvil.compile(model, target="ref")(*x.values()))
-    want = [lrn_spec(x["x"], size, 2e-3, 0.6, 1.5)]
-    assert compare(got, want) is None, compare(got, want)
-    if size % 2 and len(shape) == 4:
-        pytest.importorskip("onnxruntime")
-        ort = run_ort(model, x, got)
-        assert compare(got, ort) is None, compare(got, ort)
-
-
-def test_lrn_without_size_is_a_clear_error() -> None:
-    model = one_node("LRN", {"x": np.zeros((1, 3, 2, 2), np.float32)})
-    with pytest.raises(cuvil.CuvilError, match="size"):
+def test_bad_uses_are_clear_errors(op: str, inputs: dict[str, np.ndarray], kw: dict[str, Any],
+                                   error: type[Exception], match: str) -> None:
+    kw = dict(kw)
+    opset = kw.pop("opset", 22 if op not in ("Upsample", "BitShift") else 11)
+    model = one_node(op, inputs, opset=opset, **kw)
+    with pytest.raises(error, match=match):
         cuvil.compile(model, target="ref")
+
+
+def test_lp_pool_ceil_mode_with_symbolic_dims_is_refused() -> None:
+    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 2, "h", "w"])
+    node = onnx.helper.make_node("LpPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)
+    g = onnx.helper.make_graph([node], "g", [x], [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)])
+    with pytest.raises(UnsupportedOpError, match="ceil_mode=1 with symbolic spatial dims"):
+        cuvil.compile(onnx.helper.make_model(g, opset_imports=[onnx.helper.make_opsetid("", 18)]), target="ref")
 
 
 # The onnx wheel's light model zoo ---------------------------------------------------------------------
@@ -157,7 +179,7 @@ def with_lrn_outputs(model: onnx.ModelProto) -> onnx.ModelProto:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not LIGHT.is_dir(), reason="the onnx wheel has no light model zoo")
-@pytest.mark.parametrize("target", runnable("ref", "native"))
+@pytest.mark.parametrize("target", runnable("ref", "native", "wasm32"))
 @pytest.mark.parametrize("name", LRN_NETWORKS)
 def test_light_zoo_lrn_networks(name: str, target: str, tmp_path: Path) -> None:
     """The network's output matches its stored reference as the ONNX backend test runner compares them.

@@ -1,5 +1,6 @@
-"""Importers of ONNX's spatial ops: Conv, ConvTranspose, the pools, Pad, Resize, DepthToSpace,
-SpaceToDepth, Col2Im.
+"""Importers of ONNX's spatial ops: Conv, ConvTranspose, the pools (LpPool, GlobalLpPool and MaxUnpool
+among them), Pad, Resize and Upsample, DepthToSpace, SpaceToDepth, AffineGrid,
+Col2Im.
 
 Conv, the pools and the depth/space ops kept their meaning across opsets (later versions only
 added attributes whose defaults reproduce the earlier behaviour), so their attributes pass
@@ -11,6 +12,10 @@ over time and are upgraded here:
 * Resize-10 (``X``, ``scales``; asymmetric coordinates) becomes the newest Resize with the
   coordinate mode and nearest rounding that onnxruntime gives Resize-10.  Resize-11/13 take an
   ``roi`` and ``scales`` that are often empty placeholders; those are dropped.
+
+LpPool, GlobalLpPool, MaxUnpool, Upsample (opsets 1-9) and AffineGrid have no Cuvil op of their own:
+each is an exact composition of existing ops (an average pool, a scatter, a Resize, a matmul), so
+every target runs them.
 """
 
 from __future__ import annotations
@@ -332,3 +337,63 @@ def _max_unpool(ctx: ImportCtx) -> Sequence[Value | None]:
     values = ctx.emit1("reshape", [x, flat])
     scattered = ctx.emit1("scatter_elements", [zeros, ctx.emit1("reshape", [indices, flat]), values], {"axis": 0})
     return ctx.emit("reshape", [scattered, out_shape])
+
+
+# AffineGrid --------------------------------------------------------------------------------------
+
+
+@importer("AffineGrid")
+def _affine_grid(ctx: ImportCtx) -> Sequence[Value | None]:
+    """``theta @ [x, y, (z,) 1]`` over the normalised coordinates of every output position.
+
+    Along a spatial dim of length L the coordinates are ``-1 + (2i + 1) / L`` (``align_corners=0``) or
+    ``-1 + 2i / (L - 1)`` (``align_corners=1``).  For a dim of 1 with ``align_corners=1`` the readings
+    differ (ONNX's function body: -1 for the depth, NaN otherwise; PyTorch: 0; onnxruntime: 1): Cuvil
+    gives onnxruntime's 1.  ``size`` may be a run-time tensor: the grid's dims are then run-time extents."""
+    known_attrs(ctx, ("align_corners",))
+    theta, size = ctx.input(0), ctx.input(1)
+    if theta is None or size is None:
+        raise ctx.fail("needs the inputs theta and size")
+    if theta.type.rank != 3 or not theta.type.dtype.is_float:
+        raise ctx.fail(f"theta must be a float [N, 2, 3] or [N, 3, 4] tensor, got {theta.type}")
+    n_size = size.type.shape[0] if size.type.rank == 1 else None
+    if size.type.dtype is not DType.i64 or n_size not in (4, 5):
+        raise ctx.fail(f"size must be an int64 tensor of 4 or 5 values ([N, C, (D,) H, W]), got {size.type}")
+    assert isinstance(n_size, int)
+    nd = n_size - 2
+    if theta.type.shape[1:] != (nd, nd + 1) and all(isinstance(d, int) for d in theta.type.shape[1:]):
+        raise ctx.fail(f"theta {theta.type} does not fit a size of {n_size} values (needs [N, {nd}, {nd + 1}])")
+    dt = theta.type.dtype.np
+    i64 = np.int64
+
+    def c(v: float) -> Value:
+        return ctx.constant(np.asarray(v, dtype=dt))
+
+    def ints(v: list[int]) -> Value:
+        return ctx.constant(np.asarray(v, dtype=i64))
+
+    spatial = ctx.emit1("slice", [size, ints([2]), ints([n_size])])  # [(D,) H, W]
+    align = bool(ctx.attr("align_corners", 0))
+    axes = []  # coordinates along W, H, (D): x, y, (z)
+    for j in reversed(range(nd)):
+        length = ctx.emit1("squeeze", [ctx.emit1("slice", [spatial, ints([j]), ints([j + 1])]), ints([0])])
+        lf = ctx.emit1("cast", [length], {"to": theta.type.dtype})
+        if align:
+            unit = ctx.emit1("equal", [length, ctx.constant(i64(1))])
+            wide = ctx.emit1("div", [c(2.0), ctx.emit1("sub", [lf, c(1.0)])])
+            step = ctx.emit1("where", [unit, c(0.0), wide])
+            start = ctx.emit1("where", [unit, c(1.0), c(-1.0)])
+        else:
+            step = ctx.emit1("div", [c(2.0), lf])
+            start = ctx.emit1("add", [c(-1.0), ctx.emit1("div", [step, c(2.0)])])
+        steps = ctx.emit1("range", [ctx.constant(i64(0)), length, ctx.constant(i64(1))])
+        coords = ctx.emit1("add", [start, ctx.emit1("mul", [ctx.emit1("cast", [steps], {"to": theta.type.dtype}), step])])
+        # along spatial dim j of [(D,) H, W, 1]
+        shaped = ctx.emit1("reshape", [coords, ints([-1 if a == j else 1 for a in range(nd)] + [1])])
+        axes.append(ctx.emit1("expand", [shaped, ctx.emit1("concat", [spatial, ints([1])], {"axis": 0})]))
+    ones = ctx.emit1("expand", [c(1.0), ctx.emit1("concat", [spatial, ints([1])], {"axis": 0})])
+    base = ctx.emit1("concat", [*axes, ones], {"axis": -1})  # [(D,) H, W, nd + 1]
+    points = ctx.emit1("transpose", [ctx.emit1("reshape", [base, ints([-1, nd + 1])])], {"perm": [1, 0]})
+    grid = ctx.emit1("transpose", [ctx.emit1("matmul", [theta, points])], {"perm": [0, 2, 1]})  # [N, P, nd]
+    shape = ctx.emit1("concat", [ctx.emit1("slice", [size, ints([0]), ints([1])]), spatial, ints([nd])], {"axis": 0})
+    return ctx.emit("reshape", [grid, shape])

@@ -1,5 +1,8 @@
 """Importers of ONNX normalization ops and the softmax family.
 
+LRN, MeanVarianceNormalization and RMSNormalization are compositions of existing ops (an average
+pool over channels; reductions and elementwise arithmetic as ONNX's function bodies write them).
+
 Version differences handled here:
 
 * Softmax, LogSoftmax, Hardmax before opset 13 normalize over every axis from

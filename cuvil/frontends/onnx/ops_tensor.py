@@ -3,7 +3,9 @@
 Reshape Flatten Squeeze Unsqueeze Transpose Concat Split Slice Gather
 GatherElements GatherND ScatterElements ScatterND (and the deprecated
 Scatter) Expand Tile Shape Size ConstantOfShape EyeLike Range OneHot
-NonZero Trilu Unique.
+NonZero Trilu Unique; and, as compositions of those (gathers and scatters of
+computed indices, Pad then Slice), ReverseSequence Compress CenterCropPad
+TensorScatter.
 
 Older opsets are upgraded here to the newest form of each op: attributes
 that later became inputs (Reshape's shape before 5, Squeeze/Unsqueeze axes
