@@ -5,7 +5,10 @@ is reduced to a minimal reproduction (nodes, initializers and attributes dropped
 the same) and written to ``--out`` with a line saying what it does.
 
 Usage: ``python benchmarks/fuzz.py --minutes 30 --out fuzz-findings``; ``--seed N`` starts from another
-seed; ``--quick`` runs one small campaign (a smoke run).  Exit status 1 when anything bad was found.
+seed; ``--quick`` runs one small campaign (a smoke run).  ``--graphs N`` runs the registry-driven generator
+(``tests/fuzz/graphs.py``) instead: N random valid graphs on generic, native and wasm32 against the
+reference, each disagreement saved as the graph's IR text (``cuvil opt FILE.cir`` reads it back); the
+nightly budget is ``--graphs 1000``.  Exit status 1 when anything bad was found.
 """
 
 from __future__ import annotations
@@ -73,6 +76,28 @@ def minimize(mode: str, data: bytes, label: str, scratch: Path, budget: int = 60
     return data
 
 
+def graphs(first: int, count: int, targets: list[str], out: Path) -> int:
+    """Runs ``count`` generated graphs from seed ``first``; writes each disagreeing one to ``out``."""
+    from cuvil.ir.printer import print_graph
+    from cuvil.verify.runner import target_unavailable
+    from tests.fuzz.graphs import disagreements, generate
+
+    usable = [t for t in targets if target_unavailable(t) is None]
+    found = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in range(first, first + count):
+            gen = generate(seed)
+            problems = disagreements(gen, usable, Path(tmp))
+            if problems:
+                out.mkdir(parents=True, exist_ok=True)
+                (out / f"graph-{seed}.cir").write_text(print_graph(gen.graph))
+                (out / f"graph-{seed}.txt").write_text("\n".join(problems) + "\n")
+                print(f"graph {seed}: " + "; ".join(problems), flush=True)
+                found += 1
+    print(f"{count} graphs on {','.join(usable)}: {found} with disagreements")
+    return 1 if found else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--minutes", type=float, default=10.0)
@@ -81,7 +106,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--native", type=int, default=20, help="native runs per campaign")
     ap.add_argument("--out", type=Path, default=Path("fuzz-findings"))
     ap.add_argument("--quick", action="store_true", help="one small campaign")
+    ap.add_argument("--graphs", type=int, default=0, help="run N generated graphs instead of mutants")
+    ap.add_argument("--targets", default="generic,native,wasm32", help="targets of --graphs")
     args = ap.parse_args(argv)
+    if args.graphs:
+        return graphs(args.seed, args.graphs, args.targets.split(","), args.out)
     if args.quick:
         args.count, args.native, args.minutes = 20, 1, 0.0
     end = time.monotonic() + args.minutes * 60

@@ -6,7 +6,9 @@ is drawn from the registry (ops with a reference, no regions, no randomness, no 
 default values for every attribute), its operands from the values built so far or fresh seeded constants
 shaped after them, and the op's own inference accepts or rejects the draw.  Graphs hold 2 to 30 nodes over
 float32 inputs with a symbolic batch dim, and ops that change the element type (comparisons, arg-max,
-casts) mix dtypes in.  Not generated yet: If/Loop regions, attributes other than the defaults.
+casts) mix dtypes in.  An ``if`` region now and then picks between two unary ops of a value on a condition
+computed from the data (its sum's sign), so both branches run across seeds.  Not generated yet: loops,
+attributes other than the defaults.
 
 A graph's outputs on a C target are compared with the reference interpreter's under the project's comparison
 policy (``cuvil.metrics``): shapes and dtypes equal, integer and bool outputs exactly, float outputs within a
@@ -65,6 +67,29 @@ def _constant_like(b: Builder, v: Value, rng: random.Random) -> Value:
     return b.constant(data)
 
 
+UNARY = ("relu", "neg", "abs", "sigmoid", "tanh", "exp", "softsign", "sin")
+
+
+def _if_region(b: Builder, v: Value, rng: random.Random) -> Value | None:
+    """``if sum(v) > 0 then f(v) else g(v)`` for two unary ops f, g; None when ``v`` is not float32."""
+    if v.type.dtype is not DType.f32:
+        return None
+    before = len(b.graph.nodes)
+    try:
+        total = b.add1("reduce_sum", [v], {"keepdims": 0})
+        cond = b.add1("greater", [total, b.constant(np.zeros((), np.float32))])
+        branches = []
+        for name in ("then", "else"):
+            g = Graph(name=name)
+            nb = b.nested(g)
+            nb.output(nb.add1(rng.choice(UNARY), [v]))
+            branches.append(g)
+        return b.add1("if", [cond], {"then_branch": branches[0], "else_branch": branches[1]})
+    except CuvilError:
+        del b.graph.nodes[before:]
+        return None
+
+
 def generate(seed: int, max_nodes: int = 30) -> Generated:
     """A random valid graph and seeded inputs for it."""
     rng = random.Random(seed)
@@ -80,6 +105,11 @@ def generate(seed: int, max_nodes: int = 30) -> Generated:
     attempts = 0
     while sum(1 for nd in b.graph.nodes if nd.op != "constant") < target and attempts < target * 30:
         attempts += 1
+        if rng.random() < 0.08:
+            made = _if_region(b, rng.choice(pool[-6:]), rng)
+            if made is not None:
+                pool.append(made)
+            continue
         op = rng.choice(ops)
         d = all_ops()[op]
         lo, hi = d.input_arity()
