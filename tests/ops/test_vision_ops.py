@@ -181,6 +181,19 @@ def _roi_variants(opset: int) -> tuple[_Nodes, list[str]]:
     return v, names
 
 
+def _max_roi_pool_variants() -> tuple[_Nodes, list[str]]:
+    """ROIs partly outside the input and smaller than a bin (empty bins), two images, two scales."""
+    v, names = _Nodes(), []
+    rng = np.random.default_rng(41)
+    for pooled, scale in (([3, 4], 0.7), ([2, 2], 1.0), ([1, 5], 0.25)):
+        boxes = _rois(rng, 6) * np.float32(1.3)
+        rois = np.concatenate([rng.integers(0, 2, (6, 1)).astype(np.float32), boxes], 1)
+        v.add("MaxRoiPool", [rng.standard_normal((2, 3, 9, 11)).astype(np.float32), rois], pooled_shape=pooled,
+              spatial_scale=scale)
+        names.append(f"MaxRoiPool pooled_shape {pooled} spatial_scale {scale}")
+    return v, names
+
+
 def _col2im_variants() -> tuple[_Nodes, list[str]]:
     """1-, 2- and 3-D images; strides, pads and dilations alone and together; image and block shapes
     given at run time and as constants."""
@@ -327,7 +340,7 @@ def _deform_variants() -> tuple[_Nodes, list[str]]:
 
 def _expected(v: _Nodes, opset: int) -> list[np.ndarray]:
     model = v.model(opset)
-    if opset == 10:  # ONNX's evaluator gives RoiAlign-10 the newest default (half_pixel): onnxruntime instead
+    if opset == 10:  # ONNX's evaluator gives RoiAlign-10 the newest default (half_pixel), and has no MaxRoiPool
         ort = pytest.importorskip("onnxruntime")
         sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
         return list(sess.run(None, v.inputs))
@@ -335,7 +348,7 @@ def _expected(v: _Nodes, opset: int) -> list[np.ndarray]:
 
 
 def _random_checks(target: str, cache: str | None) -> None:
-    """Three builds: the ops whose newest form is that of opset 22, then RoiAlign-10 and DFT-17."""
+    """Three builds: the ops whose newest form is that of opset 22, then RoiAlign-10 with MaxRoiPool, and DFT-17."""
     main, names = _Nodes(), []
     for make in (_grid_variants, lambda: _roi_variants(22), _col2im_variants, lambda: _dft_variants(20),
                  _stft_variants, _nms_variants, _deform_variants):
@@ -346,8 +359,11 @@ def _random_checks(target: str, cache: str | None) -> None:
     u, more, from_numpy = _unique_variants()
     main.extend(u)
     _assert_close(_run(main.model(22), main.inputs, target, cache), expected + from_numpy, names + more)
-    for v, more, opset in (*_roi_variants(10), 10), (*_dft_variants(17), 17):
-        _assert_close(_run(v.model(opset), v.inputs, target, cache), _expected(v, opset), more)
+    old, names = _roi_variants(10)  # with MaxRoiPool, which only onnxruntime implements
+    pools, pool_names = _max_roi_pool_variants()
+    old.extend(pools)
+    for v, what, opset in (old, names + pool_names, 10), (*_dft_variants(17), 17):
+        _assert_close(_run(v.model(opset), v.inputs, target, cache), _expected(v, opset), what)
 
 
 def test_random_ref() -> None:

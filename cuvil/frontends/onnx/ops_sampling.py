@@ -94,3 +94,16 @@ def _deform_conv(ctx: ImportCtx) -> Sequence[Value | None]:
         raise ctx.unsupported(f"X of rank {x.type.rank} (the 2-D form, 4-D X, is supported)")
     _float_inputs(ctx, [x], ["X"])
     return ctx.emit("deform_conv", ctx.inputs(), dict(ctx.attrs))
+
+
+@importer("MaxRoiPool")
+def _max_roi_pool(ctx: ImportCtx) -> Sequence[Value | None]:
+    known_attrs(ctx, ("pooled_shape", "spatial_scale"))
+    x, rois = ctx.input(0), ctx.input(1)
+    if x is None or rois is None:
+        raise ctx.fail("inputs X and rois are required")
+    if ctx.attr("pooled_shape") is None:
+        raise ctx.fail("the pooled_shape attribute is required")
+    _float_inputs(ctx, [x, rois], ["X", "rois"])
+    return ctx.emit("max_roi_pool", [x, rois], {"pooled_shape": [int(v) for v in ctx.attr("pooled_shape")],
+                                                "spatial_scale": float(ctx.attr("spatial_scale", 1.0))})
