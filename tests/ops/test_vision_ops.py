@@ -120,6 +120,20 @@ class _Nodes:
         self.constants += other.constants
         self.outputs += other.outputs
 
+    def chunks(self, size: int) -> list[_Nodes]:
+        """The nodes in groups of ``size`` (one C function per model: a smaller one compiles much faster)."""
+        out = []
+        for at in range(0, len(self.nodes), size):
+            part = _Nodes()
+            part.nodes = self.nodes[at : at + size]
+            used = {n for node in part.nodes for n in node.input}
+            made = {n for node in part.nodes for n in node.output}
+            part.inputs = {k: a for k, a in self.inputs.items() if k in used}
+            part.constants = [t for t in self.constants if t.name in used]
+            part.outputs = [(o, t) for o, t in self.outputs if o in made]
+            out.append(part)
+        return out
+
     def model(self, opset: int) -> onnx.ModelProto:
         g = oh.make_graph(self.nodes, "variants",
                           [oh.make_tensor_value_info(k, _ELEM[v.dtype], v.shape) for k, v in self.inputs.items()],
@@ -349,26 +363,33 @@ def _expected(v: _Nodes, opset: int) -> list[np.ndarray]:
     return list(ReferenceEvaluator(model).run(None, v.inputs))
 
 
+Suite = list[tuple[onnx.ModelProto, dict[str, np.ndarray], list[np.ndarray], list[str]]]
+_CHUNK = 32  # nodes per model
+
+
 @functools.cache
-def _random_suite() -> list[tuple[onnx.ModelProto, dict[str, np.ndarray], list[np.ndarray], list[str]]]:
-    """Three models (builds), with their expected outputs: the ops whose newest form is that of opset 22,
-    then RoiAlign-10 with MaxRoiPool, and DFT-17."""
+def _random_suite() -> Suite:
+    """The variants as models of at most ``_CHUNK`` nodes, with their expected outputs: the ops whose
+    newest form is that of opset 22, then RoiAlign-10 with MaxRoiPool, and DFT-17."""
     main, names = _Nodes(), []
     for make in (_grid_variants, lambda: _roi_variants(22), _col2im_variants, lambda: _dft_variants(20),
                  _stft_variants, _nms_variants, _deform_variants):
         v, more = make()
         main.extend(v)
         names += more
-    expected = _expected(main, 22)
-    u, more, from_numpy = _unique_variants()
-    main.extend(u)
-    suite = [(main.model(22), main.inputs, expected + from_numpy, names + more)]
-    old, names = _roi_variants(10)  # with MaxRoiPool, which only onnxruntime implements
+    old, old_names = _roi_variants(10)  # with MaxRoiPool, which only onnxruntime implements
     pools, pool_names = _max_roi_pool_variants()
     old.extend(pools)
     dft17, dft_names = _dft_variants(17)
-    for v, what, opset in (old, names + pool_names, 10), (dft17, dft_names, 17):
-        suite.append((v.model(opset), v.inputs, _expected(v, opset), what))
+    suite: Suite = []
+    for v, what, opset in (main, names, 22), (old, old_names + pool_names, 10), (dft17, dft_names, 17):
+        at = 0
+        for part in v.chunks(_CHUNK):
+            n = len(part.outputs)
+            suite.append((part.model(opset), part.inputs, _expected(part, opset), what[at : at + n]))
+            at += n
+    u, more, from_numpy = _unique_variants()
+    suite.append((u.model(22), u.inputs, from_numpy, more))
     return suite
 
 
