@@ -213,13 +213,13 @@ static void cuvil_roi_range(const void *vctx, int64_t lo, int64_t hi) {
                 int first = 1;
                 for (int64_t iy = 0; iy < gh; iy++) {
                     const double yy = y1 + (double)ph * bh + ((double)iy + 0.5) * bh / (double)gh;
-                    int64_t yi[2];
-                    double yw[2];
+                    int64_t yi[2] = {0, 0};
+                    double yw[2] = {0.0, 0.0};
                     const int y_in = cuvil_roi_axis(yy, height, yi, yw);
                     for (int64_t ix = 0; ix < gw; ix++) {
                         const double xx = x1 + (double)pw * bw + ((double)ix + 0.5) * bw / (double)gw;
-                        int64_t xi[2];
-                        double xw[2];
+                        int64_t xi[2] = {0, 0};
+                        double xw[2] = {0.0, 0.0};
                         const int in = y_in && cuvil_roi_axis(xx, width, xi, xw);
                         int64_t pos[4] = {0, 0, 0, 0};
                         double w[4] = {0.0, 0.0, 0.0, 0.0};
