@@ -1,5 +1,6 @@
-"""Importers of ONNX's sampling and detection ops: GridSample, RoiAlign, NonMaxSuppression (Cuvil's
-``grid_sample``, ``roi_align``, ``non_max_suppression``).
+"""Importers of ONNX's sampling and detection ops: GridSample, RoiAlign, MaxRoiPool, DeformConv and
+NonMaxSuppression (Cuvil's ``grid_sample``, ``roi_align``, ``max_roi_pool``, ``deform_conv``,
+``non_max_suppression``).
 
 The Cuvil ops follow the newest ONNX forms; older ones are upgraded here:
 
@@ -7,6 +8,9 @@ The Cuvil ops follow the newest ONNX forms; older ones are upgraded here:
   opset 20, which also allows more than two spatial axes);
 * RoiAlign-10 has no ``coordinate_transformation_mode``: it samples without the half-pixel
   shift, which RoiAlign-16 calls ``output_half_pixel`` (its new default is ``half_pixel``).
+
+Refused by name: DeformConv on other than two spatial axes, integer inputs where ONNX allows them
+(GridSample's X), and attribute values outside each op's list.
 """
 
 from __future__ import annotations
