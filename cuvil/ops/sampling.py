@@ -1,4 +1,5 @@
-"""Ops that read their input at computed, fractional positions: ``grid_sample``, ``roi_align``, ``deform_conv``.
+"""Ops that read their input over computed regions: ``grid_sample``, ``roi_align``, ``max_roi_pool``,
+``deform_conv``.
 
 Semantics are ONNX's (GridSample-22, RoiAlign-16), step for step as ONNX's reference
 implementations compute them, in float64:
@@ -14,6 +15,9 @@ implementations compute them, in float64:
   of a grid of bilinear samples: ``sampling_ratio`` per bin side, or, when 0,
   ``ceil(roi size / bins)`` for each region.  A sample beyond one pixel outside the input
   reads 0.
+* ``max_roi_pool``: the maximum over each of ``pooled_shape`` bins of each region, its corners
+  scaled and rounded half away from zero, as onnxruntime computes it (ONNX's reference has none);
+  an empty bin gives 0.
 * ``deform_conv``: a 2-D convolution whose every kernel tap reads the input bilinearly (taps
   outside read 0) at its place plus a per-position offset, times an optional mask.
 
@@ -356,6 +360,70 @@ register(
         tolerance=1e-4,
         doc="2-D deformable convolution (ONNX DeformConv): each kernel tap reads X bilinearly (zero outside) at "
         "its position plus a learned offset, scaled by mask.",
+    )
+)
+
+# max_roi_pool -----------------------------------------------------------------------------------------
+
+
+def _pool_infer(ctx: InferCtx) -> list[TensorType]:
+    x, rois = ctx.type(0), ctx.type(1)
+    ctx.same_dtype(0, 1)
+    ctx.require_dtype(0, FLOATS)
+    shape = [int(v) for v in ctx.attrs["pooled_shape"]]
+    if len(shape) != 2 or min(shape) < 1:
+        raise ctx.fail(f"pooled_shape must be two positive values, got {shape}")
+    if x.rank != 4 or rois.rank != 2:
+        raise ctx.fail(f"X must be 4-D and rois [num_rois, 5], got {x} and {rois}")
+    ctx.assume_equal(rois.shape[1], 5, "rois' last dim and 5 (batch index, x1, y1, x2, y2)")
+    return [TensorType(x.dtype, (rois.shape[0], x.shape[1], *shape))]
+
+
+def roi_pool_bins(start: int, end: int, pooled: int, size: int) -> list[tuple[int, int]]:
+    """The [begin, end) of each of ``pooled`` bins over the ROI's ``start..end`` (inclusive) pixels, clamped."""
+    length = max(end - start + 1, 1)
+    step = np.float32(length) / np.float32(pooled)
+    out = []
+    for p in range(pooled):
+        lo = int(np.floor(np.float32(p) * step)) + start
+        hi = int(np.ceil(np.float32(p + 1) * step)) + start
+        out.append((min(max(lo, 0), size), min(max(hi, 0), size)))
+    return out
+
+
+def round_half_away(v: float) -> int:
+    return math.floor(abs(v) + 0.5) * (1 if v >= 0 else -1)
+
+
+def _pool_ref(ctx: RefCtx) -> list[np.ndarray]:
+    x, rois = ctx.input(0), ctx.input(1).astype(np.float32)
+    ph, pw = (int(v) for v in ctx.attrs["pooled_shape"])
+    scale = np.float32(ctx.attrs["spatial_scale"])
+    n, c, height, width = x.shape
+    if rois.ndim != 2 or rois.shape[1] != 5:
+        raise ValueError(f"max_roi_pool: rois must be [num_rois, 5], got {list(rois.shape)}")
+    out = np.zeros((rois.shape[0], c, ph, pw), dtype=x.dtype)
+    for r, roi in enumerate(rois):
+        b = int(roi[0])
+        if not 0 <= b < n:
+            raise IndexError(f"max_roi_pool: batch index {b} is out of range for a batch of {n}")
+        x1, y1, x2, y2 = (round_half_away(float(v * scale)) for v in roi[1:])
+        for i, (h0, h1) in enumerate(roi_pool_bins(y1, y2, ph, height)):
+            for j, (w0, w1) in enumerate(roi_pool_bins(x1, x2, pw, width)):
+                if h1 > h0 and w1 > w0:
+                    out[r, :, i, j] = x[b, :, h0:h1, w0:w1].max(axis=(1, 2))
+    return [out]
+
+
+register(
+    OpDef(
+        name="max_roi_pool",
+        inputs=("X", "rois"),
+        attrs={"pooled_shape": AttrSpec("ints"), "spatial_scale": AttrSpec("float", 1.0)},
+        infer=_pool_infer,
+        reference=_pool_ref,
+        doc="The maximum of X over each bin of each region [batch, x1, y1, x2, y2] (ONNX MaxRoiPool): "
+        "[num_rois, C, *pooled_shape]; an empty bin gives 0.",
     )
 )
 

@@ -42,6 +42,7 @@ COVERED_ELSEWHERE = {
     "dequantize_linear": "tests/ops/test_quant_ops.py (the quantization ops are outside the core op list)",
     "dynamic_quantize_linear": "tests/ops/test_quant_ops.py (the quantization ops are outside the core op list)",
     "matmul_integer": "tests/ops/test_quant_ops.py (the quantization ops are outside the core op list)",
+    "max_roi_pool": "tests/ops/test_vision_ops.py (ONNX has no MaxRoiPool case: random ROIs against onnxruntime)",
     "full_like": "tests/ops/test_elementwise.py (Dropout's mask, next to an identity)",
     "fused_conv_nhwc": "tests/backends/c/test_conv_nhwc.py (convert-layout then fuse-epilogue; native against ref)",
     "fused_conv": "tests/passes/test_fuse.py (built by fuse-epilogue; fused against unfused, ref and native)",

@@ -7,6 +7,7 @@ and are compared by the conformance runner's rules (rtol 1e-3, atol 1e-7)."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,6 +36,7 @@ OP_CASES = {
     "NonMaxSuppression": r"^test_nonmaxsuppression",
     "Unique": r"^test_unique",
     "DeformConv": r"deform_conv",
+    "Scan": r"^test_scan",
 }
 
 
@@ -100,7 +102,7 @@ class _Nodes:
     def add(self, op: str, arrays: list[np.ndarray], constant: Sequence[int] = (),
             out_types: Sequence[int] = (TensorProto.FLOAT,), **attrs: object) -> None:
         """A node reading ``arrays``: graph inputs, or initializers for the positions in ``constant``."""
-        tag = f"n{len(self.nodes)}"
+        tag = f"{op.lower()}{sum(n.op_type == op for n in self.nodes)}"
         names = [f"{tag}_in{j}" for j in range(len(arrays))]
         for j, (name, a) in enumerate(zip(names, arrays)):
             if j in constant:
@@ -110,6 +112,27 @@ class _Nodes:
         outs = [f"{tag}_out{j}" for j in range(len(out_types))]
         self.outputs.extend(zip(outs, out_types))
         self.nodes.append(oh.make_node(op, names, outs, **attrs))
+
+    def extend(self, other: _Nodes) -> None:
+        """Add ``other``'s nodes (of other op types than this one's: their names must not collide)."""
+        self.nodes += other.nodes
+        self.inputs.update(other.inputs)
+        self.constants += other.constants
+        self.outputs += other.outputs
+
+    def chunks(self, size: int) -> list[_Nodes]:
+        """The nodes in groups of ``size`` (one C function per model: a smaller one compiles much faster)."""
+        out = []
+        for at in range(0, len(self.nodes), size):
+            part = _Nodes()
+            part.nodes = self.nodes[at : at + size]
+            used = {n for node in part.nodes for n in node.input}
+            made = {n for node in part.nodes for n in node.output}
+            part.inputs = {k: a for k, a in self.inputs.items() if k in used}
+            part.constants = [t for t in self.constants if t.name in used]
+            part.outputs = [(o, t) for o, t in self.outputs if o in made]
+            out.append(part)
+        return out
 
     def model(self, opset: int) -> onnx.ModelProto:
         g = oh.make_graph(self.nodes, "variants",
@@ -170,6 +193,19 @@ def _roi_variants(opset: int) -> tuple[_Nodes, list[str]]:
         v.add("RoiAlign", [rng.standard_normal((2, 3, 7, 9)).astype(np.float32), _rois(rng, 5),
                            rng.integers(0, 2, 5).astype(np.int64)], **attrs)
         names.append(f"RoiAlign-{opset} {mode} {ctm} sampling_ratio={ratio}")
+    return v, names
+
+
+def _max_roi_pool_variants() -> tuple[_Nodes, list[str]]:
+    """ROIs partly outside the input and smaller than a bin (empty bins), two images, two scales."""
+    v, names = _Nodes(), []
+    rng = np.random.default_rng(41)
+    for pooled, scale in (([3, 4], 0.7), ([2, 2], 1.0), ([1, 5], 0.25)):
+        boxes = _rois(rng, 6) * np.float32(1.3)
+        rois = np.concatenate([rng.integers(0, 2, (6, 1)).astype(np.float32), boxes], 1)
+        v.add("MaxRoiPool", [rng.standard_normal((2, 3, 9, 11)).astype(np.float32), rois], pooled_shape=pooled,
+              spatial_scale=scale)
+        names.append(f"MaxRoiPool pooled_shape {pooled} spatial_scale {scale}")
     return v, names
 
 
@@ -301,15 +337,16 @@ def _deform_variants() -> tuple[_Nodes, list[str]]:
     rng = np.random.default_rng(31)
     for group, og, stride, pad, dil, extras in ((1, 1, 1, 0, 1, False), (2, 2, 2, 1, 1, True), (1, 2, 1, 1, 2, True),
                                                 (2, 1, 1, 2, 1, False)):
-        ic, oc, kh, kw, ih, iw = 4, 6, 3, 2, 6, 7
+        ic, oc, kh, kw, ih, iw = 2, 2, 3, 2, 5, 6
         oh = (ih + 2 * pad - (dil * (kh - 1) + 1)) // stride + 1
         ow = (iw + 2 * pad - (dil * (kw - 1) + 1)) // stride + 1
-        arrays = [rng.standard_normal((2, ic, ih, iw)).astype(np.float32),
+        n = 2 if extras else 1
+        arrays = [rng.standard_normal((n, ic, ih, iw)).astype(np.float32),
                   rng.standard_normal((oc, ic // group, kh, kw)).astype(np.float32),
-                  rng.uniform(-2, 2, (2, og * kh * kw * 2, oh, ow)).astype(np.float32)]
+                  rng.uniform(-2, 2, (n, og * kh * kw * 2, oh, ow)).astype(np.float32)]
         if extras:
             arrays += [rng.standard_normal(oc).astype(np.float32),
-                       rng.uniform(0, 1, (2, og * kh * kw, oh, ow)).astype(np.float32)]
+                       rng.uniform(0, 1, (n, og * kh * kw, oh, ow)).astype(np.float32)]
         v.add("DeformConv", arrays, group=group, offset_group=og, strides=[stride, stride], pads=[pad] * 4,
               dilations=[dil, dil])
         names.append(f"DeformConv group {group} offset_group {og} stride {stride} pad {pad} dilation {dil} "
@@ -319,21 +356,46 @@ def _deform_variants() -> tuple[_Nodes, list[str]]:
 
 def _expected(v: _Nodes, opset: int) -> list[np.ndarray]:
     model = v.model(opset)
-    if opset == 10:  # ONNX's evaluator gives RoiAlign-10 the newest default (half_pixel): onnxruntime instead
+    if opset == 10:  # ONNX's evaluator gives RoiAlign-10 the newest default (half_pixel), and has no MaxRoiPool
         ort = pytest.importorskip("onnxruntime")
         sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
         return list(sess.run(None, v.inputs))
     return list(ReferenceEvaluator(model).run(None, v.inputs))
 
 
+Suite = list[tuple[onnx.ModelProto, dict[str, np.ndarray], list[np.ndarray], list[str]]]
+_CHUNK = 32  # nodes per model
+
+
+@functools.cache
+def _random_suite() -> Suite:
+    """The variants as models of at most ``_CHUNK`` nodes, with their expected outputs: the ops whose
+    newest form is that of opset 22, then RoiAlign-10 with MaxRoiPool, and DFT-17."""
+    main, names = _Nodes(), []
+    for make in (_grid_variants, lambda: _roi_variants(22), _col2im_variants, lambda: _dft_variants(20),
+                 _stft_variants, _nms_variants, _deform_variants):
+        v, more = make()
+        main.extend(v)
+        names += more
+    old, old_names = _roi_variants(10)  # with MaxRoiPool, which only onnxruntime implements
+    pools, pool_names = _max_roi_pool_variants()
+    old.extend(pools)
+    dft17, dft_names = _dft_variants(17)
+    suite: Suite = []
+    for v, what, opset in (main, names, 22), (old, old_names + pool_names, 10), (dft17, dft_names, 17):
+        at = 0
+        for part in v.chunks(_CHUNK):
+            n = len(part.outputs)
+            suite.append((part.model(opset), part.inputs, _expected(part, opset), what[at : at + n]))
+            at += n
+    u, more, from_numpy = _unique_variants()
+    suite.append((u.model(22), u.inputs, from_numpy, more))
+    return suite
+
+
 def _random_checks(target: str, cache: str | None) -> None:
-    for make, opset in ((_grid_variants, 22), (lambda: _roi_variants(22), 22), (lambda: _roi_variants(10), 10),
-                        (_col2im_variants, 18), (lambda: _dft_variants(20), 20), (lambda: _dft_variants(17), 17),
-                        (_stft_variants, 17), (_nms_variants, 11), (_deform_variants, 22)):
-        v, names = make()
-        _assert_close(_run(v.model(opset), v.inputs, target, cache), _expected(v, opset), names)
-    u, names, expected = _unique_variants()
-    _assert_close(_run(u.model(11), u.inputs, target, cache), expected, names)
+    for model, inputs, expected, names in _random_suite():
+        _assert_close(_run(model, inputs, target, cache), expected, names)
 
 
 def test_random_ref() -> None:
@@ -344,6 +406,66 @@ def test_random_ref() -> None:
 @pytest.mark.parametrize("target", runnable("native", "wasm32"))
 def test_random_compiled(target: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     _random_checks(target, request.getfixturevalue("wasm_cache") if target == "wasm32" else str(tmp_path))
+
+
+# Scan: directions and axes (ONNX's reference implements only axis 0 forward: onnxruntime is the oracle)
+
+
+def _scan_body(p: str = "") -> onnx.GraphProto:
+    """state s [3]; scan slices a [3], b [3] -> s + a * b, then scan outputs s + a * b and a - b
+    (every name prefixed with ``p``)."""
+    f = TensorProto.FLOAT
+    nodes = [oh.make_node("Mul", [p + "a", p + "b"], [p + "ab"]), oh.make_node("Add", [p + "s", p + "ab"], [p + "s_out"]),
+             oh.make_node("Identity", [p + "s_out"], [p + "y1"]), oh.make_node("Sub", [p + "a", p + "b"], [p + "y2"])]
+    return oh.make_graph(nodes, "body", [oh.make_tensor_value_info(p + n, f, [3]) for n in ("s", "a", "b")],
+                         [oh.make_tensor_value_info(p + n, f, [3]) for n in ("s_out", "y1", "y2")])
+
+
+def _scan_models() -> list[tuple[onnx.ModelProto, dict[str, np.ndarray]]]:
+    f = TensorProto.FLOAT
+    rng = np.random.default_rng(37)
+    # Scan-16: a [5, 3] scanned backwards along axis 0, b [3, 5] forwards along axis 1; y1 stacked
+    # backwards along axis 0, y2 forwards along axis 1; a second Scan over a run-time length.
+    node = oh.make_node("Scan", ["s0", "A", "B"], ["s", "y1", "y2"], body=_scan_body(), num_scan_inputs=2,
+                        scan_input_axes=[0, 1], scan_input_directions=[1, 0], scan_output_axes=[0, -1],
+                        scan_output_directions=[1, 0])
+    dyn = oh.make_node("Scan", ["s0", "C", "C"], ["t", "z1", "z2"], body=_scan_body("d_"), num_scan_inputs=2)
+    g = oh.make_graph([node, dyn], "scan16",
+                      [oh.make_tensor_value_info("s0", f, [3]), oh.make_tensor_value_info("A", f, [5, 3]),
+                       oh.make_tensor_value_info("B", f, [3, 5]), oh.make_tensor_value_info("C", f, ["steps", 3])],
+                      [oh.make_tensor_value_info(n, f, None) for n in ("s", "y1", "y2", "t", "z1", "z2")])
+    m16 = oh.make_model(g, opset_imports=[oh.make_opsetid("", 16)])
+    in16 = {"s0": rng.standard_normal(3).astype(np.float32), "A": rng.standard_normal((5, 3)).astype(np.float32),
+            "B": rng.standard_normal((3, 5)).astype(np.float32), "C": rng.standard_normal((4, 3)).astype(np.float32)}
+    # Scan-8: a batch of 2, the second scan input reversed
+    node8 = oh.make_node("Scan", ["", "s0", "A", "B"], ["s", "y1", "y2"], body=_scan_body(), num_scan_inputs=2,
+                         directions=[0, 1])
+    g8 = oh.make_graph([node8], "scan8",
+                       [oh.make_tensor_value_info("s0", f, [2, 3]), oh.make_tensor_value_info("A", f, [2, 4, 3]),
+                        oh.make_tensor_value_info("B", f, [2, 4, 3])],
+                       [oh.make_tensor_value_info(n, f, None) for n in ("s", "y1", "y2")])
+    m8 = oh.make_model(g8, opset_imports=[oh.make_opsetid("", 8)])
+    m8.ir_version = 7
+    in8 = {"s0": rng.standard_normal((2, 3)).astype(np.float32), "A": rng.standard_normal((2, 4, 3)).astype(np.float32),
+           "B": rng.standard_normal((2, 4, 3)).astype(np.float32)}
+    return [(m16, in16), (m8, in8)]
+
+
+def _scan_checks(target: str, cache: str | None) -> None:
+    ort = pytest.importorskip("onnxruntime")
+    for model, inputs in _scan_models():
+        expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, inputs)
+        _assert_close(_run(model, inputs, target, cache), list(expected), [o.name for o in model.graph.output])
+
+
+def test_scan_ref() -> None:
+    _scan_checks("ref", None)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", runnable("native", "wasm32"))
+def test_scan_compiled(target: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    _scan_checks(target, request.getfixturevalue("wasm_cache") if target == "wasm32" else str(tmp_path))
 
 
 def test_grid_sample_opset16_names() -> None:

@@ -1,7 +1,7 @@
 """ONNX conformance cases run many to a build: the cases' graphs side by side in one model.
 
 A C target pays a compile per model; a few dozen cases of one op would cost a few dozen
-builds.  Cases that import the same opsets are merged into one model (each case's names
+builds.  Cases that import the same opsets are merged, a few at a time, into one model (each case's names
 prefixed with its own tag), compiled once and run once; each case's outputs are then
 compared with its expected ones by the conformance runner's own rules
 (``cuvil.conformance.compare``).  When a merged model fails to compile or run, its cases are
@@ -51,10 +51,13 @@ def _opset_key(model: onnx.ModelProto) -> tuple[tuple[str, int], ...]:
 
 
 def run_batched(dirs: Iterable[str], target: str, cache_dir: str | None = None,
-                outputs: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] | None = None) -> dict[str, str]:
+                outputs: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] | None = None,
+                per_build: int = 16) -> dict[str, str]:
     """Each case's result: ``"pass"``, or what failed (a mismatch, or the error that stopped it).
 
-    ``outputs``, when given, receives each merged case's (actual, expected) outputs."""
+    ``outputs``, when given, receives each merged case's (actual, expected) outputs.  At most
+    ``per_build`` cases share a model: the generated code is one C function per model, and a much
+    larger one compiles disproportionately slower."""
     dirs = list(dirs)
     groups: dict[tuple[tuple[str, int], ...], list[_Case]] = {}
     for d in dirs:
@@ -62,7 +65,8 @@ def run_batched(dirs: Iterable[str], target: str, cache_dir: str | None = None,
         assert isinstance(model, onnx.ModelProto)
         groups.setdefault(_opset_key(model), []).append(_Case(os.path.basename(d), model, inputs, expected))
     results: dict[str, str] = {}
-    for cases in groups.values():
+    batches = [group[at : at + per_build] for group in groups.values() for at in range(0, len(group), per_build)]
+    for cases in batches:
         try:
             compiled = cuvil.compile(_merged(cases), target=target, cache_dir=cache_dir)
             outs = list(compiled(*[a for c in cases for a in c.inputs]))

@@ -243,7 +243,17 @@ class ImportCtx:
         g = self.attrs.get(attr)
         if not isinstance(g, onnx.GraphProto):
             raise ModelError(f"node {self.name!r} ({self.op_type}) needs a graph attribute {attr!r}")
-        return self._conv.convert_graph(g, self.scope, input_types=input_types, name=attr, prefix=f"{self.name}/{attr}/")
+        return self.region(g, attr, input_types)
+
+    def region(self, g: onnx.GraphProto, name: str, input_types: Sequence[TensorType] | None = None) -> Graph:
+        """Convert an ONNX graph (an attribute, or one an importer wrote) into a region of this node."""
+        return self._conv.convert_graph(g, self.scope, input_types=input_types, name=name, prefix=f"{self.name}/{name}/")
+
+    def bind(self, onnx_name: str, value: Value) -> None:
+        """Make ``value`` visible under ``onnx_name`` to this node's regions (a name no model value has)."""
+        if self.scope.lookup(onnx_name) is not None:
+            raise ModelError(f"node {self.name!r} ({self.op_type}): the name {onnx_name!r} is taken")
+        self.scope.values[onnx_name] = value
 
     def import_as(self, op_type: str, inputs: Sequence[Value | None]) -> list[Value | None]:
         """This node imported as the standard-domain ``op_type`` reading ``inputs`` (None: an absent

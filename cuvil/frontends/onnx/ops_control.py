@@ -1,4 +1,4 @@
-"""Importers of ONNX If and Loop as structured regions (an If that import decides: its branch, inlined).
+"""Importers of ONNX If, Loop and Scan as structured regions (an If that import decides: its branch, inlined).
 
 A value that crosses into a region takes the type the region declares for it
 only where the two agree: a Loop's carried value and its body's declared input
@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+import numpy as np
 import onnx
 
 from cuvil.errors import ModelError
@@ -141,3 +142,142 @@ def _loop(ctx: ImportCtx) -> Sequence[Value | None]:
     body = ctx.subgraph("body", types)
     n = len(ctx.node.output)
     return ctx.emit("loop", inputs, {"body": body}, num_outputs=n)
+
+
+# Scan --------------------------------------------------------------------------------------------
+#
+# A Scan is a Loop over the scanned axis: the Loop's body (written here as an ONNX graph) takes
+# slice ``i`` of every scan input (``length - 1 - i`` when reversed) with a Gather of the outer
+# value, then runs the Scan body.  The Loop stacks the scan outputs along a new leading axis in
+# iteration order; a reversed one is flipped and a scan output axis other than 0 transposed in.
+# Scan-8's batch axis (states [batch, ...], scan inputs [batch, sequence, ...]) runs one such loop
+# per batch entry (a static batch) and stacks the results.
+
+
+def _axes_attr(ctx: ImportCtx, name: str, n: int, what: str) -> list[int]:
+    values = [int(v) for v in ctx.attr(name, [0] * n)]
+    if len(values) != n:
+        raise ctx.fail(f"{name} has {len(values)} values for {n} {what}")
+    return values
+
+
+def _scan_loop(ctx: ImportCtx, body: onnx.GraphProto, states: Sequence[Value], scans: Sequence[Value],
+               in_axes: Sequence[int], in_dirs: Sequence[int], out_axes: Sequence[int], out_dirs: Sequence[int],
+               tag: str) -> list[Value]:
+    n_state, n_scan = len(states), len(scans)
+    n_out = len(body.output) - n_state
+    if len(body.input) != n_state + n_scan or n_out < 0:
+        raise ctx.fail(f"the body takes {len(body.input)} inputs and returns {len(body.output)} values, for "
+                       f"{n_state} states and {n_scan} scan inputs")
+    if len(out_axes) != n_out or len(out_dirs) != n_out:
+        raise ctx.fail(f"scan_output_axes / scan_output_directions need {n_out} values (the body's scan outputs)")
+    axes: list[int] = []
+    for k, (v, a) in enumerate(zip(scans, in_axes)):
+        if not -v.type.rank <= a < v.type.rank:
+            raise ctx.fail(f"scan input {k} ({v.type}) has no axis {a}")
+        axes.append(a % v.type.rank)
+    for d in (*in_dirs, *out_dirs):
+        if d not in (0, 1):
+            raise ctx.fail(f"scan directions must be 0 (forward) or 1 (reverse), got {d}")
+    sizes = [v.type.shape[a] for v, a in zip(scans, axes)]
+    static = {d for d in sizes if isinstance(d, int)}
+    if len(static) > 1:
+        raise ctx.fail(f"the scan inputs' scanned axes differ in length: {sizes}")
+    i64 = onnx.TensorProto.INT64
+    if isinstance(sizes[0], int):
+        length = ctx.constant(np.int64(sizes[0]))
+    else:
+        shape = ctx.emit1("shape", [scans[0]], {"start": axes[0], "end": axes[0] + 1})
+        length = ctx.emit1("squeeze", [shape, ctx.constant(np.array([0], np.int64))])
+    names = {"last": f"{tag}last"}
+    ctx.bind(names["last"], ctx.emit1("sub", [length, ctx.constant(np.int64(1))]))
+    helper = onnx.helper
+    it, cond_in, cond_out = f"{tag}i", f"{tag}cond_in", f"{tag}cond_out"
+    nodes: list[onnx.NodeProto] = []
+    for k, v in enumerate(scans):
+        outer = f"{tag}scan{k}"
+        ctx.bind(outer, v)
+        at = it
+        if in_dirs[k]:
+            at = f"{tag}at{k}"
+            nodes.append(helper.make_node("Sub", [names["last"], it], [at], name=f"{tag}reverse{k}"))
+        nodes.append(helper.make_node("Gather", [outer, at], [body.input[n_state + k].name], axis=axes[k],
+                                      name=f"{tag}slice{k}"))
+    nodes += list(body.node)
+    nodes.append(helper.make_node("Identity", [cond_in], [cond_out], name=f"{tag}cond"))
+    loop_body = helper.make_graph(
+        nodes, f"{tag}body",
+        [helper.make_tensor_value_info(it, i64, []), helper.make_tensor_value_info(cond_in, onnx.TensorProto.BOOL, []),
+         *body.input[:n_state]],
+        [helper.make_tensor_value_info(cond_out, onnx.TensorProto.BOOL, []), *body.output],
+        initializer=list(body.initializer), value_info=list(body.value_info))
+    types = [TensorType(DType.i64, ()), TensorType(DType.bool, ())]
+    types += [_carried_type(ctx, k, v, body.input[k]) for k, v in enumerate(states)]
+    region = ctx.region(loop_body, "body", types)
+    outs = ctx.emit("loop", [length, None, *states], {"body": region}, num_outputs=n_state + n_out)
+    results = outs[:n_state]
+    for j, y in enumerate(outs[n_state:]):
+        if out_dirs[j]:
+            y = ctx.emit1("slice", [y, ctx.constant(np.array([-1], np.int64)),
+                                    ctx.constant(np.array([np.iinfo(np.int64).min], np.int64)),
+                                    ctx.constant(np.array([0], np.int64)), ctx.constant(np.array([-1], np.int64))])
+        r = y.type.rank
+        if not -r <= out_axes[j] < r:
+            raise ctx.fail(f"scan output {j} ({y.type}) has no axis {out_axes[j]}")
+        a = out_axes[j] % r
+        if a:
+            perm = [*range(1, a + 1), 0, *range(a + 1, r)]
+            y = ctx.emit1("transpose", [y], {"perm": perm})
+        results.append(y)
+    return results
+
+
+@importer("Scan", since=8)
+def _scan(ctx: ImportCtx) -> Sequence[Value | None]:
+    body = ctx.attrs.get("body")
+    if not isinstance(body, onnx.GraphProto):
+        raise ctx.fail("needs a graph attribute 'body'")
+    n_scan = int(ctx.attr("num_scan_inputs", 0))
+    if ctx.opset < 9:
+        extra = sorted(set(ctx.attrs) - {"body", "num_scan_inputs", "directions"})
+    else:
+        extra = sorted(set(ctx.attrs) - {"body", "num_scan_inputs", "scan_input_axes", "scan_input_directions",
+                                         "scan_output_axes", "scan_output_directions"})
+    if extra:
+        raise ctx.unsupported(f"attribute(s) {', '.join(extra)} are not part of Scan-{ctx.opset}")
+    values = ctx.inputs()[1:] if ctx.opset < 9 else ctx.inputs()
+    if any(v is None for v in values):
+        raise ctx.fail("states and scan inputs cannot be omitted")
+    vals = [v for v in values if v is not None]
+    if not 1 <= n_scan <= len(vals):
+        raise ctx.fail(f"num_scan_inputs is {n_scan}, with {len(vals)} states and scan inputs")
+    states, scans = vals[: len(vals) - n_scan], vals[len(vals) - n_scan :]
+    n_out = len(body.output) - len(states)
+    if ctx.opset >= 9:
+        return _scan_loop(ctx, body, states, scans, _axes_attr(ctx, "scan_input_axes", n_scan, "scan inputs"),
+                          _axes_attr(ctx, "scan_input_directions", n_scan, "scan inputs"),
+                          _axes_attr(ctx, "scan_output_axes", n_out, "scan outputs"),
+                          _axes_attr(ctx, "scan_output_directions", n_out, "scan outputs"), f"{ctx.name}/scan/")
+    return _scan8(ctx, body, states, scans, n_out)
+
+
+def _scan8(ctx: ImportCtx, body: onnx.GraphProto, states: Sequence[Value], scans: Sequence[Value],
+           n_out: int) -> list[Value]:
+    """Scan-8: every state and scan input has a leading batch axis; one loop per batch entry."""
+    lens = ctx.input(0)
+    if lens is not None:
+        raise ctx.unsupported("sequence_lens (per-batch sequence lengths); Scan-8 without it is supported")
+    dirs = _axes_attr(ctx, "directions", len(scans), "scan inputs")
+    batch = scans[0].type.shape[0]
+    if not isinstance(batch, int) or any(v.type.rank < 1 or v.type.shape[0] != batch for v in (*states, *scans)):
+        raise ctx.unsupported("a batch axis that is not the same static size on every state and scan input")
+
+    def entry(v: Value, b: int) -> Value:
+        return ctx.emit1("gather", [v, ctx.constant(np.int64(b))], {"axis": 0})
+
+    per_batch = [_scan_loop(ctx, body, [entry(v, b) for v in states], [entry(v, b) for v in scans],
+                            [0] * len(scans), dirs, [0] * n_out, [0] * n_out, f"{ctx.name}/scan{b}/")
+                 for b in range(batch)]
+    axis0 = ctx.constant(np.array([0], np.int64))
+    return [ctx.emit1("concat", [ctx.emit1("unsqueeze", [outs[j], axis0]) for outs in per_batch], {"axis": 0})
+            for j in range(len(states) + n_out)]

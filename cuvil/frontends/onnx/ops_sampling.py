@@ -1,5 +1,6 @@
-"""Importers of ONNX's sampling and detection ops: GridSample, RoiAlign, NonMaxSuppression (Cuvil's
-``grid_sample``, ``roi_align``, ``non_max_suppression``).
+"""Importers of ONNX's sampling and detection ops: GridSample, RoiAlign, MaxRoiPool, DeformConv and
+NonMaxSuppression (Cuvil's ``grid_sample``, ``roi_align``, ``max_roi_pool``, ``deform_conv``,
+``non_max_suppression``).
 
 The Cuvil ops follow the newest ONNX forms; older ones are upgraded here:
 
@@ -7,6 +8,9 @@ The Cuvil ops follow the newest ONNX forms; older ones are upgraded here:
   opset 20, which also allows more than two spatial axes);
 * RoiAlign-10 has no ``coordinate_transformation_mode``: it samples without the half-pixel
   shift, which RoiAlign-16 calls ``output_half_pixel`` (its new default is ``half_pixel``).
+
+Refused by name: DeformConv on other than two spatial axes, integer inputs where ONNX allows them
+(GridSample's X), and attribute values outside each op's list.
 """
 
 from __future__ import annotations
@@ -94,3 +98,16 @@ def _deform_conv(ctx: ImportCtx) -> Sequence[Value | None]:
         raise ctx.unsupported(f"X of rank {x.type.rank} (the 2-D form, 4-D X, is supported)")
     _float_inputs(ctx, [x], ["X"])
     return ctx.emit("deform_conv", ctx.inputs(), dict(ctx.attrs))
+
+
+@importer("MaxRoiPool")
+def _max_roi_pool(ctx: ImportCtx) -> Sequence[Value | None]:
+    known_attrs(ctx, ("pooled_shape", "spatial_scale"))
+    x, rois = ctx.input(0), ctx.input(1)
+    if x is None or rois is None:
+        raise ctx.fail("inputs X and rois are required")
+    if ctx.attr("pooled_shape") is None:
+        raise ctx.fail("the pooled_shape attribute is required")
+    _float_inputs(ctx, [x, rois], ["X", "rois"])
+    return ctx.emit("max_roi_pool", [x, rois], {"pooled_shape": [int(v) for v in ctx.attr("pooled_shape")],
+                                                "spatial_scale": float(ctx.attr("spatial_scale", 1.0))})

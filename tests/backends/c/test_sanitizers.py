@@ -14,7 +14,8 @@ import pytest
 from tests.support.paths import REPO
 
 # One or two cases per kernel family: elementwise and broadcasting, reductions, softmax,
-# normalisation, matmul/gemm, conv, pooling, resize, pad, shape ops, gather/scatter, control flow.
+# normalisation, matmul/gemm, conv, pooling, resize, pad, shape ops, gather/scatter, control flow,
+# sampling, spectral, detection and sorting.
 SAMPLE = (
     "test_add_bcast|test_mul_uint8|test_div_example|test_pow_types_float32_int64|test_where_long_example"
     "|test_cast_FLOAT_to_FLOAT16|test_clip_default_inbounds|test_gelu_tanh_2"
@@ -30,6 +31,8 @@ SAMPLE = (
     "|test_scatter_elements_with_reduction_max|test_scatternd_add|test_onehot_with_axis|test_nonzero_example"
     "|test_range_float_type_positive_delta|test_top_k_smallest|test_cumsum_2d_axis_1|test_triu"
     "|test_if|test_loop11|test_depthtospace_crd_mode_example"
+    "|test_gridsample_bicubic|test_roialign_mode_max|test_col2im_pads|test_dft_irfft|test_stft_with_window"
+    "|test_nonmaxsuppression_two_batches|test_unique_sorted_with_axis_3d|test_deform_conv_with_mask_bias"
 )
 
 

@@ -136,3 +136,44 @@ def _deform_conv(k: KernelCtx) -> None:
     store_out(k, y, yd)
     release(k, *ins, (y, yd))
     k.release(cols)
+
+
+@kernel("max_roi_pool")
+def _max_roi_pool(k: KernelCtx) -> None:
+    x, rois, y = k.inp(0), k.inp(1), k.out(0)
+    w = k.w
+    k.require(rois.dim(1), "5", "rois' last dim")
+    ph, pw = (int(v) for v in k.attrs["pooled_shape"])
+    scale = c_float(float(k.attrs["spatial_scale"]))
+    r, b, c, i, j, hh, ww, best, corner = (k.tmp(h) for h in ("r", "b", "c", "i", "j", "h", "w", "best", "corner"))
+    lo, hi, step = k.tmp("lo"), k.tmp("hi"), k.tmp("step")
+    nc, ih, iw = (f"(int64_t){x.dim(d)}" for d in (1, 2, 3))
+    acc = "double" if x.dtype is DType.f64 else "float"
+    with w.block(f"for (int64_t {r} = 0; {r} < (int64_t){rois.dim(0)}; {r}++)"):
+        w.line(f"const int64_t {b} = (int64_t){rois.load(f'{r} * 5')};")
+        k.fail_if(f"{b} < 0 || {b} >= (int64_t){x.dim(0)}", "batch index %lld is out of range for a batch of %lld",
+                  f"(long long){b}", f"(long long){x.dim(0)}")
+        w.line(f"int64_t {corner}[4];")
+        w.line(f"for (int {i} = 0; {i} < 4; {i}++) {corner}[{i}] = (int64_t)roundf((float){rois.load(f'{r} * 5 + 1 + {i}')}"
+               f" * {scale});")
+        w.line(f"int64_t {lo}[{ph + pw}], {hi}[{ph + pw}];")
+        for pooled, start, end, size, off in ((ph, 1, 3, ih, 0), (pw, 0, 2, iw, ph)):  # rows, then columns
+            with w.block(""):
+                w.line(f"const int64_t len_ = {corner}[{end}] - {corner}[{start}] + 1;")
+                w.line(f"const float {step} = (float)(len_ > 1 ? len_ : 1) / (float){pooled};")
+                with w.block(f"for (int64_t {i} = 0; {i} < {pooled}; {i}++)"):
+                    w.line(f"int64_t a_ = (int64_t)floorf((float){i} * {step}) + {corner}[{start}];")
+                    w.line(f"int64_t e_ = (int64_t)ceilf((float)({i} + 1) * {step}) + {corner}[{start}];")
+                    w.line(f"{lo}[{off} + {i}] = a_ < 0 ? 0 : (a_ > {size} ? {size} : a_);")
+                    w.line(f"{hi}[{off} + {i}] = e_ < 0 ? 0 : (e_ > {size} ? {size} : e_);")
+        with (w.block(f"for (int64_t {c} = 0; {c} < {nc}; {c}++)"), w.block(f"for (int64_t {i} = 0; {i} < {ph}; {i}++)"),
+              w.block(f"for (int64_t {j} = 0; {j} < {pw}; {j}++)")):
+            w.line(f"{acc} {best} = 0;")
+            with w.block(f"if ({hi}[{i}] > {lo}[{i}] && {hi}[{ph} + {j}] > {lo}[{ph} + {j}])"):
+                w.line(f"{best} = -INFINITY;")
+                with (w.block(f"for (int64_t {hh} = {lo}[{i}]; {hh} < {hi}[{i}]; {hh}++)"),
+                      w.block(f"for (int64_t {ww} = {lo}[{ph} + {j}]; {ww} < {hi}[{ph} + {j}]; {ww}++)")):
+                    v = k.tmp("v")
+                    w.line(f"const {acc} {v} = {x.load(f'(({b} * {nc} + {c}) * {ih} + {hh}) * {iw} + {ww}')};")
+                    w.line(f"if ({v} > {best} || {v} != {v}) {best} = {v};")
+            w.line(y.store(f"(({r} * {nc} + {c}) * {ph} + {i}) * {pw} + {j}", best))

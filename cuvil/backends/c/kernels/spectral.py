@@ -67,7 +67,8 @@ def _stft(k: KernelCtx) -> None:
     step, n, size, frames, bins, comps = (k.tmp(h) for h in ("step", "n", "size", "frames", "bins", "comps"))
     w.line(f"const int64_t {step} = {_scalar(k, 1, 'frame_step')};")
     has_window = k.has(2)
-    w.line(f"const int64_t {size} = {k.inp(2).dim(0) if has_window else 0};")
+    if has_window:
+        w.line(f"const int64_t {size} = {k.inp(2).dim(0)};")
     if k.has(3):
         w.line(f"const int64_t {n} = {_scalar(k, 3, 'frame_length')};")
     else:

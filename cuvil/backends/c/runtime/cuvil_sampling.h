@@ -1,14 +1,17 @@
-/* Cuvil's sampling runtime: grid_sample and roi_align (ONNX GridSample-22, RoiAlign-16) in float64.
+/* Cuvil's sampling runtime: grid_sample, roi_align and deform_conv (ONNX GridSample-22, RoiAlign-16,
+ * DeformConv-22) in float64.
  *
  * The arithmetic is the reference's (cuvil/ops/sampling.py), one output position at a time:
  * each spatial axis gives the position up to four taps (a valid index and a weight; a tap that
  * zero padding drops is left out), and the channels are the weighted sums over every
- * combination of one tap per axis.
+ * combination of one tap per axis.  Output positions, regions and channels are independent
+ * steps, shared out among the call's threads (cuvil_parallel_steps).
  */
 #ifndef CUVIL_SAMPLING_H
 #define CUVIL_SAMPLING_H
 
 #include "cuvil_rt.h"
+#include "cuvil_threads.h"
 
 enum { CUVIL_GRID_NEAREST = 0, CUVIL_GRID_LINEAR = 1, CUVIL_GRID_CUBIC = 2 };
 enum { CUVIL_PAD_ZEROS = 0, CUVIL_PAD_BORDER = 1, CUVIL_PAD_REFLECTION = 2 };
@@ -86,49 +89,66 @@ static inline int cuvil_grid_axis(double g, int64_t size, int mode, int padding,
     return n;
 }
 
+typedef struct cuvil_grid_job {
+    const double *x, *grid;
+    double *y;
+    int64_t channels, in_plane, out_plane, stride[CUVIL_GRID_MAX_AXES];
+    const int64_t *in_dims;
+    int r, mode, padding, align;
+} cuvil_grid_job;
+
+/* Output positions [lo, hi) of all batches (position q: batch q / out_plane). */
+static void cuvil_grid_range(const void *vctx, int64_t lo, int64_t hi) {
+    const cuvil_grid_job *j = (const cuvil_grid_job *)vctx;
+    const int r = j->r;
+    int64_t off[2][CUVIL_GRID_MAX_COMBOS];
+    double wt[2][CUVIL_GRID_MAX_COMBOS];
+    for (int64_t q = lo; q < hi; q++) {
+        const int64_t n = q / j->out_plane, p = q % j->out_plane;
+        const double *g = j->grid + q * r;
+        int ncombo = 1, cur = 0;
+        off[0][0] = 0;
+        wt[0][0] = 1.0;
+        for (int d = 0; d < r; d++) { /* X's spatial axis d is the grid's component r-1-d */
+            int64_t ti[4];
+            double tw[4];
+            const int nt = cuvil_grid_axis(g[r - 1 - d], j->in_dims[d], j->mode, j->padding, j->align, ti, tw);
+            int m = 0;
+            for (int a = 0; a < ncombo; a++) {
+                for (int b = 0; b < nt; b++) {
+                    off[1 - cur][m] = off[cur][a] + ti[b] * j->stride[d];
+                    wt[1 - cur][m] = wt[cur][a] * tw[b];
+                    m++;
+                }
+            }
+            cur = 1 - cur;
+            ncombo = m;
+        }
+        const int64_t *o = off[cur];
+        const double *w = wt[cur];
+        for (int64_t c = 0; c < j->channels; c++) {
+            const double *xp = j->x + (n * j->channels + c) * j->in_plane;
+            double acc = 0.0;
+            for (int a = 0; a < ncombo; a++) acc += w[a] * xp[o[a]];
+            j->y[(n * j->channels + c) * j->out_plane + p] = acc;
+        }
+    }
+}
+
 /* y[n, c, *out] from x[n, c, *in] and grid[n, *out, r]. */
 static CUVIL_UNUSED void cuvil_grid_sample(const double *x, const double *grid, double *y, int64_t batch,
                                            int64_t channels, int r, const int64_t *in_dims,
                                            const int64_t *out_dims, int mode, int padding, int align) {
-    int64_t in_plane = 1, out_plane = 1, stride[CUVIL_GRID_MAX_AXES];
+    cuvil_grid_job j = {x, grid, y, channels, 1, 1, {0}, in_dims, r, mode, padding, align};
     for (int d = r - 1; d >= 0; d--) {
-        stride[d] = in_plane;
-        in_plane *= in_dims[d];
+        j.stride[d] = j.in_plane;
+        j.in_plane *= in_dims[d];
     }
-    for (int d = 0; d < r; d++) out_plane *= out_dims[d];
-    int64_t off[2][CUVIL_GRID_MAX_COMBOS];
-    double wt[2][CUVIL_GRID_MAX_COMBOS];
-    for (int64_t n = 0; n < batch; n++) {
-        for (int64_t p = 0; p < out_plane; p++) {
-            const double *g = grid + (n * out_plane + p) * r;
-            int ncombo = 1, cur = 0;
-            off[0][0] = 0;
-            wt[0][0] = 1.0;
-            for (int d = 0; d < r; d++) { /* X's spatial axis d is the grid's component r-1-d */
-                int64_t ti[4];
-                double tw[4];
-                const int nt = cuvil_grid_axis(g[r - 1 - d], in_dims[d], mode, padding, align, ti, tw);
-                int m = 0;
-                for (int a = 0; a < ncombo; a++) {
-                    for (int b = 0; b < nt; b++) {
-                        off[1 - cur][m] = off[cur][a] + ti[b] * stride[d];
-                        wt[1 - cur][m] = wt[cur][a] * tw[b];
-                        m++;
-                    }
-                }
-                cur = 1 - cur;
-                ncombo = m;
-            }
-            const int64_t *o = off[cur];
-            const double *w = wt[cur];
-            for (int64_t c = 0; c < channels; c++) {
-                const double *xp = x + (n * channels + c) * in_plane;
-                double acc = 0.0;
-                for (int a = 0; a < ncombo; a++) acc += w[a] * xp[o[a]];
-                y[(n * channels + c) * out_plane + p] = acc;
-            }
-        }
-    }
+    for (int d = 0; d < r; d++) j.out_plane *= out_dims[d];
+    const int taps = mode == CUVIL_GRID_NEAREST ? 1 : (mode == CUVIL_GRID_LINEAR ? 2 : 4);
+    double per = (double)channels;
+    for (int d = 0; d < r; d++) per *= (double)taps;
+    cuvil_parallel_steps(batch * j.out_plane, per, cuvil_grid_range, &j);
 }
 
 /* The two taps of one roi_align axis at sample coordinate c (ONNX's pre_calc_for_bilinear_interpolate);
@@ -151,13 +171,25 @@ static inline int cuvil_roi_axis(double c, int64_t size, int64_t idx[2], double 
     return 1;
 }
 
-/* y[r, c, oh, ow] pooled from x[batch[r], c] over each roi (rois[r] = x1, y1, x2, y2); batch indices valid. */
-static CUVIL_UNUSED void cuvil_roi_align(const double *x, const double *rois, const int64_t *batch, double *y,
-                                         int64_t channels, int64_t height, int64_t width, int64_t nroi,
-                                         int64_t oh, int64_t ow, int64_t ratio, double scale, int half_pixel,
-                                         int use_max) {
+typedef struct cuvil_roi_job {
+    const double *x, *rois;
+    const int64_t *batch;
+    double *y, scale;
+    int64_t channels, height, width, oh, ow, ratio;
+    int half_pixel, use_max;
+} cuvil_roi_job;
+
+/* Regions [lo, hi). */
+static void cuvil_roi_range(const void *vctx, int64_t lo, int64_t hi) {
+    const cuvil_roi_job *j = (const cuvil_roi_job *)vctx;
+    const double *x = j->x, *rois = j->rois, scale = j->scale;
+    const int64_t *batch = j->batch;
+    double *y = j->y;
+    const int64_t channels = j->channels, height = j->height, width = j->width, oh = j->oh, ow = j->ow;
+    const int64_t ratio = j->ratio;
+    const int half_pixel = j->half_pixel, use_max = j->use_max;
     const double shift = half_pixel ? 0.5 : 0.0;
-    for (int64_t r = 0; r < nroi; r++) {
+    for (int64_t r = lo; r < hi; r++) {
         const double *box = rois + r * 4;
         const double x1 = box[0] * scale - shift, y1 = box[1] * scale - shift;
         const double x2 = box[2] * scale - shift, y2 = box[3] * scale - shift;
@@ -181,13 +213,13 @@ static CUVIL_UNUSED void cuvil_roi_align(const double *x, const double *rois, co
                 int first = 1;
                 for (int64_t iy = 0; iy < gh; iy++) {
                     const double yy = y1 + (double)ph * bh + ((double)iy + 0.5) * bh / (double)gh;
-                    int64_t yi[2];
-                    double yw[2];
+                    int64_t yi[2] = {0, 0};
+                    double yw[2] = {0.0, 0.0};
                     const int y_in = cuvil_roi_axis(yy, height, yi, yw);
                     for (int64_t ix = 0; ix < gw; ix++) {
                         const double xx = x1 + (double)pw * bw + ((double)ix + 0.5) * bw / (double)gw;
-                        int64_t xi[2];
-                        double xw[2];
+                        int64_t xi[2] = {0, 0};
+                        double xw[2] = {0.0, 0.0};
                         const int in = y_in && cuvil_roi_axis(xx, width, xi, xw);
                         int64_t pos[4] = {0, 0, 0, 0};
                         double w[4] = {0.0, 0.0, 0.0, 0.0};
@@ -227,6 +259,76 @@ static CUVIL_UNUSED void cuvil_roi_align(const double *x, const double *rois, co
     }
 }
 
+/* y[r, c, oh, ow] pooled from x[batch[r], c] over each roi (rois[r] = x1, y1, x2, y2); batch indices valid. */
+static CUVIL_UNUSED void cuvil_roi_align(const double *x, const double *rois, const int64_t *batch, double *y,
+                                         int64_t channels, int64_t height, int64_t width, int64_t nroi,
+                                         int64_t oh, int64_t ow, int64_t ratio, double scale, int half_pixel,
+                                         int use_max) {
+    const cuvil_roi_job j = {x, rois, batch, y, scale, channels, height, width, oh, ow, ratio, half_pixel, use_max};
+    const double samples = ratio > 0 ? (double)(ratio * ratio) : 4.0;
+    cuvil_parallel_steps(nroi, (double)(channels * oh * ow) * samples * 4.0, cuvil_roi_range, &j);
+}
+
+typedef struct cuvil_deform_job {
+    const double *x, *w, *off, *b, *mask;
+    double *y, *cols;
+    int64_t bn, ic, ih, iw, oc, kh, kw, oh, ow, group, offset_group;
+    const int64_t *s, *p, *d;
+} cuvil_deform_job;
+
+/* The bilinear columns of input channels [lo, hi) of batch entry bn: cols[(c * taps + t) * plane + q]. */
+static void cuvil_deform_columns(const void *vctx, int64_t lo, int64_t hi) {
+    const cuvil_deform_job *j = (const cuvil_deform_job *)vctx;
+    const int64_t taps = j->kh * j->kw, plane = j->oh * j->ow, icog = j->ic / j->offset_group;
+    const int64_t ih = j->ih, iw = j->iw, bn = j->bn;
+    for (int64_t c = lo; c < hi; c++) {
+        const int64_t g = c / icog;
+        const double *xc = j->x + (bn * j->ic + c) * ih * iw;
+        for (int64_t t = 0; t < taps; t++) {
+            const int64_t ki = t / j->kw, kj = t % j->kw;
+            const double *oy = j->off + ((bn * j->offset_group + g) * taps * 2 + t * 2) * plane, *ox = oy + plane;
+            const double *mk = j->mask ? j->mask + ((bn * j->offset_group + g) * taps + t) * plane : NULL;
+            double *col = j->cols + (c * taps + t) * plane;
+            for (int64_t i = 0; i < j->oh; i++) {
+                for (int64_t jj = 0; jj < j->ow; jj++) {
+                    const int64_t q = i * j->ow + jj;
+                    const double hs = (double)(i * j->s[0] - j->p[0] + ki * j->d[0]) + oy[q];
+                    const double ws = (double)(jj * j->s[1] - j->p[1] + kj * j->d[1]) + ox[q];
+                    const double h0 = floor(hs), w0 = floor(ws);
+                    double v = 0.0;
+                    for (int a = 0; a < 2; a++) {
+                        const double hi_ = h0 + (double)a;
+                        if (!(hi_ >= 0.0 && hi_ < (double)ih)) continue;
+                        for (int e = 0; e < 2; e++) {
+                            const double wi = w0 + (double)e;
+                            if (!(wi >= 0.0 && wi < (double)iw)) continue;
+                            const double wt = (1.0 - fabs(hs - hi_)) * (1.0 - fabs(ws - wi));
+                            v += wt * xc[(int64_t)hi_ * iw + (int64_t)wi];
+                        }
+                    }
+                    col[q] = mk ? v * mk[q] : v;
+                }
+            }
+        }
+    }
+}
+
+/* Output channels [lo, hi) of batch entry bn: the grouped product of W with the columns, plus B. */
+static void cuvil_deform_product(const void *vctx, int64_t lo, int64_t hi) {
+    const cuvil_deform_job *j = (const cuvil_deform_job *)vctx;
+    const int64_t taps = j->kh * j->kw, plane = j->oh * j->ow, icg = j->ic / j->group, ocg = j->oc / j->group;
+    for (int64_t o = lo; o < hi; o++) {
+        const int64_t g = o / ocg;
+        double *yo = j->y + (j->bn * j->oc + o) * plane;
+        for (int64_t q = 0; q < plane; q++) yo[q] = j->b ? j->b[o] : 0.0;
+        for (int64_t k = 0; k < icg * taps; k++) {
+            const double wv = j->w[o * icg * taps + k];
+            const double *col = j->cols + (g * icg * taps + k) * plane;
+            for (int64_t q = 0; q < plane; q++) yo[q] += wv * col[q];
+        }
+    }
+}
+
 /* 2-D deformable convolution.  Geometry: stride, pad_begin, dilation per axis (s[0..1], p[0..1], d[0..1]);
  * b and mask may be NULL; cols holds (ic * kh * kw) x (oh * ow) values. */
 static CUVIL_UNUSED void cuvil_deform_conv2d(const double *x, const double *w, const double *off, const double *b,
@@ -234,48 +336,11 @@ static CUVIL_UNUSED void cuvil_deform_conv2d(const double *x, const double *w, c
                                              int64_t iw, int64_t oc, int64_t kh, int64_t kw, int64_t oh, int64_t ow,
                                              int64_t group, int64_t offset_group, const int64_t *s, const int64_t *p,
                                              const int64_t *d, double *cols) {
-    const int64_t taps = kh * kw, plane = oh * ow, icog = ic / offset_group, icg = ic / group, ocg = oc / group;
-    for (int64_t bn = 0; bn < n; bn++) {
-        for (int64_t c = 0; c < ic; c++) {
-            const int64_t g = c / icog;
-            const double *xc = x + (bn * ic + c) * ih * iw;
-            for (int64_t t = 0; t < taps; t++) {
-                const int64_t ki = t / kw, kj = t % kw;
-                const double *oy = off + ((bn * offset_group + g) * taps * 2 + t * 2) * plane, *ox = oy + plane;
-                const double *mk = mask ? mask + ((bn * offset_group + g) * taps + t) * plane : NULL;
-                double *col = cols + (c * taps + t) * plane;
-                for (int64_t i = 0; i < oh; i++) {
-                    for (int64_t j = 0; j < ow; j++) {
-                        const int64_t q = i * ow + j;
-                        const double hs = (double)(i * s[0] - p[0] + ki * d[0]) + oy[q];
-                        const double ws = (double)(j * s[1] - p[1] + kj * d[1]) + ox[q];
-                        const double h0 = floor(hs), w0 = floor(ws);
-                        double v = 0.0;
-                        for (int a = 0; a < 2; a++) {
-                            const double hi = h0 + (double)a;
-                            if (!(hi >= 0.0 && hi < (double)ih)) continue;
-                            for (int e = 0; e < 2; e++) {
-                                const double wi = w0 + (double)e;
-                                if (!(wi >= 0.0 && wi < (double)iw)) continue;
-                                const double wt = (1.0 - fabs(hs - hi)) * (1.0 - fabs(ws - wi));
-                                v += wt * xc[(int64_t)hi * iw + (int64_t)wi];
-                            }
-                        }
-                        col[q] = mk ? v * mk[q] : v;
-                    }
-                }
-            }
-        }
-        for (int64_t o = 0; o < oc; o++) {
-            const int64_t g = o / ocg;
-            double *yo = y + (bn * oc + o) * plane;
-            for (int64_t q = 0; q < plane; q++) yo[q] = b ? b[o] : 0.0;
-            for (int64_t k = 0; k < icg * taps; k++) {
-                const double wv = w[o * icg * taps + k];
-                const double *col = cols + (g * icg * taps + k) * plane;
-                for (int64_t q = 0; q < plane; q++) yo[q] += wv * col[q];
-            }
-        }
+    cuvil_deform_job j = {x, w, off, b, mask, y, cols, 0, ic, ih, iw, oc, kh, kw, oh, ow, group, offset_group, s, p, d};
+    const double work = (double)(kh * kw * oh * ow);
+    for (j.bn = 0; j.bn < n; j.bn++) {
+        cuvil_parallel_steps(ic, work * 12.0, cuvil_deform_columns, &j);
+        cuvil_parallel_steps(oc, work * (double)(ic / group), cuvil_deform_product, &j);
     }
 }
 

@@ -652,6 +652,34 @@ static CUVIL_UNUSED void cuvil_parallel_range(int64_t n, double bytes, double it
     fn(ctx, 0, n);
 }
 
+/* ---- loops over heavy steps --------------------------------------------------------------
+ * fn(ctx, lo, hi) over [0, n) steps that each compute for about item_ns (a region of interest, an
+ * output channel: few steps, much work each), as a few ranges per thread when the pool pays for
+ * them, else at once.  Every step writes its own outputs, so results do not depend on the split. */
+typedef struct cuvil_steps_job {
+    cuvil_range_fn fn;
+    const void *ctx;
+    int64_t n, ntasks;
+} cuvil_steps_job;
+
+static void cuvil_steps_task(void *vctx, int64_t task, int tid) {
+    const cuvil_steps_job *j = (const cuvil_steps_job *)vctx;
+    (void)tid;
+    int64_t lo, hi;
+    cuvil_split(j->n, j->ntasks, task, &lo, &hi);
+    if (lo < hi) j->fn(j->ctx, lo, hi);
+}
+
+static CUVIL_UNUSED void cuvil_parallel_steps(int64_t n, double item_ns, cuvil_range_fn fn, const void *ctx) {
+    const int threads = cuvil_num_threads_now();
+    if (threads > 1 && n > 1 && cuvil_parallel_worth((double)n * item_ns)) {
+        cuvil_steps_job j = {fn, ctx, n, n < 4 * (int64_t)threads ? n : 4 * (int64_t)threads};
+        cuvil_parallel_for(j.ntasks, cuvil_steps_task, &j);
+        return;
+    }
+    fn(ctx, 0, n);
+}
+
 /* ---- the model's shared state ------------------------------------------------------------ */
 
 static int cuvil_shared_init(cuvil_shared *s, const unsigned char *weights, size_t size) {
