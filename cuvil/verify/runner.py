@@ -345,6 +345,13 @@ def describe_inputs(report: Report, ctx: VerifyContext) -> None:
     report.inputs = [{"name": name, "source": d.source, "domain": d.what()} for name, d in domains.items()]
     if domains and all(d.source != "user data" for d in domains.values()):
         report.warnings.append(GENERATED_ONLY)
+    try:
+        dims = ctx.dim_domains()
+    except VerifyError:
+        raise
+    except Exception:  # the checks drawing samples meet the same error and report it
+        return
+    report.dims = [{"symbol": s, "smallest": d.min, "sample": d.sample, "why": d.describe()} for s, d in dims.items()]
 
 
 def plan(source: ModelSource, *, config: VerifyConfig, checks: Sequence[str] | None = None,
