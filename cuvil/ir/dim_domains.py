@@ -33,6 +33,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from cuvil.ir.assumptions import Assumption
 from cuvil.ir.graph import Graph, Node
 from cuvil.ir.symbolic import Dim, evaluate, format_dim, free_symbols, product
 from cuvil.ir.types import SymbolInfo
@@ -113,6 +114,10 @@ def _equal(a: Dim, b: Dim) -> Callable[[Mapping[str, int]], bool]:
     return lambda env: evaluate(a, env) == evaluate(b, env)
 
 
+def _relation(a: Assumption) -> Callable[[Mapping[str, int]], bool]:
+    return lambda env: a.holds_for(evaluate(a.lhs, env), evaluate(a.rhs, env))
+
+
 def requirements(graph: Graph) -> list[Requirement]:
     """What ``graph``'s nodes require of its symbols (rules 1-6 of the module docstring), each once."""
     from cuvil.ops.common import graph_assumptions
@@ -160,8 +165,7 @@ def requirements(graph: Graph) -> list[Requirement]:
         if "?" in format_dim(a.lhs) + format_dim(a.rhs):
             continue
         where = f"{a.op} {a.node!r}" if a.node else a.op
-        add([a.lhs, a.rhs], f"{where} needs {a.describe()} ({a.what})",
-            lambda env, a=a: a.holds_for(evaluate(a.lhs, env), evaluate(a.rhs, env)), a.describe())
+        add([a.lhs, a.rhs], f"{where} needs {a.describe()} ({a.what})", _relation(a), a.describe())
     return out
 
 

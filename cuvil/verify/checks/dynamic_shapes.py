@@ -4,7 +4,8 @@ For each symbol that sizes an input, one at a time (the others at their
 smallest valid values), every target runs at the minimum, just inside it,
 the maximum, just inside it, multiples of a ``multiple_of`` constraint and a
 few seeded random valid values, and is compared with the reference
-interpreter (relative L2 at most ``max_rel_l2``).  "Valid" is where the graph
+interpreter (relative L2 at most ``max_rel_l2``; integer outputs exactly, near-ties of
+an ArgMax/TopK excused: cuvil/verify/labels.py).  "Valid" is where the graph
 is valid (cuvil.ir.dim_domains, over the declared constraint): the probes start
 at the smallest extent every window, reshape and relation of the graph allows,
 and a probe value the graph cannot run at moves to the next one it can (the
@@ -35,6 +36,7 @@ from cuvil.ir.symbolic import evaluate, free_symbols
 from cuvil.ir.types import SymbolInfo
 from cuvil.metrics import error_figures
 from cuvil.verify.base import Check, CheckResult, Status, register_check
+from cuvil.verify.labels import LabelJudge, is_exact
 
 
 def input_elements(specs: Sequence[Any], symbols: Mapping[str, SymbolInfo], values: Mapping[str, int],
@@ -190,6 +192,7 @@ class DynamicShapes(Check):
             return CheckResult(self.name, Status.FAIL, f"{target}: the model does not compile: {exc}", target=target,
                                details={"error": str(exc)}, where={"target": target})
         runs: list[dict[str, Any]] = []
+        judge = LabelJudge(ctx.graph)
         refusals: list[dict[str, Any]] = []
         failures: list[tuple[str, str, int, str]] = []  # (symbol, case, value, why)
         warnings: list[tuple[str, str]] = []  # (symbol, why)
@@ -206,12 +209,20 @@ class DynamicShapes(Check):
                     runs.append(row)
                     continue
                 assert want is not None
-                rel = max((error_figures(g, w)["rel_l2"] for g, w in zip(got, want)), default=0.0)
+                rel = max((error_figures(g, w)["rel_l2"] for g, w in zip(got, want) if not is_exact(w)), default=0.0)
                 worst = max(worst, rel)
                 row["rel_l2"] = rel
                 if not rel <= max_rel:
                     failures.append((s, case, v, f"{s}={v} ({case}): relative L2 error {rel:.3g} against the "
                                      f"reference (at most {max_rel:g})"))
+                for i, (g, w) in enumerate(zip(got, want)):  # integer outputs agree exactly, near-ties excused
+                    if is_exact(w):
+                        agree = judge.judge(i, model.output_names[i], g, w, inputs, max_rel)
+                        if agree.near_ties:
+                            row["near_ties"] = row.get("near_ties", 0) + agree.near_ties
+                        if not agree.ok:
+                            failures.append((s, case, v, f"{s}={v} ({case}): output {agree.output!r} differs from "
+                                             f"the reference's: {agree.describe()}"))
                 runs.append(row)
             for case, v in p["outside"]:
                 row = {"symbol": s, "value": v, "case": case}
