@@ -218,6 +218,15 @@ def _precision_report(fp32_graph: Graph, graph: Graph, options: CompileOptions, 
     for o in report.overflows:
         _log.warning("precision=%s: %s (allowed by allow_overflow=True)", p.dtype, o.describe())
         notes.append(f"allow_overflow: {o.describe()}")
+    from cuvil.ir.dtypes import DType, max_finite
+    from cuvil.options import PRECISION_ALIASES
+    from cuvil.passes.convert_precision import mask_fills
+
+    low = DType(PRECISION_ALIASES[p.dtype.lower()])
+    for name, how in mask_fills(fp32_graph, low).constants.items():
+        notes.append(f"mask fill: constant {name!r} ({how}) is beyond {low}'s range; set to {low}'s finite "
+                     f"extreme of its sign (+-{max_finite(low):g}), as onnxruntime's float16 converter does (not -inf: "
+                     "0 * -inf and a fully masked row would give NaN where float32 gives 0 and uniform weights)")
     return report
 
 

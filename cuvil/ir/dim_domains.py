@@ -77,6 +77,8 @@ class DimDomain:
     declared_min: int = 1
     #: Why no valid extent was found (the graph is then drawn at the declared smallest value).
     problem: str | None = None
+    #: Why a typical extent that was given is not used.
+    typical_problem: str | None = None
 
     @property
     def sample(self) -> int:
@@ -95,6 +97,8 @@ class DimDomain:
             text = f"no valid extent found ({self.problem}); drawn at {self.min}"
         if self.typical is not None:
             text += f"; samples use {self.typical} ({self.typical_source})"
+        elif self.typical_problem:
+            text += f"; {self.typical_problem}"
         return text
 
 
@@ -263,18 +267,23 @@ class DimAnalysis:
             return self._domains
         reasons: dict[str, list[str]] = {}
         env, problem = self.solve(reasons=reasons)
-        typical: dict[str, tuple[int, str]] = {}
-        if self.typical:
-            held = {s: v for s, (v, _) in self.typical.items() if s in env}
-            tenv, why = self.solve(fixed=held, start=env)
-            typical = {s: self.typical[s] for s in held} if why is None else {}
+        held: dict[str, int] = {}  # the typical extents, each kept when the graph stays valid with it
+        dropped: dict[str, str] = {}
+        for s, (v, _) in sorted(self.typical.items()):
+            _, why = self.solve(fixed={**held, s: v}, start=env)
+            if why is None:
+                held[s] = v
+            else:
+                dropped[s] = why
         out: dict[str, DimDomain] = {}
         for s in self.symbols:
             info = self.declared[s]
-            t = typical.get(s)
+            t = self.typical[s] if s in held else None
             out[s] = DimDomain(s, env[s], info.max, info.multiple_of, t[0] if t else None, t[1] if t else None,
                                tuple(dict.fromkeys(reasons.get(s, [])))[-1:], smallest_allowed(info),
-                               problem if problem is not None and s in _symbols_of(problem, self.reqs) else None)
+                               problem if problem is not None and s in _symbols_of(problem, self.reqs) else None,
+                               f"the typical {self.typical[s][0]} ({self.typical[s][1]}) is not valid: {dropped[s]}"
+                               if s in dropped else None)
         self._domains = out
         return out
 

@@ -66,6 +66,7 @@ def test_a_typical_extent_is_used_where_the_graph_is_valid_and_dropped_where_it_
     assert "320 (the example's extent)" in good.domains()["w"].describe()
     bad = analyse_dims(_ocr(), typical={"w": (5, "the example's extent")})
     assert bad.sample_env() == {"w": 8} and bad.domains()["w"].typical is None
+    assert "the typical 5 (the example's extent) is not valid: " in bad.domains()["w"].describe()
 
 
 def test_concat_ties_two_symbols_and_a_held_value_moves_the_other() -> None:

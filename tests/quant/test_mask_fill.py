@@ -86,3 +86,17 @@ def test_mask_fills_names_the_constant_and_its_carriers() -> None:
 def test_a_constant_that_scales_data_is_still_refused(then: str) -> None:
     with pytest.raises(PrecisionOverflowError, match=r"weight '.*' \(read by node 'scale', mul\) holds 1e\+06"):
         cuvil.compile(_scaled(then), "ref", precision="fp16")
+
+
+@pytest.mark.parametrize("make,mask", [(_where_fill, DType.bool), (_additive_fill, F32)])
+def test_a_fully_masked_row_keeps_float32s_uniform_weights_and_the_clamp_is_noted(make: object, mask: DType) -> None:
+    """The fill becomes f16's finite extreme, not -inf: a row masked everywhere gets uniform weights as in
+    float32 (with -inf it would be NaN, and ``0 * -inf`` NaN at every kept position of the additive idiom)."""
+    feeds = _feeds(mask)
+    feeds[1][0] = False  # row 0 masked everywhere
+    (want,) = cuvil.compile(make(), "ref")(*feeds)  # type: ignore[operator]
+    m = cuvil.compile(make(), "ref", precision="fp16")  # type: ignore[operator]
+    (got,) = m(*feeds)
+    assert np.all(np.isfinite(got)) and max_abs_error(got, want) < 1e-2
+    np.testing.assert_allclose(got[0], want[0], atol=1e-3)  # float32's uniform row, not NaN
+    assert any(n.startswith("mask fill: constant") and "not -inf" in n for n in m.info.notes), m.info.notes

@@ -80,7 +80,7 @@ def test_a_declared_typical_width_is_used_and_declared_bounds_are_checked(tmp_pa
 @pytest.mark.parametrize("dims", [{"width": {"min": 5, "max": 4}}, {"width": {"typical": 3, "min": 4}},
                                   {"width": {"low": 1}}, [1, "w"], "320"])
 def test_a_malformed_dims_declaration_is_a_usage_error(dims: object) -> None:
-    with pytest.raises(VerifyError, match="inputs.image.dims"):
+    with pytest.raises(VerifyError, match=r"inputs\.image\.dims"):
         parse_config({"inputs": {"image": {"dims": dims}}})
 
 
