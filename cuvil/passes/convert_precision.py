@@ -115,12 +115,15 @@ def mask_fills(graph: Graph, low: DType) -> MaskFills:
     users = graph.users()
 
     def to_softmax(v: Value, need_add: bool, path: list[str], depth: int = 0) -> list[str] | None:
-        """The values from ``v`` to a softmax's input along carries and adds, or None."""
+        """The values from ``v`` to a softmax's input along carries and adds (every such path: a mask
+        shared by the layers of a transformer reaches each layer's softmax), or None."""
         if depth > 8:
             return None
+        found: list[str] | None = None
         for u in users.get(v, []):
             if u.op in _SOFTMAX and not need_add and u.inputs and u.inputs[0] is v:
-                return path
+                found = [*(found or []), *path]
+                continue
             step_add = u.op in ("add", "sub")
             if u.op in _CARRY or step_add or (u.op == "where" and v in u.inputs[1:]):
                 if need_add and not step_add and u.op not in _CARRY:
@@ -128,8 +131,8 @@ def mask_fills(graph: Graph, low: DType) -> MaskFills:
                 for o in u.outputs[:1]:
                     got = to_softmax(o, need_add and not step_add, [*path, o.name], depth + 1)
                     if got is not None:
-                        return got
-        return None
+                        found = [*(found or []), *got]
+        return None if found is None else list(dict.fromkeys(found))
 
     constants: dict[str, str] = {}
     carriers: set[str] = set()
