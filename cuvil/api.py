@@ -209,8 +209,10 @@ def _precision_report(fp32_graph: Graph, graph: Graph, options: CompileOptions, 
         else:  # every example is checked (the input contract, then fp16 overflow), not only the samples
             items = calibration_items(dataset, fp32_graph)
             checked = sample_inputs(fp32_graph, items, len(items))
-            calib = calibration_set(checked, fp32_graph)
             samples = checked[:p.samples]
+            # examples beyond the report's samples are searched for overflows on a calibration build; when
+            # the samples are every example, the report's own run sees them all and no build is needed
+            calib = calibration_set(checked, fp32_graph) if len(checked) > len(samples) else None
         report = check_reduced_precision(fp32_graph, graph, samples, p.dtype, dict(p.overrides or {}),
                                          p.allow_overflow, calib,
                                          RunnerOptions(cc=b.cc, cache_dir=b.cache_dir, num_threads=b.num_threads,
