@@ -117,7 +117,8 @@ class VerifyContext:
         return list(self.torch_import.mappings)
 
     def imported(self) -> Graph:
-        """The source model as a Cuvil graph, imported once and shared by every build (compile copies it)."""
+        """The source model as a Cuvil graph, imported once and shared by every build (compile copies it),
+        its symbols constrained by the bounds ``[inputs.NAME] dims`` declares."""
         if self._imported is None:
             src = self.source
             if src.kind == "torch":
@@ -128,6 +129,11 @@ class VerifyContext:
                 self._imported = import_model(src.model)
             else:
                 self._imported = copy.deepcopy(src.model)
+            dims = self.config.get("dims", {})
+            if dims:  # the declared bounds are the contract every build is compiled to (as --dim is)
+                from cuvil.verify.dims import constrain
+
+                constrain(self._imported, dims)
         assert self._imported is not None
         return self._imported
 

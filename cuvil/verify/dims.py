@@ -4,7 +4,9 @@
 extents that do not come from the graph: ``[inputs.NAME] dims`` of the configuration (per axis,
 or by symbol name; see cuvil.verify.config) and the extents of the source's example tensors (a
 PyTorch module's ``input_spec``, exported with those dims dynamic). A declared typical extent
-wins over an example's.
+wins over an example's. Declared bounds (``min``, ``max``, ``multiple_of``) are also the contract
+the checks' builds are compiled to (:func:`constrain`, as ``cuvil compile --dim`` does), so a
+build refuses what the declaration excludes, and ``dynamic-shapes`` checks that it does.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from cuvil.ir.dim_domains import DimAnalysis, analyse_dims
+from cuvil.ir.dim_domains import DimAnalysis, analyse_dims, merge_info
 from cuvil.ir.graph import Graph
 from cuvil.ir.symbolic import DimExpr, free_symbols
 from cuvil.ir.types import SymbolInfo
@@ -102,3 +104,10 @@ def dim_analysis(graph: Graph, dims: Mapping[str, Any], example_spec: Any) -> Di
             typical[s] = (d.typical, "declared in the configuration")
     infos = {s: SymbolInfo(s, d.min, d.max, d.multiple_of) for s, d in declared.items()}
     return analyse_dims(graph, infos, typical)
+
+
+def constrain(graph: Graph, dims: Mapping[str, Any]) -> None:
+    """Merge the bounds ``[inputs.NAME] dims`` declares into ``graph``'s symbols (each keeps its own too)."""
+    for s, d in declared_by_symbol(graph, dims).items():
+        if d.min is not None or d.max is not None or d.multiple_of is not None:
+            graph.symbols[s] = merge_info(s, graph.symbols.get(s), SymbolInfo(s, d.min, d.max, d.multiple_of))

@@ -108,3 +108,15 @@ def test_every_check_on_ref_and_native_runs_the_ocr_model_and_the_report_names_t
     assert width["symbol"] == "width" and width["smallest"] == 8 and width["sample"] == 8
     assert "pool2" in width["why"] and "window must fit" in width["why"]
     assert "### Dims" in render_markdown(report)
+
+
+def test_declared_bounds_are_the_builds_contract_and_dynamic_shapes_probes_them(tmp_path: Path) -> None:
+    config = parse_config({"inputs": {"image": {"dims": {"width": {"max": 40, "typical": 32}}}}})
+    report = verify(str(ocr_model(tmp_path)), checks="dynamic-shapes", targets=["ref"], config=config,
+                    work_dir=tmp_path)
+    (r,) = report.get("dynamic-shapes")
+    assert r.status is Status.PASS, r.summary  # a maximum: no warning, and 41 is refused
+    values = sorted(run["value"] for run in r.details["runs"])
+    assert values[0] == 8 and values[-1] == 40
+    assert [x["outcome"].split(":")[0] for x in r.details["refusals"]] == ["refused"]
+    assert report.to_json()["dims"][0]["sample"] == 32
