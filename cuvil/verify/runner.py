@@ -233,7 +233,12 @@ class Progress:
         self._write(f"  {str(r.status).upper():4s} {r.check}{target}: {r.summary} ({r.seconds:.2f} s)\n")
 
     def finish(self, report: Report) -> None:
+        """Where the inputs' values and the symbolic dims' extents came from, then the verdict."""
         self._clear()
+        for i in report.inputs:
+            self._write(f"input {i['name']}: {i['domain']} ({i['source']})\n")
+        for d in report.dims:
+            self._write(f"dim {d['symbol']}: {d['why']}\n")
         self._write(f"{report.verdict} in {report.seconds:.1f} s\n")
 
 
