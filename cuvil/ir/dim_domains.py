@@ -90,11 +90,16 @@ class DimDomain:
         return SymbolInfo(self.name, self.min, self.max, self.multiple_of)
 
     def describe(self) -> str:
-        """In words: "smallest valid 10 (max_pool 'p': ...); samples use 320 (the example's extent)"."""
-        why = "; ".join(self.reasons) if self.reasons else "its declared minimum" if self.min > 1 else "no constraint"
+        """In words: "smallest valid 10 (max_pool 'p' needs ...), at most 64; samples use 320 (the example's extent)"."""
+        why = ("; ".join(self.reasons) if self.reasons else
+               "its declared minimum" if self.min == self.declared_min and self.min > 1 else "the graph needs no more")
         text = f"smallest valid {self.min} ({why})"
         if self.problem:
             text = f"no valid extent found ({self.problem}); drawn at {self.min}"
+        if self.max is not None:
+            text += f", at most {self.max}"
+        if self.multiple_of:
+            text += f", a multiple of {self.multiple_of}"
         if self.typical is not None:
             text += f"; samples use {self.typical} ({self.typical_source})"
         elif self.typical_problem:
