@@ -63,7 +63,7 @@ def test_readme_transformer_example_runs_and_shows_its_own_output(tmp_path: Path
     """The BERT example: exported with transformers, every check on ref and native passes (latency may warn
     about its spread on a busy machine), the output shown is that run's, and --inputs runs on the samples."""
     pytest.importorskip("transformers")
-    blocks = re.findall(r"```(bash|python|toml|text)\n(.*?)```", _section(TRANSFORMER, "\n#"), re.S)
+    blocks = re.findall(r"```(bash|python|toml|text)\n(.*?)```", _section(TRANSFORMER), re.S)
     assert [lang for lang, _ in blocks] == ["python", "toml", "bash", "text"]
     (tmp_path / "bert_example.py").write_text(blocks[0][1], encoding="utf-8")
     (tmp_path / "cuvil.toml").write_text(blocks[1][1], encoding="utf-8")
