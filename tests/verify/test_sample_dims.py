@@ -120,3 +120,14 @@ def test_declared_bounds_are_the_builds_contract_and_dynamic_shapes_probes_them(
     assert values[0] == 8 and values[-1] == 40
     assert [x["outcome"].split(":")[0] for x in r.details["refusals"]] == ["refused"]
     assert report.to_json()["dims"][0]["sample"] == 32
+
+
+def test_cuvil_run_random_and_numeric_each_draw_the_width_where_the_graph_is_valid(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from cuvil.cli import main
+
+    model = str(ocr_model(tmp_path))
+    assert main(["run", model, "--target", "ref", "--random"]) == 0
+    assert "logits: float32[1, 2, 5]" in capsys.readouterr().out  # width 8: the token and one window
+    assert main(["opt", model, "--numeric-each", "--emit", "none"]) == 0
+    assert "cannot run the input graph" not in capsys.readouterr().err
