@@ -211,8 +211,10 @@ def _precision_report(fp32_graph: Graph, graph: Graph, options: CompileOptions, 
         else:  # every example is checked (the input contract, then fp16 overflow), not only the samples
             items = calibration_items(dataset, fp32_graph)
             checked = sample_inputs(fp32_graph, items, len(items))
-            calib = calibration_set(checked, fp32_graph)
             samples = checked[:p.samples]
+            # examples beyond the report's samples are searched for overflows on a calibration build; when
+            # the samples are every example, the report's own run sees them all and no build is needed
+            calib = calibration_set(checked, fp32_graph) if len(checked) > len(samples) else None
         report = check_reduced_precision(fp32_graph, graph, samples, p.dtype, dict(p.overrides or {}),
                                          p.allow_overflow, calib,
                                          RunnerOptions(cc=b.cc, cache_dir=b.cache_dir, num_threads=b.num_threads,
@@ -220,6 +222,15 @@ def _precision_report(fp32_graph: Graph, graph: Graph, options: CompileOptions, 
     for o in report.overflows:
         _log.warning("precision=%s: %s (allowed by allow_overflow=True)", p.dtype, o.describe())
         notes.append(f"allow_overflow: {o.describe()}")
+    from cuvil.ir.dtypes import DType, max_finite
+    from cuvil.options import PRECISION_ALIASES
+    from cuvil.passes.convert_precision import mask_fills
+
+    low = DType(PRECISION_ALIASES[p.dtype.lower()])
+    for name, how in mask_fills(fp32_graph, low).constants.items():
+        notes.append(f"mask fill: constant {name!r} ({how}) is beyond {low}'s range; set to {low}'s finite "
+                     f"extreme of its sign (+-{max_finite(low):g}), as onnxruntime's float16 converter does (not -inf: "
+                     "0 * -inf and a fully masked row would give NaN where float32 gives 0 and uniform weights)")
     return report
 
 

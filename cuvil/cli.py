@@ -355,13 +355,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
     else:
         import math
 
+        from cuvil.ir.dim_domains import analyse_dims
         from cuvil.ir.domains import infer_domains
         from cuvil.ir.samples import random_inputs, sample_shapes
 
+        # symbols where the graph is valid (every window fits, reshapes divide), where it is at hand
+        dims = analyse_dims(m.graph).sample_env() if m.graph is not None else None
         # Random samples are drawn in float64 before the cast: refuse what would not fit in memory
         # (a shape declared huge, or a model that fixes a batch of millions) instead of failing in NumPy.
         limit = 1 << 28
-        for spec, shape in zip(m.input_specs, sample_shapes(m.input_specs, m.symbols)):
+        for spec, shape in zip(m.input_specs, sample_shapes(m.input_specs, m.symbols, dims)):
             count = math.prod(shape)
             if count > limit:
                 fix = ("pass --inputs FILE.npz, or compile the model with smaller dims (--dim NAME=N for its "
@@ -371,7 +374,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                                  f"(random samples hold at most {limit:,}); {fix}")
         # token ids within their tables, masks as masks, where the compiled graph is at hand
         domains = infer_domains(m.graph) if m.graph is not None else {}
-        arrays = random_inputs(m.input_specs, m.symbols, seed=args.seed,
+        arrays = random_inputs(m.input_specs, m.symbols, seed=args.seed, values=dims,
                                domains=[domains.get(s.name) for s in m.input_specs])
         outs = m.run(dict(zip(m.input_names, arrays)), **limits)
     t2 = time.perf_counter()

@@ -11,8 +11,17 @@ Mask fills: PyTorch-exported transformers fill masked positions with the float32
 (``where(mask, scores, -3.4e38)``, ``scores + (1 - mask) * -3.4e38`` before a softmax).  Such a
 constant (:func:`mask_fills`) becomes the reduced type's extreme of the same sign (-65504 in f16), as
 onnxruntime's float16 converter clamps: the softmax that reads it, in float32, gives the masked
-positions the same zero weight.  The clamp is logged; every other constant or computed value beyond
-the reduced type's range is refused (:class:`PrecisionOverflowError`).
+positions the same zero weight.  The clamp is logged (and noted in the compiled model's
+``info.notes``); every other constant or computed value beyond the reduced type's range is refused
+(:class:`PrecisionOverflowError`).
+
+Why the finite extreme and never -inf.  -inf would be exact only where no softmax row is masked
+everywhere, and neither idiom allows it in general: ``scores + (1 - mask) * fill`` multiplies the
+fill by 0 at every kept position, and ``0 * -inf`` is NaN; ``where(mask, scores, fill)`` and
+``scores + fill`` give NaN in a row whose every position is masked (``-inf - (-inf)`` in the
+softmax), where the float32 model gives that row uniform weights.  Whether a row is fully masked
+depends on the mask's values at run time, which the graph cannot prove, so the finite extreme,
+which matches float32 in both cases (``exp(-65504 - max)`` is 0 in float32), is used everywhere.
 """
 
 from __future__ import annotations
@@ -106,12 +115,15 @@ def mask_fills(graph: Graph, low: DType) -> MaskFills:
     users = graph.users()
 
     def to_softmax(v: Value, need_add: bool, path: list[str], depth: int = 0) -> list[str] | None:
-        """The values from ``v`` to a softmax's input along carries and adds, or None."""
+        """The values from ``v`` to a softmax's input along carries and adds (every such path: a mask
+        shared by the layers of a transformer reaches each layer's softmax), or None."""
         if depth > 8:
             return None
+        found: list[str] | None = None
         for u in users.get(v, []):
             if u.op in _SOFTMAX and not need_add and u.inputs and u.inputs[0] is v:
-                return path
+                found = [*(found or []), *path]
+                continue
             step_add = u.op in ("add", "sub")
             if u.op in _CARRY or step_add or (u.op == "where" and v in u.inputs[1:]):
                 if need_add and not step_add and u.op not in _CARRY:
@@ -119,8 +131,8 @@ def mask_fills(graph: Graph, low: DType) -> MaskFills:
                 for o in u.outputs[:1]:
                     got = to_softmax(o, need_add and not step_add, [*path, o.name], depth + 1)
                     if got is not None:
-                        return got
-        return None
+                        found = [*(found or []), *got]
+        return None if found is None else list(dict.fromkeys(found))
 
     constants: dict[str, str] = {}
     carriers: set[str] = set()
@@ -194,6 +206,8 @@ class ConvertPrecision(Pass):
        their types; an output computed reduced is cast back to its declared type, the cast
        taking the output's name and the reduced value ``NAME.<dtype>``.
     5. float64 and non-float values are left as they are; regions are not entered.
+    6. A mask fill (:func:`mask_fills`) beyond the reduced type's range becomes that type's finite extreme
+       of the same sign, never an infinity (the module docstring says why).
     """
 
     name: ClassVar[str] = "convert-precision"
@@ -280,8 +294,8 @@ class _Converter:
             top = max_finite(self.low)
             r = np.where(bad, np.copysign(top, a), r).astype(self.low.np)
             _log.info("convert-precision: constant %r (%s) holds %.6g, beyond %s's range; it is a mask fill, "
-                      "set to %s's extreme %.6g of the same sign", v.name, fill, float(np.max(np.abs(a[bad]))),
-                      self.low, self.low, top)
+                      "set to %s's finite extreme %.6g of the same sign (not -inf: 0 * -inf and a fully masked "
+                      "row would give NaN)", v.name, fill, float(np.max(np.abs(a[bad]))), self.low, self.low, top)
             return r
         if np.any(bad):
             raise PrecisionOverflowError(

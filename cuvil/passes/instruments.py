@@ -180,8 +180,8 @@ class NumericEach(Instrument):
     output, and the error accumulated since the input graph.
 
     Inputs are ``inputs`` when given (in graph-input order), else seeded random arrays from
-    ``cuvil.ir.samples.random_inputs`` (symbols take ``dims`` or their smallest valid
-    value).  With ``tolerance``, a pass whose error on any output exceeds it stops the run
+    ``cuvil.ir.samples.random_inputs`` (symbols take ``dims`` or their smallest extent at
+    which the graph is valid: ``cuvil.ir.dim_domains``).  With ``tolerance``, a pass whose error on any output exceeds it stops the run
     with a :class:`PipelineError`.  When the interpreter cannot run the input graph on these
     inputs, every pass is noted as not measured; when it fails only after a pass, that pass
     is charged an infinite error."""
@@ -200,6 +200,7 @@ class NumericEach(Instrument):
         self._why_not = ""
 
     def before_pipeline(self, graph: Graph, report: PassReport) -> None:
+        from cuvil.ir.dim_domains import analyse_dims
         from cuvil.ir.domains import infer_domains
         from cuvil.ir.samples import random_inputs
         from cuvil.ir.spec import TensorSpec
@@ -209,7 +210,9 @@ class NumericEach(Instrument):
         else:
             specs = [TensorSpec(v.name, v.type) for v in graph.inputs]
             domains = infer_domains(graph)  # token ids within their tables, masks as masks
-            self._feeds = random_inputs(specs, graph.symbols, seed=self.seed, values=self.dims,
+            # the other symbols where the graph is valid (every window fits, reshapes divide evenly)
+            dims = analyse_dims(graph).values(self.dims)[0]
+            self._feeds = random_inputs(specs, graph.symbols, seed=self.seed, values=dims,
                                         domains=[domains.get(s.name) for s in specs])
         self._original = self._current = None
         self._why_not = ""

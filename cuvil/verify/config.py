@@ -28,6 +28,10 @@ Both hold the same keys (in ``cuvil.toml`` at the top level)::
     range = [0, 30521]                        # from the graph: integers (or floats) in [lo, hi] ...
     [inputs.attention_mask]
     values = [0, 1]                           # ... or one of these values
+    [inputs.image]                            # the extents of its dims, over what Cuvil derives from
+    dims = [1, 3, 32, { min = 32, typical = 320 }]   # the graph: per axis an extent or a table of
+                                              # min, max, multiple_of and typical (samples use it);
+                                              # or by symbol name: dims = { width = 320 }
 
 Selection is named ``select`` because ``checks`` is the table of per-check options. A check
 option that names a file or folder (:data:`PATH_OPTIONS`) is resolved against the folder of
@@ -50,10 +54,25 @@ from cuvil.verify.base import VerifyError
 
 CONFIG_FILE = "cuvil.toml"
 KEYS = frozenset({"select", "targets", "strict", "seed", "checks", "baseline", "inputs"})
-INPUT_KEYS = frozenset({"range", "values"})
+INPUT_KEYS = frozenset({"range", "values", "dims"})
+DIM_KEYS = frozenset({"min", "max", "multiple_of", "typical"})
 BASELINE_KEYS = frozenset({"relative", "absolute", "higher_is_better", "figures"})
 #: Per check, its options that name a file or folder: relative ones are relative to the config file.
 PATH_OPTIONS: Mapping[str, tuple[str, ...]] = {"precision": ("calibration", "int8_samples")}
+
+
+@dataclass(frozen=True)
+class DeclaredDim:
+    """What ``[inputs.NAME] dims`` says of one dim: bounds for the samples and a typical extent."""
+
+    min: int | None = None
+    max: int | None = None
+    multiple_of: int | None = None
+    typical: int | None = None
+
+
+#: ``[inputs.NAME] dims``: a list with one entry per axis, or a table keyed by symbol name.
+DeclaredDims = tuple[DeclaredDim, ...] | Mapping[str, DeclaredDim]
 
 
 @dataclass(frozen=True)
@@ -91,12 +110,14 @@ class VerifyConfig:
     inputs: Mapping[str, Domain] = field(default_factory=dict)
     #: A folder of real input samples (``[inputs] data``, ``--inputs``): ``.npz`` files, one per sample.
     input_data: str | None = None
+    #: Declared extents of input dims (``[inputs.NAME] dims``), by input name.
+    dims: Mapping[str, DeclaredDims] = field(default_factory=dict)
 
     def as_context_config(self) -> dict[str, Any]:
         """The mapping VerifyContext reads (``ctx.check_config(name)`` looks in its "checks", its
         ``input_domains`` in "inputs")."""
         return {"checks": {k: dict(v) for k, v in self.checks.items()}, "seed": self.seed, "strict": self.strict,
-                "inputs": dict(self.inputs), "input_data": self.input_data}
+                "inputs": dict(self.inputs), "input_data": self.input_data, "dims": dict(self.dims)}
 
 
 def _where(path: Path | None) -> str:
@@ -146,15 +167,18 @@ def _is_number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
-def _domain(name: str, table: Any, path: Path | None) -> Domain:
-    """The declared domain of input ``name`` from its ``[inputs.NAME]`` table."""
+def _domain(name: str, table: Any, path: Path | None) -> Domain | None:
+    """The declared domain of input ``name`` from its ``[inputs.NAME]`` table (None: it declares only dims)."""
     where = f"{_where(path)}inputs.{name}"
     if not isinstance(table, Mapping):
         raise VerifyError(f"{where} must be a table: [inputs.{name}] with range = [lo, hi] or values = [...]")
     unknown = set(table) - INPUT_KEYS
     if unknown:
         raise VerifyError(f"{where}: unknown keys {sorted(unknown)} (known: {', '.join(sorted(INPUT_KEYS))})")
-    if len(table) != 1:
+    values = {k: v for k, v in table.items() if k != "dims"}
+    if not values and "dims" in table:
+        return None
+    if len(values) != 1:
         raise VerifyError(f"{where} needs exactly one of range = [lo, hi] or values = [...]")
     if "range" in table:
         r = table["range"]
@@ -191,13 +215,63 @@ def parse_config(data: Mapping[str, Any], path: Path | None = None) -> VerifyCon
         path=path,
         inputs=_inputs(data.get("inputs", {}), path),
         input_data=_input_data(data.get("inputs", {}), path),
+        dims=_dims(data.get("inputs", {}), path),
     )
 
 
 def _inputs(table: Any, path: Path | None) -> dict[str, Domain]:
     if not isinstance(table, Mapping):
         raise VerifyError(f"{_where(path)}inputs must hold one table per input: [inputs.NAME]")
-    return {str(k): _domain(str(k), v, path) for k, v in table.items() if not (k == "data" and isinstance(v, str))}
+    out = {str(k): _domain(str(k), v, path) for k, v in table.items() if not (k == "data" and isinstance(v, str))}
+    return {k: d for k, d in out.items() if d is not None}
+
+
+def _dim(value: Any, where: str) -> DeclaredDim:
+    """One entry of a ``dims`` declaration: an extent (its typical value) or a table of bounds."""
+    if _is_int(value):
+        if value < 0:
+            raise VerifyError(f"{where} must not be negative, got {value!r}")
+        return DeclaredDim(typical=int(value))
+    if not isinstance(value, Mapping):
+        raise VerifyError(f"{where} must be an extent or a table of min, max, multiple_of and typical, got {value!r}")
+    unknown = set(value) - DIM_KEYS
+    if unknown:
+        raise VerifyError(f"{where}: unknown keys {sorted(unknown)} (known: {', '.join(sorted(DIM_KEYS))})")
+    for k, v in value.items():
+        if not _is_int(v) or v < (1 if k == "multiple_of" else 0):
+            raise VerifyError(f"{where}.{k} must be a {'positive' if k == 'multiple_of' else 'non-negative'} "
+                              f"integer, got {v!r}")
+    d = DeclaredDim(**{k: int(v) for k, v in value.items()})
+    if d.min is not None and d.max is not None and d.min > d.max:
+        raise VerifyError(f"{where}: min {d.min} is above max {d.max}")
+    if d.typical is not None and ((d.min is not None and d.typical < d.min) or (d.max is not None and d.typical > d.max)
+                                  or (d.multiple_of and d.typical % d.multiple_of)):
+        raise VerifyError(f"{where}: typical {d.typical} is outside its own min, max or multiple_of")
+    return d
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _dims(table: Any, path: Path | None) -> dict[str, DeclaredDims]:
+    """``[inputs.NAME] dims`` of every input that declares them."""
+    out: dict[str, DeclaredDims] = {}
+    if not isinstance(table, Mapping):
+        return out
+    for name, t in table.items():
+        if not isinstance(t, Mapping) or "dims" not in t:
+            continue
+        where = f"{_where(path)}inputs.{name}.dims"
+        dims = t["dims"]
+        if isinstance(dims, list):
+            out[str(name)] = tuple(_dim(v, f"{where}[{i}]") for i, v in enumerate(dims))
+        elif isinstance(dims, Mapping):
+            out[str(name)] = {str(k): _dim(v, f"{where}.{k}") for k, v in dims.items()}
+        else:
+            raise VerifyError(f"{where} must be a list (one entry per axis) or a table keyed by symbol name, "
+                              f"got {dims!r}")
+    return out
 
 
 def _input_data(table: Any, path: Path | None) -> str | None:

@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from cuvil.ir.dim_domains import DimAnalysis, DimDomain
 from cuvil.ir.domains import DEFAULT, Domain, infer_domains
 from cuvil.ir.graph import Graph
 from cuvil.ir.samples import random_inputs
@@ -81,6 +82,7 @@ class VerifyContext:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _domains: dict[str, Domain] | None = None
     _user: list[list[np.ndarray]] | None = None
+    _dims: DimAnalysis | None = None
 
     def check_config(self, name: str) -> dict[str, Any]:
         """The ``[checks.NAME]`` table of the configuration (thresholds and options)."""
@@ -115,7 +117,8 @@ class VerifyContext:
         return list(self.torch_import.mappings)
 
     def imported(self) -> Graph:
-        """The source model as a Cuvil graph, imported once and shared by every build (compile copies it)."""
+        """The source model as a Cuvil graph, imported once and shared by every build (compile copies it),
+        its symbols constrained by the bounds ``[inputs.NAME] dims`` declares."""
         if self._imported is None:
             src = self.source
             if src.kind == "torch":
@@ -126,6 +129,11 @@ class VerifyContext:
                 self._imported = import_model(src.model)
             else:
                 self._imported = copy.deepcopy(src.model)
+            dims = self.config.get("dims", {})
+            if dims:  # the declared bounds are the contract every build is compiled to (as --dim is)
+                from cuvil.verify.dims import constrain
+
+                constrain(self._imported, dims)
         assert self._imported is not None
         return self._imported
 
@@ -211,8 +219,9 @@ class VerifyContext:
         return model, time.perf_counter() - t0
 
     def inputs(self, seed: int | None = None, symbols: Mapping[str, int] | None = None) -> list[np.ndarray]:
-        """Seeded random inputs that satisfy the model's contract (symbols at small valid values), each
-        drawn from its domain (:meth:`input_domains`: declared, an example's, inferred from the graph)."""
+        """Seeded random inputs that satisfy the model's contract, each drawn from its domain
+        (:meth:`input_domains`: declared, an example's, inferred from the graph), at the extents
+        :meth:`symbol_values` gives (``symbols`` held, the others where the graph is valid)."""
         return self._samples(self.seed if seed is None else seed, symbols)
 
     def _samples(self, seed: int, symbols: Mapping[str, int] | None = None) -> list[np.ndarray]:
@@ -221,8 +230,34 @@ class VerifyContext:
             return [a.copy() for a in data[(seed - self.seed) % len(data)]]
         sig = Signature.of(self.imported())
         domains = self.input_domains()
-        return random_inputs(sig.inputs, sig.symbols, seed=seed, values=symbols,
+        return random_inputs(sig.inputs, sig.symbols, seed=seed, values=self.symbol_values(symbols),
                              domains=[domains.get(s.name) for s in sig.inputs])
+
+    def dim_analysis(self) -> DimAnalysis:
+        """Where each symbolic dim makes the graph valid (cuvil.ir.dim_domains), over the declared
+        ``[inputs.NAME] dims`` and the extents of the source's example tensors (cuvil.verify.dims)."""
+        if self._dims is None:
+            from cuvil.verify.dims import dim_analysis
+
+            dims = self.config.get("dims", {})
+            self._dims = dim_analysis(self.imported(), dims if isinstance(dims, Mapping) else {},
+                                      self.source.input_spec)
+        return self._dims
+
+    def dim_domains(self) -> dict[str, DimDomain]:
+        """Per input symbol: its smallest valid extent (and why), and the extent samples use."""
+        return self.dim_analysis().domains()
+
+    def symbol_values(self, symbols: Mapping[str, int] | None = None) -> dict[str, int]:
+        """The value of every input symbol for a sample: with no ``symbols``, typical extents where the
+        graph is valid there, else the smallest valid ones; else ``symbols`` held and the others at their
+        smallest valid extents (raised where the graph ties them to the held ones). A value at which
+        the graph is not valid is kept as asked (a check probing the input guard asks for those)."""
+        analysis = self.dim_analysis()
+        if not symbols:
+            return analysis.sample_env()
+        env, _ = analysis.values(symbols)
+        return env
 
     def user_samples(self) -> list[list[np.ndarray]]:
         """The real samples the user gave (``--inputs DIR``, ``[inputs] data``), in input order; [] when none."""
@@ -258,7 +293,8 @@ class VerifyContext:
             names = [v.name for v in graph.inputs]
             declared = self.config.get("inputs", {})
             declared = declared if isinstance(declared, Mapping) else {}
-            unknown = sorted(set(declared) - set(names))
+            dims = self.config.get("dims", {})
+            unknown = sorted((set(declared) | set(dims if isinstance(dims, Mapping) else {})) - set(names))
             if unknown:
                 raise VerifyError(f"[inputs.NAME] tables for inputs the model does not have: {', '.join(unknown)} "
                                   f"(its inputs: {', '.join(names)})")

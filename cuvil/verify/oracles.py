@@ -40,6 +40,7 @@ def run_source(source: ModelSource, compiled: CompiledModel, inputs: Sequence[np
             data = str(model)
         opts = ort.SessionOptions()
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        opts.log_severity_level = 3  # not its warnings about the exporter's unused initializers
         sess = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
         names = [i.name for i in sess.get_inputs()]
         feed = dict(zip(compiled.input_names, inputs))

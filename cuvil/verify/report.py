@@ -54,6 +54,10 @@ class Report:
     #: Per model input, what its samples were drawn from: ``name``, ``source`` (where that came
     #: from: declared, an example, inferred from the graph, the default) and ``domain`` (in words).
     inputs: list[dict[str, str]] = field(default_factory=list)
+    #: Per symbolic dim of the inputs, the extents its samples use: ``symbol``, ``smallest`` (the
+    #: smallest valid extent, derived from the graph over the declared constraint), ``sample`` (the
+    #: extent generated samples use) and ``why`` (in words: what set the smallest, where the typical came from).
+    dims: list[dict[str, Any]] = field(default_factory=list)
     #: Warnings about the run as a whole (not about one check): every input generated, for instance.
     warnings: list[str] = field(default_factory=list)
 
@@ -114,6 +118,7 @@ class Report:
             "results": [r.to_json() for r in self.results],
             "timings": list(self.timings),
             "inputs": list(self.inputs),
+            "dims": list(self.dims),
             "warnings": list(self.warnings),
         })
         return data

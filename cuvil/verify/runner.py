@@ -233,7 +233,12 @@ class Progress:
         self._write(f"  {str(r.status).upper():4s} {r.check}{target}: {r.summary} ({r.seconds:.2f} s)\n")
 
     def finish(self, report: Report) -> None:
+        """Where the inputs' values and the symbolic dims' extents came from, then the verdict."""
         self._clear()
+        for i in report.inputs:
+            self._write(f"input {i['name']}: {i['domain']} ({i['source']})\n")
+        for d in report.dims:
+            self._write(f"dim {d['symbol']}: {d['why']}\n")
         self._write(f"{report.verdict} in {report.seconds:.1f} s\n")
 
 
@@ -345,6 +350,13 @@ def describe_inputs(report: Report, ctx: VerifyContext) -> None:
     report.inputs = [{"name": name, "source": d.source, "domain": d.what()} for name, d in domains.items()]
     if domains and all(d.source != "user data" for d in domains.values()):
         report.warnings.append(GENERATED_ONLY)
+    try:
+        dims = ctx.dim_domains()
+    except VerifyError:
+        raise
+    except Exception:  # the checks drawing samples meet the same error and report it
+        return
+    report.dims = [{"symbol": s, "smallest": d.min, "sample": d.sample, "why": d.describe()} for s, d in dims.items()]
 
 
 def plan(source: ModelSource, *, config: VerifyConfig, checks: Sequence[str] | None = None,

@@ -86,3 +86,41 @@ def test_mask_fills_names_the_constant_and_its_carriers() -> None:
 def test_a_constant_that_scales_data_is_still_refused(then: str) -> None:
     with pytest.raises(PrecisionOverflowError, match=r"weight '.*' \(read by node 'scale', mul\) holds 1e\+06"):
         cuvil.compile(_scaled(then), "ref", precision="fp16")
+
+
+@pytest.mark.parametrize("make,mask", [(_where_fill, DType.bool), (_additive_fill, F32)])
+def test_a_fully_masked_row_keeps_float32s_uniform_weights_and_the_clamp_is_noted(make: object, mask: DType) -> None:
+    """The fill becomes f16's finite extreme, not -inf: a row masked everywhere gets uniform weights as in
+    float32 (with -inf it would be NaN, and ``0 * -inf`` NaN at every kept position of the additive idiom)."""
+    feeds = _feeds(mask)
+    feeds[1][0] = False  # row 0 masked everywhere
+    (want,) = cuvil.compile(make(), "ref")(*feeds)  # type: ignore[operator]
+    m = cuvil.compile(make(), "ref", precision="fp16")  # type: ignore[operator]
+    (got,) = m(*feeds)
+    assert np.all(np.isfinite(got)) and max_abs_error(got, want) < 1e-2
+    np.testing.assert_allclose(got[0], want[0], atol=1e-3)  # float32's uniform row, not NaN
+    assert any(n.startswith("mask fill: constant") and "not -inf" in n for n in m.info.notes), m.info.notes
+
+
+def _shared_fill(layers: int = 3) -> Graph:
+    """One additive mask ``where(1 - m, f32_min, 1 - m)`` (as torch.onnx's dynamo exporter writes BERT's)
+    added to the scores of several layers' softmaxes."""
+    b = Builder()
+    x = b.input("x", TensorType(F32, SHAPE))
+    m = b.input("m", TensorType(F32, SHAPE))
+    inv = b.add1("sub", [b.constant(np.array(1.0, np.float32)), m], names=["inv"], node_name="invert")
+    cond = b.add1("cast", [inv], {"to": DType.bool}, names=["cond"])
+    mask = b.add1("where", [cond, b.constant(np.array(F32_MIN, np.float32)), inv], names=["bias"], node_name="fill")
+    h = x
+    for i in range(layers):
+        h = b.add1("softmax", [b.add1("add", [h, mask], names=[f"scores{i}"])], {"axis": -1}, names=[f"p{i}"])
+    b.output(h)
+    return b.graph
+
+
+def test_a_mask_shared_by_every_layer_carries_its_fill_to_each_softmax() -> None:
+    assert mask_fills(_shared_fill(), DType.f16).carriers == {"bias", "scores0", "scores1", "scores2"}
+    feeds = _feeds(F32)
+    (want,) = cuvil.compile(_shared_fill(), "ref")(*feeds)
+    (got,) = cuvil.compile(_shared_fill(), "ref", precision="fp16")(*feeds)  # every layer's sum holds the fill
+    assert max_abs_error(got, want) < 1e-2 and np.all(got[~feeds[1].astype(bool)] == 0)

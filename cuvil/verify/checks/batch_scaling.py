@@ -175,13 +175,14 @@ class BatchScaling(Check):
             return CheckResult(self.name, Status.SKIP, f"the batch dim {name!r} is fixed at {info.min}", target=target,
                                where={"symbol": name})
         step = info.multiple_of or 1
-        lo = max(info.min or 1, step)
+        lo = max(info.min or 1, step, getattr(ctx.dim_domains().get(name), "min", 1))  # where the graph is valid
         lo = -(-lo // step) * step
         hi = max(min(info.max if info.max is not None else 1 << 62, int(cfg["max_batch"])), lo)
         limit = parse_bytes(cfg["memory_limit"])
 
         def footprint(b: int) -> dict[str, float | None]:
-            env = {s: b if s == name else self._default(m, s) for s in m.symbols}
+            # the other symbols where the samples have them (ctx.symbol_values: valid for the graph)
+            env = {**{s: self._default(m, s) for s in m.symbols}, **ctx.symbol_values({name: b})}
             return memory_figures(graph, env)
 
         def fits(b: int) -> bool:

@@ -13,6 +13,9 @@ float64 reference on an output exceeds the larger of ``max_rel_l2`` and
 reference interpreter's float32 run against its float64 run, on the same
 inputs: an ill-conditioned model amplifies rounding in every float32
 implementation), or when it does not build or run: nothing is left out silently.
+Integer and boolean outputs are not in the matrix: each target's must agree exactly with the
+float64 reference's, a label of an ``arg_max``/``top_k`` picked among scores within float32
+rounding (``max_rel_l2``) of each other being a near-tie, reported and excused (cuvil/verify/labels.py).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from cuvil.errors import CuvilError
 from cuvil.metrics import drift, relative_l2
 from cuvil.verify.base import Check, CheckResult, Status, register_check
 from cuvil.verify.checks.precision import FLOOR_MULTIPLE, output_node, wide_reference
+from cuvil.verify.labels import Agreement, LabelJudge, is_exact
 
 REFERENCE_LABEL = "float64 reference"
 
@@ -87,10 +91,16 @@ class CrossTarget(Check):
         bounds = {n: max(max_rel, multiple * floors[n]) for n in names}
         labels = [t for t in targets if t in outputs] + [REFERENCE_LABEL]
         runs = {**outputs, REFERENCE_LABEL: wide}
+        exact = [n for i, n in enumerate(names) if is_exact(wide[i])]
+        floats = [n for n in names if n not in exact]
         per_output = {n: [[drift(runs[a][i], runs[b][i], wide[i]) for b in labels] for a in labels]
-                      for i, n in enumerate(names)}
-        matrix = [[max((per_output[n][r][c] for n in names), default=0.0) for c in range(len(labels))]
+                      for i, n in enumerate(names) if n in floats}
+        matrix = [[max((per_output[n][r][c] for n in floats), default=0.0) for c in range(len(labels))]
                   for r in range(len(labels))]
+        judge = LabelJudge(ctx.graph)
+        agreements: dict[str, list[Agreement]] = {
+            t: [judge.judge(names.index(n), n, outputs[t][names.index(n)], wide[names.index(n)], inputs,
+                            max(max_rel, 0.0)) for n in exact] for t in outputs}
         ref_col = len(labels) - 1
         figures = {f"drift[{t}]": matrix[r][ref_col] for r, t in enumerate(labels[:-1])}
         figures["max_drift"] = max(figures.values(), default=0.0)
@@ -102,12 +112,22 @@ class CrossTarget(Check):
                                                        "reference", "per_output": floors},
                                    "bounds": bounds, "errors": errors, "skipped": skipped,
                                    "reference": reference}
-        over = [(per_output[n][r][ref_col] / bounds[n], t, n) for r, t in enumerate(labels[:-1]) for n in names
+        details["integer_outputs"] = {t: [a.to_json() for a in found] for t, found in agreements.items() if found}
+        figures["label_mismatches"] = float(sum(a.mismatches for found in agreements.values() for a in found))
+        figures["near_ties"] = float(sum(a.near_ties for found in agreements.values() for a in found))
+        over = [(per_output[n][r][ref_col] / bounds[n], t, n) for r, t in enumerate(labels[:-1]) for n in floats
                 if not per_output[n][r][ref_col] <= bounds[n]]
+        differ = [(t, a) for t, found in agreements.items() for a in found if not a.ok]
         if errors:
             t = next(iter(errors))
             return [CheckResult(self.name, Status.FAIL, f"target {t} does not build or run: {errors[t]}",
                                 figures=figures, details=details, where={"target": t})]
+        if differ:
+            t, a = differ[0]
+            return [CheckResult(self.name, Status.FAIL, f"{t}: output {a.output!r} differs from the float64 "
+                                f"reference's: {a.describe()}", figures=figures, details=details,
+                                where={"target": t, "output": a.output,
+                                       "node": output_node(ctx.graph, names.index(a.output))})]
         if over:
             _, t, worst = max(over)
             value = per_output[worst][labels.index(t)][ref_col]
@@ -116,6 +136,10 @@ class CrossTarget(Check):
                                 f"the model's own float32 error {floors[worst]:.3g})", figures=figures, details=details,
                                 where={"target": t, "output": worst, "node": output_node(ctx.graph, names.index(worst))})]
         note = f"; skipped: {', '.join(f'{k} ({v})' for k, v in skipped.items())}" if skipped else ""
+        if exact:
+            ties = int(figures["near_ties"])
+            note = (f"; integer outputs agree exactly ({ties} near-ties of the top scores excused)" if ties else
+                    "; integer outputs agree exactly") + note
         return [CheckResult(self.name, Status.PASS, f"{len(labels) - 1} targets agree: largest drift from the float64 "
                             f"reference {figures['max_drift']:.3g} (the model's own float32 error {figures['floor_rel_l2']:.3g}){note}",
                             figures=figures, details=details)]

@@ -4,7 +4,12 @@ For each symbol that sizes an input, one at a time (the others at their
 smallest valid values), every target runs at the minimum, just inside it,
 the maximum, just inside it, multiples of a ``multiple_of`` constraint and a
 few seeded random valid values, and is compared with the reference
-interpreter (relative L2 at most ``max_rel_l2``).  Values just outside
+interpreter (relative L2 at most ``max_rel_l2``; integer outputs exactly, near-ties of
+an ArgMax/TopK excused: cuvil/verify/labels.py).  "Valid" is where the graph
+is valid (cuvil.ir.dim_domains, over the declared constraint): the probes start
+at the smallest extent every window, reshape and relation of the graph allows,
+and a probe value the graph cannot run at moves to the next one it can (the
+details say so); values the input guard accepts below that extent are noted.  Values just outside
 (minimum - 1, maximum + 1, a non-multiple) must be refused with an
 ``InputError`` before anything runs; refused later (by the compiled code)
 is a warning, accepted is a failure (a warning for a subject that cannot know
@@ -25,16 +30,20 @@ from typing import Any
 import numpy as np
 
 from cuvil.errors import CuvilError, InputError
+from cuvil.ir.dim_domains import DimAnalysis, merge_info
 from cuvil.ir.samples import default_symbol_value
 from cuvil.ir.symbolic import evaluate, free_symbols
 from cuvil.ir.types import SymbolInfo
 from cuvil.metrics import error_figures
 from cuvil.verify.base import Check, CheckResult, Status, register_check
+from cuvil.verify.labels import LabelJudge, is_exact
 
 
-def input_elements(specs: Sequence[Any], symbols: Mapping[str, SymbolInfo], values: Mapping[str, int]) -> int:
-    """How many elements the inputs hold in all with the symbols at ``values`` (others at small valid values)."""
-    env = dict(values)
+def input_elements(specs: Sequence[Any], symbols: Mapping[str, SymbolInfo], values: Mapping[str, int],
+                   defaults: Mapping[str, int] | None = None) -> int:
+    """How many elements the inputs hold in all with the symbols at ``values`` (others at ``defaults``, else
+    at small valid values)."""
+    env = {**(defaults or {}), **values}
     for s in specs:
         for d in s.type.shape:
             for name in free_symbols(d):
@@ -102,40 +111,76 @@ class DynamicShapes(Check):
         plan: dict[str, dict[str, Any]] = {}
         notes: list[str] = []
         rng = np.random.default_rng(ctx.seed)
+        analysis: DimAnalysis = ctx.dim_analysis()
+        doms = analysis.domains()
+        mins = {n: d.min for n, d in doms.items()}
         for s, info in sorted(symbols.items()):
             if s not in in_inputs:
                 notes.append(f"{s}: sizes no input (computed inside the model); not varied")
                 continue
-            cap = self._cap(specs, symbols, s, info, budget)
-            valid = boundary_values(info, cap, randoms, rng)
+            dom = doms.get(s)
+            graph_info = merge_info(s, info, dom.info() if dom is not None else None)
+            cap = self._cap(specs, symbols, s, graph_info, budget, mins)
+            valid = self._valid(analysis, s, boundary_values(graph_info, cap, randoms, rng), graph_info, cap, notes)
+            guard_lo = default_symbol_value(info)
+            if dom is not None and dom.min > guard_lo:
+                notes.append(f"{s}: the graph is valid from {dom.min} ({'; '.join(dom.reasons) or 'its constraints'}); "
+                             f"{guard_lo}..{dom.min - 1} pass the input guard but not the graph (declare --dim "
+                             f"{s}={dom.min}: to refuse them)")
             if info.max is not None and info.max > cap:
                 notes.append(f"{s}: values above {cap} not run (inputs would exceed max_elements={budget}); "
                              f"the maximum {info.max} is checked only by its rejection of {info.max + 1}")
-            plan[s] = {"info": info, "valid": valid, "outside": outside_values(info), "cap": cap}
+            plan[s] = {"info": info, "graph_info": graph_info, "valid": valid, "outside": outside_values(info),
+                       "cap": cap}
         cases: dict[tuple[str, int], tuple[list[np.ndarray], list[np.ndarray] | None]] = {}
         for s, p in plan.items():
             for _, v in p["valid"]:
                 inputs = ctx.inputs(symbols={s: v})
                 cases[(s, v)] = (inputs, ctx.reference(inputs))
             for _, v in p["outside"]:
-                if input_elements(specs, symbols, {s: v}) <= 4 * budget:
+                if input_elements(specs, symbols, {s: v}, mins) <= 4 * budget:
                     cases[(s, v)] = (ctx.inputs(symbols={s: v}), None)
         return [self._target(ctx, t, plan, cases, notes, max_rel, budget) for t in ctx.targets]
 
     @staticmethod
-    def _cap(specs: Sequence[Any], symbols: Mapping[str, SymbolInfo], s: str, info: SymbolInfo, budget: int) -> int:
+    def _valid(analysis: DimAnalysis, s: str, cases: Sequence[tuple[str, int]], info: SymbolInfo, cap: int,
+               notes: list[str]) -> list[tuple[str, int]]:
+        """``cases`` with each value the graph cannot run at moved to the nearest one it can (up, else down)."""
+        step = info.multiple_of or 1
+        lo = default_symbol_value(info)
+        out: list[tuple[str, int]] = []
+        seen: set[int] = set()
+        for case, v in cases:
+            w = analysis.next_valid(s, v, limit=cap)
+            if w is None:
+                w = next((x for x in range(v - step, lo - 1, -step) if analysis.values({s: x})[1] is None), None)
+            if w is None:
+                notes.append(f"{s}={v} ({case}): the graph is valid at no value near it; not run")
+                continue
+            if w != v:
+                notes.append(f"{s}={v} ({case}) is not valid for the graph ({analysis.values({s: v})[1]}); "
+                             f"{w} is run instead")
+                case = f"{case}, the nearest valid value"
+            if w not in seen:
+                seen.add(w)
+                out.append((case, w))
+        return out
+
+    @staticmethod
+    def _cap(specs: Sequence[Any], symbols: Mapping[str, SymbolInfo], s: str, info: SymbolInfo, budget: int,
+             defaults: Mapping[str, int] | None = None) -> int:
         """The largest valid value of ``s`` whose inputs fit ``budget`` elements (at least its smallest value)."""
         step = info.multiple_of or 1
         lo = default_symbol_value(info)
         hi = info.max if info.max is not None else 1 << 40
-        if input_elements(specs, symbols, {s: hi}) <= budget:
+        if input_elements(specs, symbols, {s: hi}, defaults) <= budget:
             return hi
         a, b = lo, hi  # a fits (or is the smallest value), b does not
         while b - a > step:
             mid = (a + b) // 2 // step * step
             if mid <= a:
                 break
-            a, b = (mid, b) if input_elements(specs, symbols, {s: mid}) <= budget else (a, mid)
+            a, b = (mid, b) if input_elements(specs, symbols, {s: mid}, defaults) <= budget else (a, mid)
         return a
 
     def _target(self, ctx: Any, target: str, plan: Mapping[str, dict[str, Any]],
@@ -147,6 +192,7 @@ class DynamicShapes(Check):
             return CheckResult(self.name, Status.FAIL, f"{target}: the model does not compile: {exc}", target=target,
                                details={"error": str(exc)}, where={"target": target})
         runs: list[dict[str, Any]] = []
+        judge = LabelJudge(ctx.graph)
         refusals: list[dict[str, Any]] = []
         failures: list[tuple[str, str, int, str]] = []  # (symbol, case, value, why)
         warnings: list[tuple[str, str]] = []  # (symbol, why)
@@ -163,12 +209,20 @@ class DynamicShapes(Check):
                     runs.append(row)
                     continue
                 assert want is not None
-                rel = max((error_figures(g, w)["rel_l2"] for g, w in zip(got, want)), default=0.0)
+                rel = max((error_figures(g, w)["rel_l2"] for g, w in zip(got, want) if not is_exact(w)), default=0.0)
                 worst = max(worst, rel)
                 row["rel_l2"] = rel
                 if not rel <= max_rel:
                     failures.append((s, case, v, f"{s}={v} ({case}): relative L2 error {rel:.3g} against the "
                                      f"reference (at most {max_rel:g})"))
+                for i, (g, w) in enumerate(zip(got, want)):  # integer outputs agree exactly, near-ties excused
+                    if is_exact(w):
+                        agree = judge.judge(i, model.output_names[i], g, w, inputs, max_rel)
+                        if agree.near_ties:
+                            row["near_ties"] = row.get("near_ties", 0) + agree.near_ties
+                        if not agree.ok:
+                            failures.append((s, case, v, f"{s}={v} ({case}): output {agree.output!r} differs from "
+                                             f"the reference's: {agree.describe()}"))
                 runs.append(row)
             for case, v in p["outside"]:
                 row = {"symbol": s, "value": v, "case": case}
@@ -195,7 +249,7 @@ class DynamicShapes(Check):
                 refusals.append(row)
             info = p["info"]
             if info.max is None:
-                lo = default_symbol_value(info)
+                lo = default_symbol_value(p["graph_info"])
                 spec = f"{lo}:{p['cap']}" + (f",%{info.multiple_of}" if info.multiple_of else "")
                 warnings.append((s, f"{s} has no maximum; suggested constraint: --dim {s}={spec} (dims={{'{s}': "
                                 f"({lo}, {p['cap']})}}), the largest value whose "

@@ -138,6 +138,7 @@ def onnx_intermediates(model: Any, names: Sequence[str], feed: Mapping[str, np.n
         proto.graph.output.append(onnx.ValueInfoProto(name=name))
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    opts.log_severity_level = 3  # not its warnings about the exporter's unused initializers
     sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
     out_names = [o.name for o in sess.get_outputs()]
     values = sess.run(None, {i.name: feed[i.name] for i in sess.get_inputs()})

@@ -23,6 +23,11 @@ and limits what is tried; without it fp32 alone is selected and fp16 and bf16 ar
 tried for information, so a build of them that is not viable makes the result a
 warning, never a failure (``where``: target, precision, node, op).
 
+Integer and boolean outputs (class labels, masks, counts) are compared by exact agreement with the
+float64 reference's instead; where one is an ``arg_max``/``top_k`` over float scores, a label picked
+among scores within the build's bound of each other (float32 rounding for fp32, ``reduced_max_rel_l2``
+for fp16 and bf16) is a near-tie, reported and excused (cuvil/verify/labels.py).
+
 With calibration data (``calibration = "DIR"``: a folder of .npz samples, which
 selects int8) the C targets' int8 builds are checked too: top-1 agreement with the float32 build on classifier
 outputs (at least ``int8_min_top1``, 0.99), output SNR on the others (at least
@@ -53,6 +58,7 @@ from cuvil.errors import CuvilError
 from cuvil.metrics import error_figures, relative_l2
 from cuvil.verify.base import Check, CheckResult, Status, register_check
 from cuvil.verify.checks.precision_int8 import ENABLE_HINT, Int8Settings, int8_settings, judge_int8, judged_feeds
+from cuvil.verify.labels import LabelJudge, is_exact
 
 FLOAT32_EPS = float(np.finfo(np.float32).eps)
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
@@ -152,13 +158,14 @@ class Precision(Check):
         int8_feeds = (judged_feeds(int8, ctx.graph, names)
                       if int8 is not None and int8_wanted and any(_is_c(t) for t in ctx.targets) else [])
         results = []
+        judge = LabelJudge(ctx.graph)
         for target in ctx.targets:
             try:
                 model = ctx.compiled(target)
             except CuvilError as exc:
                 results.append(_build_failure(self.name, target, exc))
                 continue
-            rows = _rows(ctx, model, names, cases, floor)
+            rows = _rows(ctx, model, names, cases, floor, judge, max(max_rel, FLOAT32_EPS))
             precisions = {"fp32": "checked"}
             for p in REDUCED:
                 precisions[p] = ("not checked: only the C targets compute it" if not _is_c(target) else
@@ -175,7 +182,7 @@ class Precision(Check):
             if source_error:
                 result.details["source_error"] = source_error
             if _is_c(target):
-                outcomes = [self._reduced(ctx, target, p, names, cases, floor, reduced_max) for p in reduced]
+                outcomes = [self._reduced(ctx, target, p, names, cases, floor, reduced_max, judge) for p in reduced]
                 result = _combine(result, outcomes, selected)
                 if int8 is not None and int8_wanted:
                     result = self._int8(ctx, result, target, int8, int8_feeds, names)
@@ -185,7 +192,7 @@ class Precision(Check):
         return results
 
     def _reduced(self, ctx: Any, target: str, precision: str, names: Sequence[str], cases: list[Case],
-                 floor: float, max_rel: float) -> Outcome:
+                 floor: float, max_rel: float, judge: LabelJudge | None = None) -> Outcome:
         """What the ``precision`` build of ``target`` gives: its figures, or why it is not viable."""
         from cuvil.passes.convert_precision import PrecisionOverflowError
 
@@ -200,9 +207,16 @@ class Precision(Check):
                            not_checked=f"not checked: it does not compile: {exc}",
                            failure=f"{precision}: the model does not compile: {exc}",
                            where={"target": target, "precision": precision})
-        rows = list(_rows(ctx, model, names, cases, floor).values())
+        rows = list(_rows(ctx, model, names, cases, floor, judge, max_rel).values())
         worst = max(rows, key=lambda r: r["rel_l2"])
         details = {"max_rel_l2": max_rel, "outputs": rows}
+        differ = next((r for r in rows if r.get("exact") and r["mismatches"]), None)
+        if differ is not None:
+            return Outcome(precision, details, f"not viable: output {differ['output']!r} changes: {differ['agreement']}",
+                           failure=f"{precision} output {differ['output']!r}: {differ['agreement']} (the float64 "
+                                   "reference's)", where={"target": target, "precision": precision,
+                                                          "output": differ["output"], "node": differ["node"]},
+                           rel_l2=worst["rel_l2"])
         if worst["rel_l2"] > max_rel:
             return Outcome(precision, details,
                            f"not viable at the bound: relative L2 error {worst['rel_l2']:.3g} above {max_rel:g}; keep "
@@ -261,6 +275,15 @@ class Precision(Check):
                    "thresholds": {"max_rel_l2": bounds.max_rel, "max_ratio": bounds.max_ratio,
                                   "ratio_floor": bounds.ratio_floor, "floor_multiple": bounds.multiple},
                    "outputs": rows}
+        differ = next((r for r in rows if r.get("exact") and r["mismatches"]), None)
+        if differ is not None:
+            return CheckResult(self.name, Status.FAIL, f"fp32 output {differ['output']!r}: {differ['agreement']} "
+                               "(integer outputs must agree exactly with the float64 reference's)", target=target,
+                               figures={**figures, "label_mismatches": float(differ["mismatches"])}, details=details,
+                               where={"output": differ["output"], "node": differ["node"]})
+        ties = [r for r in rows if r.get("exact") and r["near_ties"]]
+        if ties:
+            figures["near_ties"] = float(sum(r["near_ties"] for r in ties))
         if bad:
             r = max(bad, key=lambda r: (r["rel_l2"], r["ratio"]))
             why = (f"relative L2 error {r['rel_l2']:.3g} above {r['bound']:.3g} (the larger of {bounds.max_rel:g} and "
@@ -270,10 +293,11 @@ class Precision(Check):
                    f"(at most {bounds.max_ratio:g}x)")
             return CheckResult(self.name, Status.FAIL, f"fp32 output {r['output']!r}: {why}", target=target,
                                figures=figures, details=details, where={"output": r["output"], "node": r["node"]})
+        tie_note = "".join(f"; output {r['output']!r}: {r['agreement']}" for r in ties)
         return CheckResult(self.name, Status.PASS,
                            f"fp32: relative L2 error {worst['rel_l2']:.3g} against the {reference.split(' (')[0]} ({baseline}: "
                            f"{figures['source_rel_l2']:.3g}; the model's float32 floor {figures['floor_rel_l2']:.3g}, "
-                           f"bound {worst['bound']:.3g})",
+                           f"bound {worst['bound']:.3g}){tie_note}",
                            target=target, figures=figures, details=details)
 
 
@@ -348,14 +372,24 @@ def _combine(result: CheckResult, outcomes: Sequence[Outcome], selected: set[str
                        where=result.where)
 
 
-def _rows(ctx: Any, model: Any, names: Sequence[str], cases: list[Case], floor: float) -> dict[str, dict[str, Any]]:
+def _rows(ctx: Any, model: Any, names: Sequence[str], cases: list[Case], floor: float,
+          judge: LabelJudge | None = None, tolerance: float = 0.0) -> dict[str, dict[str, Any]]:
     """Per output, the worst seed's error figures of ``model``, of the source framework and of the reference
-    interpreter in float32 (the model's own float32 floor)."""
+    interpreter in float32 (the model's own float32 floor); an integer or boolean output's row says how it
+    agrees exactly instead (cuvil.verify.labels: near-ties within ``tolerance`` excused, ``exact`` True)."""
     rows: dict[str, dict[str, Any]] = {}
     for case in cases:
         outs = model(*case.inputs)
         seed = case.seed
         for i, (name, got, ref64, src, own) in enumerate(zip(names, outs, case.wide, case.base, case.ref32)):
+            if judge is not None and is_exact(ref64):
+                agree = judge.judge(i, name, got, ref64, case.inputs, tolerance)
+                row = rows.get(name)
+                if row is None or (agree.mismatches, agree.near_ties) > (row["mismatches"], row["near_ties"]):
+                    rows[name] = {"output": name, "node": output_node(ctx.graph, i), "seed": seed, "exact": True,
+                                  **agree.to_json(), "agreement": agree.describe(), "rel_l2": 0.0, "max_abs": 0.0,
+                                  "snr_db": float("inf"), "source_rel_l2": 0.0, "ratio": 0.0, "floor_rel_l2": 0.0}
+                continue
             mine = error_figures(got, ref64)
             theirs = error_figures(src, ref64)
             model_floor = relative_l2(own, ref64)

@@ -92,6 +92,8 @@ def render_html(report: Report) -> str:
         env["config"] = report.config_path
     for inp in report.inputs:  # what each input's samples were drawn from
         env[f"input {inp['name']}"] = f"{inp['domain']} ({inp['source']})"
+    for d in report.dims:  # the extents each symbolic dim's samples use
+        env[f"dim {d['symbol']}"] = d["why"]
     for n, w in enumerate(report.warnings, 1):
         env[f"warning {n}"] = w
     counts = " ".join(f'<span class="badge {s}">{c[str(s)]} {s}</span>' for s in STATUS_ORDER)

@@ -54,6 +54,9 @@ def render_markdown(report: Report) -> str:
     if report.inputs:
         lines += ["", "### Inputs", "", "| input | values | from |", "| --- | --- | --- |"]
         lines += [f"| {cell(i['name'])} | {cell(i['domain'])} | {cell(i['source'])} |" for i in report.inputs]
+    if report.dims:
+        lines += ["", "### Dims", "", "| dim | smallest valid | samples use | why |", "| --- | ---: | ---: | --- |"]
+        lines += [f"| {cell(d['symbol'])} | {d['smallest']} | {d['sample']} | {cell(d['why'])} |" for d in report.dims]
     lines += [f"\n> ⚠️ {w}" for w in report.warnings]
     lines.append("")
     return "\n".join(lines)
