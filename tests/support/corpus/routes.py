@@ -26,6 +26,7 @@ workers at a time, under the build cache's lock (:func:`cuvil.backends.c.cache.g
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import warnings
 from pathlib import Path
@@ -44,8 +45,10 @@ VARIANTS = ("fixed", "dynamic")
 ONNX_ROUTES = {"onnx_torchscript": (False, 17), "onnx_dynamo": (True, 18)}  # route: (dynamo, opset)
 
 
+@functools.cache
 def cache_key() -> str:
-    """What the exported files depend on: the package versions and this package's source."""
+    """What the exported files depend on: the package versions and this package's source (read once, so
+    that one test run keeps one key)."""
     h = hashlib.sha256()
     for part in (torch.__version__, transformers.__version__, onnx.__version__, onnxscript.__version__):
         h.update(part.encode() + b"\0")
