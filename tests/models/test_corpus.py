@@ -41,13 +41,13 @@ ATOL, RTOL = 1e-4, 1e-3
 
 WASM32_CASES = [(name, "onnx_dynamo", "dynamic") for name in MODELS]
 
-# (model, route, variant): (the exception it raises today, what it says, the work that fixes it)
+# (model, route, variant): (the exception it raises today, and what it says and which work fixes it)
 KNOWN_FAILURES: dict[Case, tuple[type[BaseException], str]] = {
     **{("swin", "torch_export", variant): (
         UnsupportedOpError,
-        "unsupported ops: aten.as_strided.default (from the pooler's AdaptiveAvgPool1d) and aten.copy.default; "
-        "fixed by the PyTorch front end's as_strided support (issue 23, 'The PyTorch front end on real "
-        "architectures')") for variant in VARIANTS},
+        "UnsupportedOpError: unsupported ops (1): aten::aten.as_strided.default (from the pooler's "
+        "AdaptiveAvgPool1d); fixed by the PyTorch front end's as_strided support (issue 23, 'The PyTorch "
+        "front end on real architectures')") for variant in VARIANTS},
 }
 
 
