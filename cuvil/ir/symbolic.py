@@ -305,6 +305,21 @@ def format_dim(d: Dim) -> str:
     return str(d)
 
 
+def _nested_floordiv(e: DimExpr) -> tuple[Dim, int, int] | None:
+    """``(x, c, k)`` when ``e`` is ``x // c + k`` with ``c`` a positive int, else None."""
+    k, atom = 0, None
+    for m, coef in e._terms:
+        if m == ():
+            k = coef
+        elif len(m) == 1 and coef == 1 and isinstance(m[0], _FloorDiv) and atom is None:
+            atom = m[0]
+        else:
+            return None
+    if atom is None or not isinstance(atom.den, int) or atom.den <= 0:
+        return None
+    return atom.num, atom.den, k
+
+
 def floordiv(a: Dim, b: Dim) -> Dim:
     """``a // b`` with Python (floor) semantics, simplified where exact."""
     if isinstance(a, int) and isinstance(b, int):
@@ -329,6 +344,10 @@ def floordiv(a: Dim, b: Dim) -> Dim:
         q = DimExpr(exact)._norm()
         if isinstance(rem, int):
             return q + rem // b
+        nested = _nested_floordiv(rem)
+        if nested is not None:  # (x // c + k) // b == (x + k*c) // (c*b) for c, b > 0
+            num, den, k = nested
+            return q + floordiv(num + k * den, den * b)
         return q + DimExpr._atom(_FloorDiv(rem, b))._norm()
     eb = DimExpr._lift(b)
     if len(eb._terms) == 1:

@@ -17,6 +17,7 @@ import numpy as np
 
 from cuvil.errors import CuvilError
 from cuvil.ir.graph import Graph, Node, Value
+from cuvil.ir.symbolic import is_unknown
 from cuvil.passes.base import Pass, PassResult, register_pass
 from cuvil.passes.rewrite import (
     Substitution,
@@ -40,13 +41,15 @@ class Canonicalize(Pass):
     """Local simplifications, applied in graph order (regions included) until nothing changes.
 
     1. ``identity(x)`` is ``x``; so are ``reshape``, ``flatten``, ``squeeze``, ``expand``, ``cast``
-       and a one-input ``concat`` whose output type equals the type of ``x``.
+       and a one-input ``concat`` whose output type equals the type of ``x`` and has no unknown dim
+       (``?``: two of them may be different sizes).
     2. ``transpose(transpose(x, p), q)`` becomes ``transpose(x, p∘q)``; a transpose whose
        permutation keeps every axis in place is ``x``.
     3. ``reshape(r(x), s)``, where ``r`` is a reshape, flatten, squeeze or unsqueeze and ``s`` is a
        constant with no ``0`` entry (or ``allowzero`` is set), becomes ``reshape(x, s)``.
     4. ``x * 1``, ``1 * x``, ``x / 1``, ``x + 0``, ``0 + x`` and ``x - 0`` with a constant of ones or
-       zeros are ``x`` when the output type equals the type of ``x`` (no broadcast widening).
+       zeros are ``x`` when the output type equals the type of ``x`` and either has no unknown dim
+       or the constant's dims are all 1 (no broadcast widening).
        ``x + 0.0`` turns ``-0.0`` into ``+0.0``; the rewrite keeps ``-0.0`` (signed zeros compare
        equal, and every inference compiler takes this freedom).
     5. ``neg(neg(x))`` and ``not(not(x))`` are ``x``.
@@ -121,7 +124,9 @@ def _forwarded(node: Node) -> Value | None:
     if len(node.outputs) != 1 or not node.inputs or node.inputs[0] is None:
         return None
     out, x = node.outputs[0], node.inputs[0]
-    if node.op in _NOOP_WHEN_SAME_TYPE and x.type == out.type and (node.op != "concat" or len(node.inputs) == 1):
+    if node.op in ("identity", "cast") and x.type == out.type:
+        return x  # whatever its dims: neither changes the shape
+    if node.op in _NOOP_WHEN_SAME_TYPE and _same_type(x, out) and (node.op != "concat" or len(node.inputs) == 1):
         return x
     if node.op == "transpose" and _is_identity_perm(node.attrs.get("perm"), out.type.rank):
         return x
@@ -138,12 +143,26 @@ def _forwarded(node: Node) -> Value | None:
             "sub": [(a, b)],
         }
         for keep, other in unit.get(node.op, []):
-            if keep.type == out.type and _all_equal(other, 1):
+            if _no_widening(keep, other, out) and _all_equal(other, 1):
                 return keep
         for keep, other in zero.get(node.op, []):
-            if keep.type == out.type and _all_equal(other, 0):
+            if _no_widening(keep, other, out) and _all_equal(other, 0):
                 return keep
     return None
+
+
+def _same_type(x: Value, out: Value) -> bool:
+    """Whether ``out`` has the type of ``x`` for certain: an unknown dim (``?``) equals another in the type
+    but may hold another size (a reshape of f32[?, ?] to f32[?, ?] is no identity)."""
+    return x.type == out.type and not any(is_unknown(d) for d in out.type.shape)
+
+
+def _no_widening(keep: Value, other: Value, out: Value) -> bool:
+    """Whether ``keep op other`` has ``keep``'s shape for certain: its type is known to be kept, or
+    ``other`` is all 1s (a scalar, say), which never widens a dim, known or not."""
+    t = other.type
+    return _same_type(keep, out) or (keep.type == out.type and t.rank <= keep.type.rank
+                                     and all(isinstance(d, int) and d == 1 for d in t.shape))
 
 
 def _is_identity_perm(perm: object, rank: int) -> bool:

@@ -39,6 +39,19 @@ def test_floordiv_and_ceildiv_evaluate_like_python() -> None:
     assert evaluate((h + 3) % 4, {"h": 10}) == 1
 
 
+def test_nested_floor_divisions_merge() -> None:
+    # strided convolutions in a row (wav2vec2's feature extractor): torch writes s // 10 where the layers give
+    # (s // 5) // 2, and the two forms must be one dim
+    assert floordiv(floordiv(h, 5), 2) == floordiv(h, 10)
+    assert floordiv(floordiv(h, 5) - 1, 2) == floordiv(h - 5, 10)
+    cases = [(floordiv(floordiv(h - 10, 5) + 1, 2), lambda v: ((v - 10) // 5 + 1) // 2),
+             (floordiv(floordiv(3 * h + 1, 4) - 3, 3), lambda v: ((3 * v + 1) // 4 - 3) // 3),
+             (floordiv(floordiv(h, 4) + w, 2), lambda v: (v // 4 + 7) // 2)]
+    for expr, fn in cases:
+        for v in range(-40, 80):
+            assert evaluate(expr, {"h": v, "w": 7}) == fn(v), (expr, v)
+
+
 def test_broadcast() -> None:
     assert broadcast_dim(1, h) == h
     assert broadcast_dim(h, h) == h

@@ -258,6 +258,9 @@ class Converter:
         ``output_names`` names the graph's outputs (default: the FX nodes' names)."""
         self.check_supported()
         b = self.builder
+        # the symbols' ranges from the start: inference while building must derive the types the verifier
+        # derives later (x[:, :-1] is seq - 1 only where seq >= 1 is known)
+        b.graph.symbols = dict(self.symbols.infos)
         user = set(user_inputs)
         for node in self.program.graph.nodes:
             if node.op == "placeholder":

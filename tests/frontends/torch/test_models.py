@@ -144,7 +144,28 @@ def _op_cases() -> dict[str, tuple[Fn, tuple[Any, ...]]]:
     def ri(lo: int, hi: int, *s: int) -> Any:
         return torch.randint(lo, hi, s, generator=g)
 
+    def slice_writes(m: Any, x: Any, v: Any) -> Any:
+        # in-place writes, functionalized by torch.export into slice_scatter, select_scatter and copy
+        y = x.clone()
+        y[:, 1:3] = v
+        z = x.clone()
+        z[:, -1] = 2.0
+        z[:, :, -3] = x[:, 0, :1]
+        w = x.clone()
+        w[..., ::2] = x[..., 1::2] * 3
+        u = torch.zeros(2, 5, 4)
+        u[:, 2:] = x[:, :3]
+        u[:, :, 0] = x[:, :, 1]
+        windows = torch.zeros(1, 6, 6, 1)  # Swin's shifted-window mask
+        count = 0
+        for h in (slice(0, -4), slice(-4, -2), slice(-2, None)):
+            for c in (slice(0, -4), slice(-4, -2), slice(-2, None)):
+                windows[:, h, c, :] = count
+                count += 1
+        return y, z, w, u, windows * x[0, 0, 0]
+
     return {
+        "slice_writes": (Fn(slice_writes), (r(2, 5, 4), r(2, 2, 4))),
         "scalar_promotion": (Fn(lambda m, x, i: (
             x + 2, i + 2, i * 0.5, i / 3, 2 - x, x.pow(3), x * x.pow(2), 1.5 - x, x.add(x, alpha=0.5),
             i.sub(i, alpha=3), x.abs().sqrt())), (r(3, 4), ri(-5, 5, 3, 4))),
@@ -267,6 +288,25 @@ def test_boolean_mask_indexing_is_refused_with_its_location(cache_dir: str) -> N
         compile_model(model, (torch.randn(3, 4),), "ref", cache_dir)
     msg = str(info.value)
     assert "test_models.py:" in msg
+
+
+def _shift_right(m: Any, x: Any) -> Any:
+    # the decoder-input shift of T5 and BART: a write of symbolic length into a slice of symbolic size
+    y = torch.zeros_like(x)
+    y[:, 1:] = x[:, :-1]
+    y[:, 0] = -1.0
+    return y
+
+
+def test_slice_writes_with_symbolic_lengths_match_eager(cache_dir: str) -> None:
+    from torch.export import Dim
+
+    model = Fn(_shift_right).eval()
+    m = compile_model(model, (torch.randn(2, 5, 3),), "ref", cache_dir,
+                      dynamic_shapes=(({0: Dim("batch"), 1: Dim("seq", min=3)},),))  # Fn.forward(*xs)
+    for shape in ((2, 5, 3), (3, 9, 3), (1, 3, 3)):
+        x = torch.randn(*shape, generator=_gen())
+        assert_matches_eager(model, (x,), m)
 
 
 @pytest.mark.parametrize(("fn", "shape", "message"), [

@@ -1,4 +1,4 @@
-"""ATen shape and data-movement ops, tensor creation, and arithmetic on symbolic sizes.
+"""ATen shape and data-movement ops, writes into slices, tensor creation, and arithmetic on symbolic sizes.
 
 Sizes that are ``SymInt`` nodes arrive as int64[1] tensors (``ctx.value``),
 so a ``view`` or ``expand`` whose sizes depend on the batch builds its shape
@@ -237,6 +237,64 @@ def _split_with_sizes(ctx: TorchCtx) -> list[Value]:
         return [x]
     return ctx.emit(
         "split", [x, ctx.ints(sizes)], {"axis": dim}, num_outputs=len(sizes))
+
+
+# writes into slices: the functional x[a:b] = y and x.copy_(y) (x[i] = y decomposes to where) -----------
+
+
+@mapping("aten.copy.default")
+def _copy(ctx: TorchCtx) -> Value:
+    # copy(self, src): src broadcast to self's shape, in self's dtype (self's values are not read)
+    x = ctx.value(ctx.arg(0))
+    src = cast(ctx, ctx.tensor(ctx.arg(1, "src"), like=x), x.type.dtype)
+    if src.type.shape == x.type.shape:
+        return src
+    return ctx.emit1("expand", [src, ctx.emit1("shape", [x])])
+
+
+@mapping("aten.slice_scatter.default")
+def _slice_scatter(ctx: TorchCtx) -> Value:
+    x = ctx.value(ctx.arg(0))
+    src = cast(ctx, ctx.value(ctx.arg(1, "src")), x.type.dtype)
+    dim = axis_of(ctx, int(ctx.arg(2, "dim", 0)), x.type.rank)
+    start = ctx.arg(3, "start", None)
+    return _write_slice(ctx, x, src, dim, 0 if start is None else start, ctx.arg(5, "step", 1))
+
+
+def _write_slice(ctx: TorchCtx, x: Value, src: Value, dim: int, start: Any, step: Any) -> Value:
+    """``x`` with ``x[..., start::step, ...]`` (along ``dim``, as many positions as ``src`` has there)
+    replaced by ``src``: pieces of ``x`` around ``src`` for a unit step, a scatter otherwise."""
+    if not isinstance(step, int) or step <= 0:
+        raise ctx.fail(f"the step must be a positive int, got {step!r}")
+    if not isinstance(start, int):
+        raise ctx.unsupported(f"writing into a slice whose start is computed from sizes ({start!r})")
+    size, n = x.type.shape[dim], src.type.shape[dim]
+    if start < 0:
+        if not isinstance(size, int):
+            raise ctx.unsupported(f"a negative start ({start}) along the symbolic dim {size}")
+        start = max(0, start + size)
+    if isinstance(n, int) and n == 0:
+        return x
+    if step > 1:
+        if not isinstance(n, int):
+            raise ctx.unsupported(f"writing every {step}th position of a symbolic length {n}")
+        index = np.arange(start, start + step * n, step, dtype=np.int64).reshape(
+            [n if d == dim else 1 for d in range(x.type.rank)])
+        where = ctx.emit1("expand", [ctx.constant(index), ctx.emit1("shape", [src])])
+        return ctx.emit1("scatter_elements", [x, where, src], {"axis": dim})
+    axis = ints_const(ctx, [dim])
+    parts = []
+    if start > 0:
+        parts.append(ctx.emit1("slice", [x, ints_const(ctx, [0]), ints_const(ctx, [start]), axis]))
+    parts.append(src)
+    if isinstance(n, int):
+        after = ints_const(ctx, [start + n])
+    else:  # start + n at run time: the symbolic length is src's dim
+        length = ctx.emit1("slice", [ctx.emit1("shape", [src]), ints_const(ctx, [dim]), ints_const(ctx, [dim + 1])])
+        after = ctx.emit1("add", [length, ints_const(ctx, [start])])
+    if not (isinstance(size, int) and isinstance(n, int) and start + n >= size):
+        parts.append(ctx.emit1("slice", [x, after, ints_const(ctx, [INT64_MAX]), axis]))
+    return parts[0] if len(parts) == 1 else ctx.emit1("concat", parts, {"axis": dim})
 
 
 # padding, flips, repeats, triangles ----------------------------------------------------------------------
