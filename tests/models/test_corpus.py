@@ -24,7 +24,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cuvil.errors import UnsupportedOpError
 from cuvil.metrics import compare
 from tests.support.corpus.models import MODELS
 from tests.support.corpus.routes import ROUTES, VARIANTS, cache_root
@@ -43,11 +42,10 @@ WASM32_CASES = [(name, "onnx_dynamo", "dynamic") for name in MODELS]
 
 # (model, route, variant): (the exception it raises today, and what it says and which work fixes it)
 KNOWN_FAILURES: dict[Case, tuple[type[BaseException], str]] = {
-    **{("swin", "torch_export", variant): (
+    ("swin", "torch_export", "dynamic"): (
         UnsupportedOpError,
-        "UnsupportedOpError: unsupported ops (1): aten::aten.as_strided.default (from the pooler's "
-        "AdaptiveAvgPool1d); fixed by the PyTorch front end's as_strided support (issue 23, 'The PyTorch "
-        "front end on real architectures')") for variant in VARIANTS},
+        "UnsupportedOpError: aten.as_strided with symbolic sizes (the pooler's AdaptiveAvgPool1d over a dynamic "
+        "batch: size [batch, 32, 1, 1], stride [32, 1, 32, 32]); as_strided is mapped for static sizes only"),
 }
 
 
