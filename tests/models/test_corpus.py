@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from cuvil.errors import UnsupportedOpError
 from cuvil.metrics import compare
 from tests.support.corpus.models import MODELS
 from tests.support.corpus.routes import ROUTES, VARIANTS, cache_root
