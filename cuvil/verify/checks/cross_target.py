@@ -100,7 +100,7 @@ class CrossTarget(Check):
         judge = LabelJudge(ctx.graph)
         agreements: dict[str, list[Agreement]] = {
             t: [judge.judge(names.index(n), n, outputs[t][names.index(n)], wide[names.index(n)], inputs,
-                            max(max_rel, 0.0)) for n in exact] for t in outputs}
+                            max_rel) for n in exact] for t in outputs}
         ref_col = len(labels) - 1
         figures = {f"drift[{t}]": matrix[r][ref_col] for r, t in enumerate(labels[:-1])}
         figures["max_drift"] = max(figures.values(), default=0.0)
