@@ -76,6 +76,7 @@ LAYER_OF: dict[str, str] = {
     "cuvil.api": "api",
     "cuvil.verify": "verify",
     "cuvil.cli": "tools",
+    "cuvil.commands": "tools",
     "cuvil.__main__": "tools",
     "cuvil.pytest_plugin": "tools",
     "cuvil.conformance": "tools",
