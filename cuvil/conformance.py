@@ -21,7 +21,37 @@ from cuvil.errors import CuvilError, UnsupportedOpError
 
 # The ops of Cuvil's core op list: a case whose every op is here is "in scope".
 CORE_OPS = frozenset(
-    ["Abs", "Acos", "Acosh", "Add", "AffineGrid", "And", "ArgMax", "ArgMin", "Asin", "Asinh", "Atan", "Atanh", "AveragePool", "BatchNormalization", "BitShift", "BitwiseAnd", "BitwiseNot", "BitwiseOr", "BitwiseXor", "BlackmanWindow", "Cast", "CastLike", "Ceil", "Celu", "CenterCropPad", "Clip", "Col2Im", "Compress", "Concat", "Constant", "ConstantOfShape", "Conv", "ConvTranspose", "Cos", "Cosh", "CumProd", "CumSum", "DFT", "DeformConv", "DepthToSpace", "Det", "Div", "Dropout", "Einsum", "Elu", "Equal", "Erf", "Exp", "Expand", "EyeLike", "Flatten", "Floor", "Gather", "GatherElements", "GatherND", "Gelu", "Gemm", "GlobalAveragePool", "GlobalLpPool", "GlobalMaxPool", "Greater", "GreaterOrEqual", "GridSample", "GroupNormalization", "HammingWindow", "HannWindow", "HardSigmoid", "HardSwish", "Hardmax", "Identity", "If", "InstanceNormalization", "IsInf", "IsNaN", "LRN", "LayerNormalization", "LeakyRelu", "Less", "LessOrEqual", "Log", "LogSoftmax", "Loop", "LpNormalization", "LpPool", "MatMul", "Max", "MaxPool", "MaxRoiPool", "MaxUnpool", "Mean", "MeanVarianceNormalization", "Min", "Mish", "Mod", "Mul", "Neg", "NonMaxSuppression", "NonZero", "Not", "OneHot", "Or", "PRelu", "Pad", "Pow", "RMSNormalization", "Range", "Reciprocal", "ReduceL1", "ReduceL2", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare", "Relu", "Reshape", "Resize", "ReverseSequence", "RoiAlign", "Round", "STFT", "Scan", "ScatterElements", "ScatterND", "Selu", "Shape", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh", "Size", "Slice", "Softmax", "Softplus", "Softsign", "SpaceToDepth", "Split", "Sqrt", "Squeeze", "Sub", "Sum", "SwiGLU", "Swish", "Tan", "Tanh", "TensorScatter", "ThresholdedRelu", "Tile", "TopK", "Transpose", "Trilu", "Unique", "Unsqueeze", "Upsample", "Where", "Xor"]
+    [
+        "Abs", "Acos", "Acosh", "Add", "AffineGrid", "And", "ArgMax", "ArgMin", "Asin", "Asinh", "Atan", "Atanh",
+        "AveragePool",
+        "BatchNormalization", "BitShift", "BitwiseAnd", "BitwiseNot", "BitwiseOr", "BitwiseXor", "BlackmanWindow",
+        "Cast", "CastLike", "Ceil", "Celu", "CenterCropPad", "Clip", "Col2Im", "Compress", "Concat", "Constant",
+        "ConstantOfShape", "Conv", "ConvTranspose", "Cos", "Cosh", "CumProd", "CumSum",
+        "DFT", "DeformConv", "DepthToSpace", "Det", "Div", "Dropout",
+        "Einsum", "Elu", "Equal", "Erf", "Exp", "Expand", "EyeLike",
+        "Flatten", "Floor",
+        "Gather", "GatherElements", "GatherND", "Gelu", "Gemm", "GlobalAveragePool", "GlobalLpPool", "GlobalMaxPool",
+        "Greater", "GreaterOrEqual", "GridSample", "GroupNormalization",
+        "HammingWindow", "HannWindow", "HardSigmoid", "HardSwish", "Hardmax",
+        "Identity", "If", "InstanceNormalization", "IsInf", "IsNaN",
+        "LRN", "LayerNormalization", "LeakyRelu", "Less", "LessOrEqual", "Log", "LogSoftmax", "Loop",
+        "LpNormalization", "LpPool",
+        "MatMul", "Max", "MaxPool", "MaxRoiPool", "MaxUnpool", "Mean", "MeanVarianceNormalization", "Min", "Mish",
+        "Mod", "Mul",
+        "Neg", "NonMaxSuppression", "NonZero", "Not",
+        "OneHot", "Or",
+        "PRelu", "Pad", "Pow",
+        "RMSNormalization", "Range", "Reciprocal", "ReduceL1", "ReduceL2", "ReduceLogSumExp", "ReduceMax",
+        "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare", "Relu", "Reshape", "Resize",
+        "ReverseSequence", "RoiAlign", "Round",
+        "STFT", "Scan", "ScatterElements", "ScatterND", "Selu", "Shape", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh",
+        "Size", "Slice", "Softmax", "Softplus", "Softsign", "SpaceToDepth", "Split", "Sqrt", "Squeeze", "Sub", "Sum",
+        "SwiGLU", "Swish",
+        "Tan", "Tanh", "TensorScatter", "ThresholdedRelu", "Tile", "TopK", "Transpose", "Trilu",
+        "Unique", "Unsqueeze", "Upsample",
+        "Where",
+        "Xor",
+    ]
 )
 
 RTOL, ATOL = 1e-3, 1e-7

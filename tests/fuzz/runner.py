@@ -21,6 +21,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import resource
 import selectors
 import signal
@@ -71,10 +72,16 @@ def _call(argv: Sequence[str]) -> tuple[str, str]:
     if code == 0:
         return "ok", ""
     lines = text.splitlines()
-    if code == 2 and lines and (lines[-1].startswith("cuvil: error:") or lines[-1].startswith("usage:")
-                                or "error:" in lines[-1]) and "Traceback" not in text:
+    if code == 2 and lines and "Traceback" not in text and (
+        lines[-1].startswith("cuvil: error: ")  # a CuvilError, as main prints it (after any warnings)
+        or (lines[0].startswith("usage: cuvil") and _USAGE_ERROR.match(lines[-1]))  # argparse's refusal
+    ):
         return "clean", lines[-1][:300]
     return "traceback", f"exit {code}: {text[-300:]}"
+
+
+#: The last line of argparse's usage error: ``cuvil compile: error: argument --dim: ...``.
+_USAGE_ERROR = re.compile(r"cuvil(?: [a-z-]+)?: error: ")
 
 
 def _outputs(path: Path) -> dict[str, object]:

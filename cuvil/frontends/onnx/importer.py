@@ -14,7 +14,6 @@ one error.
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,9 +21,13 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from cuvil.errors import CuvilError, ModelError, ShapeError, StorageTypeError, UnsupportedOpError, UnsupportedUse
+from cuvil.frontends.onnx.attributes import ONNX_DOMAINS as ONNX_DOMAINS
+from cuvil.frontends.onnx.attributes import attr_value, check_attribute_types, known_dtype
+from cuvil.frontends.onnx.attributes import dtype_of as dtype_of
+from cuvil.frontends.onnx.attributes import tensor_to_array as tensor_to_array
+from cuvil.frontends.onnx.attributes import to_onnx_elem as to_onnx_elem
 from cuvil.frontends.onnx.dims import (
     bindable,
     check_model_output,
@@ -39,52 +42,6 @@ from cuvil.ir.graph import Graph, Node, Value
 from cuvil.ir.symbolic import Dim, free_symbols, sym
 from cuvil.ir.types import SymbolInfo, TensorType
 from cuvil.passes.fold_constants import fold_node
-
-ONNX_DOMAINS = ("", "ai.onnx")
-
-# ONNX TensorProto element types Cuvil supports.
-_ELEM: dict[int, DType] = {
-    onnx.TensorProto.DOUBLE: DType.f64,
-    onnx.TensorProto.FLOAT: DType.f32,
-    onnx.TensorProto.FLOAT16: DType.f16,
-    onnx.TensorProto.BFLOAT16: DType.bf16,
-    onnx.TensorProto.INT64: DType.i64,
-    onnx.TensorProto.INT32: DType.i32,
-    onnx.TensorProto.INT16: DType.i16,
-    onnx.TensorProto.INT8: DType.i8,
-    onnx.TensorProto.UINT8: DType.u8,
-    onnx.TensorProto.UINT16: DType.u16,
-    onnx.TensorProto.UINT32: DType.u32,
-    onnx.TensorProto.UINT64: DType.u64,
-    onnx.TensorProto.BOOL: DType.bool,
-    # the low-bit storage types (cuvil/ir/dtypes.py): quantize/dequantize, cast and data movement only
-    onnx.TensorProto.INT4: DType.i4,
-    onnx.TensorProto.UINT4: DType.u4,
-    onnx.TensorProto.INT2: DType.i2,
-    onnx.TensorProto.UINT2: DType.u2,
-    onnx.TensorProto.FLOAT8E4M3FN: DType.f8e4m3fn,
-    onnx.TensorProto.FLOAT8E4M3FNUZ: DType.f8e4m3fnuz,
-    onnx.TensorProto.FLOAT8E5M2: DType.f8e5m2,
-    onnx.TensorProto.FLOAT8E5M2FNUZ: DType.f8e5m2fnuz,
-    onnx.TensorProto.FLOAT4E2M1: DType.f4e2m1,
-}
-
-
-def dtype_of(elem_type: int, what: str) -> DType:
-    """The Cuvil dtype of an ONNX element type, or a clear error."""
-    try:
-        return _ELEM[elem_type]
-    except KeyError:
-        name = onnx.TensorProto.DataType.Name(elem_type) if elem_type in onnx.TensorProto.DataType.values() else str(elem_type)
-        raise UnsupportedOpError([UnsupportedUse(f"tensor type {name}", "", None, (what,), "element type not supported")]) from None
-
-
-def to_onnx_elem(dtype: DType) -> int:
-    for k, v in _ELEM.items():
-        if v is dtype:
-            return k
-    raise KeyError(dtype)
-
 
 ImporterFn = Callable[["ImportCtx"], Sequence[Value | None]]
 
@@ -168,7 +125,7 @@ class ImportCtx:
         self.op_type = node.op_type
         self.name = name
         self.opset = conv.opset(node.domain)
-        self.attrs: dict[str, Any] = {a.name: _attr_value(a) for a in node.attribute}
+        self.attrs: dict[str, Any] = {a.name: attr_value(a) for a in node.attribute}
         self.created: set[Value] = set()
 
     # inputs ------------------------------------------------------------
@@ -328,72 +285,6 @@ def _log_mapping(node: onnx.NodeProto, ctx: ImportCtx, made: Sequence[Node]) -> 
 def node_name(node: onnx.NodeProto, index: int, prefix: str) -> str:
     """The node's own name, or a stable one made from its position."""
     return node.name or f"{prefix}{node.op_type}_{index}"
-
-
-def _attr_value(a: onnx.AttributeProto) -> Any:
-    at = onnx.AttributeProto
-    if a.type == at.FLOAT:
-        return float(a.f)
-    if a.type == at.INT:
-        return int(a.i)
-    if a.type == at.STRING:
-        return a.s.decode("utf-8", errors="replace")
-    if a.type == at.TENSOR:
-        return tensor_to_array(a.t, a.name)
-    if a.type == at.GRAPH:
-        return a.g
-    if a.type == at.FLOATS:
-        return [float(x) for x in a.floats]
-    if a.type == at.INTS:
-        return [int(x) for x in a.ints]
-    if a.type == at.STRINGS:
-        return [s.decode("utf-8", errors="replace") for s in a.strings]
-    if a.type == at.TENSORS:
-        return [tensor_to_array(t, a.name) for t in a.tensors]
-    if a.type == at.SPARSE_TENSOR:
-        raise ModelError(f"attribute {a.name!r}: sparse tensors are not supported")
-    raise ModelError(f"attribute {a.name!r} has an unsupported type {at.AttributeType.Name(a.type)}")
-
-
-@functools.cache
-def _schema_attr_types(domain: str, op_type: str, opset: int) -> dict[str, int] | None:
-    """The attribute types the ONNX schema of ``op_type`` (at ``opset``) declares; None without a schema."""
-    try:
-        schema = onnx.defs.get_schema(op_type, opset, domain)
-    except onnx.defs.SchemaError:
-        return None
-    # (the schema's AttrType numbers are AttributeProto's)
-    return {name: int(a.type.value) for name, a in schema.attributes.items()}  # type: ignore[attr-defined]
-
-
-def check_attribute_types(node: onnx.NodeProto, name: str, opset: int) -> None:
-    """Refuse an attribute whose type is not the one the op's ONNX schema declares (a FLOAT ``axis``).
-
-    The importers read attributes by the schema's types; checked once here, for every op of the
-    ONNX domain, rather than in each importer (custom domains have no ONNX schema)."""
-    if node.domain not in ONNX_DOMAINS:
-        return
-    declared = _schema_attr_types("", node.op_type, opset)
-    if declared is None:
-        return
-    at = onnx.AttributeProto.AttributeType
-    for a in node.attribute:
-        want = declared.get(a.name)
-        if want is not None and a.type != at.UNDEFINED and a.type != want:
-            raise ModelError(f"node {name!r} ({node.op_type}): attribute {a.name!r} is {at.Name(a.type)}, "
-                             f"the op declares it {at.Name(want)}")
-
-
-def tensor_to_array(t: onnx.TensorProto, what: str) -> np.ndarray:
-    dtype_of(t.data_type, f"tensor {t.name or what!r}")
-    try:
-        arr = numpy_helper.to_array(t)
-    except Exception as exc:
-        raise ModelError(f"tensor {t.name or what!r} is malformed: {exc}") from None
-    expected = _ELEM[t.data_type].np
-    if arr.dtype != expected:
-        arr = arr.astype(expected)
-    return np.asarray(arr, order="C")  # not ascontiguousarray: it turns a scalar into shape [1]
 
 
 class _Converter:
@@ -602,8 +493,9 @@ class _Converter:
 
 def _check_output_dtype(vi: onnx.ValueInfoProto, v: Value) -> None:
     elem = vi.type.tensor_type.elem_type if vi.type.WhichOneof("value") == "tensor_type" else 0
-    if elem and elem in _ELEM and _ELEM[elem] is not v.type.dtype:
-        raise ModelError(f"graph output {vi.name!r} is declared {_ELEM[elem]} but computes {v.type.dtype}")
+    declared = known_dtype(elem) if elem else None
+    if declared is not None and declared is not v.type.dtype:
+        raise ModelError(f"graph output {vi.name!r} is declared {declared} but computes {v.type.dtype}")
 
 
 def convert_model(proto: onnx.ModelProto, symbols: Mapping[str, SymbolInfo] | None = None) -> Graph:
