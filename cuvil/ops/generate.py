@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from cuvil.ir.dtypes import DType
-from cuvil.ir.symbolic import UNKNOWN, Dim
+from cuvil.ir.assumptions import bounds
+from cuvil.ir.symbolic import UNKNOWN, Dim, ceildiv
 from cuvil.ir.types import TensorType
 from cuvil.ops.registry import AttrSpec, InferCtx, OpDef, RefCtx, register
 from cuvil.ops.shape import int_list, negative, scalar_operand, shape_operand
@@ -126,7 +127,25 @@ def _range_infer(ctx: InferCtx) -> list[TensorType]:
         if delta == 0:
             raise ctx.fail("delta must not be 0")
         n = _range_len(start, limit, delta)
+    elif not dtype.is_float:
+        n = _symbolic_range_len(ctx)
     return [TensorType(dtype, (n,))]
+
+
+def _symbolic_range_len(ctx: InferCtx) -> Dim:
+    """The length of an integer range whose start or limit is a size computed from shapes
+    (``arange(seq)``, ``arange(past, past + seq)``), with a constant step: ``ceil((limit - start) /
+    delta)`` where the constraints prove it is never negative; unknown otherwise."""
+    ends = [ctx.sym_value(i) for i in range(3)]
+    if any(e is None or len(e) != 1 for e in ends):
+        return UNKNOWN
+    start, limit, delta = (e[0] for e in ends if e is not None)
+    if not isinstance(delta, int) or delta == 0:
+        return UNKNOWN
+    span = limit - start if delta > 0 else start - limit
+    if bounds(span, ctx.symbols)[0] < 0:
+        return UNKNOWN  # it may be empty: max(..., 0) is not a dim expression
+    return ceildiv(span, abs(delta))
 
 
 def _range_ref(ctx: RefCtx) -> list[np.ndarray]:

@@ -237,3 +237,30 @@ def test_range_reference_rejects_zero_delta() -> None:
     ins = {"a": np.array(0, np.int64), "b": np.array(3, np.int64), "c": np.array(0, np.int64)}
     with pytest.raises(CuvilError, match="delta must not be 0"):
         run_cuvil(one_node("Range", ins, opset=11), ins)
+
+
+def test_range_over_a_size_from_shapes_has_a_symbolic_length_where_it_cannot_be_negative() -> None:
+    """arange(seq), arange(seq, 0, -3): a length in ``seq``; arange(1, seq, 2) may be empty: unknown."""
+    import onnx
+
+    from cuvil.api import compile as cuvil_compile
+    from tests.support.single_node import run_ort
+
+    i64_ = onnx.TensorProto.INT64
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "one"], ["n"], axis=0),
+             helper.make_node("Range", ["zero", "n", "one"], ["up"]),
+             helper.make_node("Range", ["n", "zero", "minus3"], ["down"]),
+             helper.make_node("Range", ["one", "n", "two"], ["odd"])]
+    consts = [helper.make_tensor(k, i64_, [], [v]) for k, v in (("zero", 0), ("one", 1), ("two", 2), ("minus3", -3))]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["b", "seq"])],
+                              [helper.make_tensor_value_info(k, i64_, None) for k in ("up", "down", "odd")], consts)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    seq = sym("seq")
+    for target in ("ref", "native"):
+        m = cuvil_compile(model, target=target)
+        assert [s.type.shape for s in m.output_specs] == [(seq,), (ceildiv(seq, 3),), (UNKNOWN,)]
+        for n in (0, 1, 2, 7):
+            x = np.zeros((2, n), np.float32)
+            got = list(m.run({"x": x}).values())
+            for g, w in zip(got, run_ort(model, {"x": x}, got)):
+                np.testing.assert_array_equal(g, w)
