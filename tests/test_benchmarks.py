@@ -106,3 +106,14 @@ def test_zoo_quick_from_torch_export(tmp_path: Path) -> None:
 def test_fuzz_quick(tmp_path: Path) -> None:
     out = run_script("fuzz.py", "--quick", "--out", str(tmp_path / "findings"))
     assert '"compile-ref"' in out and "0 bad outcome(s)" in out, out
+
+
+def test_corpus_quick(tmp_path: Path) -> None:
+    """``corpus.py --quick`` on the MLP: the CPU line, a Cuvil / best peer ratio and no mismatch flag."""
+    report = tmp_path / "corpus.json"
+    out = run_script("corpus.py", "--quick", "--models", "mlp", "--json", str(report))
+    assert out.startswith("cpu: ") and "avx512 flags:" in out.splitlines()[0], out
+    assert "ratio batch  1, 1 thread : " in out and "MISMATCH" not in out, out
+    (row,) = json.loads(report.read_text())["rows"]
+    t = row["timings"]["cuvil"]
+    assert t["error"] is None and t["median_ms"] > 0 and t["rel_l2"] <= 1e-5
