@@ -80,6 +80,7 @@ LAYER_OF: dict[str, str] = {
     "cuvil.__main__": "tools",
     "cuvil.pytest_plugin": "tools",
     "cuvil.conformance": "tools",
+    "cuvil.reduce": "tools",
 }
 
 # layer -> the lower layers it may import

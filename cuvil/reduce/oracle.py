@@ -1,0 +1,103 @@
+"""The oracle: whether a candidate graph still fails with the signature, judged in a fresh process.
+
+Each candidate is written to a folder of its own (``model.cir``, ``inputs.npz``, ``job.json``) and
+judged by ``python -m cuvil.reduce.worker`` under a timeout: a process that dies by a signal is a
+``crash``, one that runs past the timeout a ``hang``, so neither ends the search.  Outcomes are
+cached by the candidate's text and inputs, so a candidate two reductions reach is judged once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cuvil.reduce.signature import Outcome
+
+
+@dataclass(frozen=True)
+class Job:
+    """What every candidate is judged with: the target, the planted faults, the threshold."""
+
+    target: str
+    faults: tuple[str, ...] = ()
+    threshold: float = 1e-3
+    timeout: float = 120.0
+    cache_dir: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {"target": self.target, "faults": list(self.faults), "threshold": self.threshold,
+                "timeout": self.timeout, "cache_dir": self.cache_dir}
+
+
+def write_case(d: Path, text: str, inputs: Mapping[str, np.ndarray], job: Job, write_expected: bool = False) -> None:
+    """The folder the worker reads: the candidate, its inputs and the job."""
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "model.cir").write_text(text)
+    arrays: dict[str, Any] = dict(inputs)
+    np.savez(d / "inputs.npz", **arrays)
+    (d / "job.json").write_text(json.dumps({**job.to_json(), "write_expected": write_expected}, indent=1))
+
+
+def judge(d: Path, timeout: float) -> Outcome:
+    """Run the worker on folder ``d`` in a fresh process and read its outcome."""
+    (d / "outcome.json").unlink(missing_ok=True)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "cuvil.reduce.worker", str(d)], capture_output=True,
+                              text=True, timeout=timeout, env=dict(os.environ))
+    except subprocess.TimeoutExpired:
+        return Outcome("hang", message=f"ran past the {timeout:g} s timeout")
+    if proc.returncode < 0:
+        try:
+            name = signal.Signals(-proc.returncode).name
+        except ValueError:
+            name = f"signal {-proc.returncode}"
+        return Outcome("crash", error=name, message=f"the process died by {name}")
+    out = d / "outcome.json"
+    if proc.returncode != 0 or not out.exists():
+        tail = (proc.stderr or "").strip().splitlines()
+        last = tail[-1] if tail else f"exit status {proc.returncode}"
+        return Outcome("crash", error=last.split(":")[0][:80], message=last[:300])
+    return Outcome.from_json(json.loads(out.read_text()))
+
+
+@dataclass
+class Oracle:
+    """Judges candidates under one job in folders below ``work``, counting and caching them."""
+
+    job: Job
+    work: Path
+    tried: int = 0
+    seconds: float = 0.0
+    _seen: dict[str, Outcome] = field(default_factory=dict)
+
+    def outcome(self, text: str, inputs: Mapping[str, np.ndarray]) -> Outcome:
+        h = hashlib.sha256(text.encode())
+        for k in sorted(inputs):
+            h.update(k.encode())
+            h.update(np.ascontiguousarray(inputs[k]).tobytes())
+        key = h.hexdigest()
+        if key in self._seen:
+            return self._seen[key]
+        t0 = time.perf_counter()
+        d = self.work / f"c{self.tried:04d}"
+        write_case(d, text, inputs, self.job)
+        result = judge(d, self.job.timeout)
+        self.tried += 1
+        self.seconds += time.perf_counter() - t0
+        self._seen[key] = result
+        return result
+
+
+def names(values: Sequence[str]) -> tuple[str, ...]:
+    return tuple(sorted(set(values)))

@@ -1,0 +1,86 @@
+"""Judging one candidate, in the process that runs this module: ``python -m cuvil.reduce.worker DIR``.
+
+``DIR`` holds ``model.cir``, ``inputs.npz`` (keyed by input name) and ``job.json`` (target, planted
+faults, threshold, build cache); the worker writes ``outcome.json`` and, when the reference ran,
+``expected.npz`` (the reference's outputs, keyed by output name).  It runs in a fresh process so
+that a crash of the compiled code takes only this process down (the oracle reads a death by signal
+as a ``crash`` outcome).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cuvil.errors import CuvilError
+from cuvil.ir.graph import Graph
+from cuvil.metrics import compare
+from cuvil.reduce.signature import Outcome
+
+
+def load_arrays(path: Path, names: Sequence[str]) -> list[np.ndarray]:
+    """The arrays of ``path`` (an .npz) in the order of ``names``."""
+    with np.load(path, allow_pickle=False) as z:
+        missing = [n for n in names if n not in z.files]
+        if missing:
+            raise CuvilError(f"{path}: no array for input(s) {', '.join(missing)} (it holds {', '.join(z.files)})")
+        return [z[n] for n in names]
+
+
+def evaluate(graph: Graph, inputs: Sequence[np.ndarray], target: str, faults: Sequence[str], threshold: float,
+             cache_dir: str | None = None) -> tuple[Outcome, list[np.ndarray] | None]:
+    """The outcome of compiling ``graph`` for ``target`` and running it on ``inputs``, with the
+    reference's outputs (None when the candidate is invalid)."""
+    from cuvil.api import compile as cuvil_compile
+    from cuvil.backends.ref.interpreter import run_graph
+    from cuvil.ir.verify import verification_errors
+
+    errors = verification_errors(graph)
+    if errors:
+        return Outcome("invalid", message=errors[0]), None
+    try:
+        want = run_graph(graph, list(inputs))
+    except Exception as exc:  # the candidate is beyond what the reference runs: not a failure of the target
+        return Outcome("invalid", error=type(exc).__name__, message=str(exc)), None
+    try:
+        m = cuvil_compile(graph, target, cache_dir=cache_dir, faults=frozenset(faults))
+        got = m(*inputs)
+    except CuvilError as exc:
+        return Outcome("refusal", error=type(exc).__name__, message=str(exc).splitlines()[0][:300]), want
+    except Exception as exc:
+        return Outcome("crash", error=type(exc).__name__, message=str(exc).splitlines()[0][:300] if str(exc) else ""), want
+    worst: Outcome = Outcome("pass")
+    for v, g, w in zip(graph.outputs, got, want):
+        c = compare(np.asarray(g), w)
+        if not c.ok:
+            kind = "mismatch" if (c.problem or "").startswith("shape") else "nan"
+            return Outcome(kind, v.name, message=c.problem or ""), want
+        figs = c.figures()
+        if figs["rel_l2"] > threshold and figs["rel_l2"] > worst.figures.get("rel_l2", -1.0):
+            worst = Outcome("mismatch", v.name, {"rel_l2": figs["rel_l2"], "max_abs": figs["max_abs"]})
+    return worst, want
+
+
+def main(argv: Sequence[str]) -> int:
+    from cuvil.ir.parser import parse_graph
+
+    d = Path(argv[0])
+    job: dict[str, Any] = json.loads((d / "job.json").read_text())
+    graph = parse_graph((d / "model.cir").read_text())
+    inputs = load_arrays(d / "inputs.npz", [v.name for v in graph.inputs])
+    outcome, want = evaluate(graph, inputs, job["target"], job.get("faults", []), float(job["threshold"]),
+                             job.get("cache_dir"))
+    if want is not None and job.get("write_expected", False):
+        arrays: dict[str, Any] = {v.name: a for v, a in zip(graph.outputs, want)}
+        np.savez(d / "expected.npz", **arrays)
+    (d / "outcome.json").write_text(json.dumps(outcome.to_json()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,67 @@
+"""cuvil reduce: cuts, signatures, and a planted fault reduced to a small repro that replays."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from cuvil.ir.parser import parse_graph
+from cuvil.reduce.candidate import Space, record
+from cuvil.reduce.run import load_graph, model_inputs
+from cuvil.reduce.signature import FailureSignature, Outcome
+from tests.reduce.models import conv_tower
+
+
+def _space(tmp_path: Path) -> Space:
+    path = tmp_path / "tower.onnx"
+    onnx.save(conv_tower(), path)
+    g = load_graph(str(path))
+    return Space(g, record(g, model_inputs(g, None)))
+
+
+def test_a_head_cut_feeds_recorded_values(tmp_path: Path) -> None:
+    sp = _space(tmp_path)
+    down = next(i for i in sp.work if sp.graph.nodes[i].name == "b3_down")
+    text, inputs = sp.build(sp.cut([down]))
+    g = parse_graph(text)
+    assert [n.op for n in g.nodes if n.op != "constant"] == ["conv"]
+    assert [v.name for v in g.inputs] == ["b2_out"]
+    # the input is the original run's value at the cut, not a stand-in
+    assert np.array_equal(inputs["b2_out"], sp.recorded[next(v for v in sp.recorded if v.name == "b2_out")])
+
+
+def test_a_side_branch_becomes_constants(tmp_path: Path) -> None:
+    sp = _space(tmp_path)
+    mul = next(i for i in sp.work if sp.graph.nodes[i].name == "b0_mul")
+    text, inputs = sp.build(sp.cut([mul], as_constants=True))
+    g = parse_graph(text)
+    assert not g.inputs and not inputs
+    assert [n.op for n in g.nodes].count("constant") == 2
+
+
+def test_signatures_match_by_kind_and_error() -> None:
+    sig = FailureSignature.of("layerwise", "native", Outcome("mismatch", "y", {"rel_l2": 0.4}))
+    assert sig.matches(Outcome("mismatch", "z", {"rel_l2": 0.01}))
+    assert not sig.matches(Outcome("pass"))
+    crash = FailureSignature("outputs", "native", "crash", error="SIGSEGV")
+    assert crash.matches(Outcome("crash", error="SIGSEGV")) and not crash.matches(Outcome("crash", error="SIGABRT"))
+
+
+@pytest.mark.slow
+def test_a_planted_conv_stride_fault_reduces_and_replays(tmp_path: Path) -> None:
+    from cuvil.reduce.repro import replay
+    from cuvil.reduce.run import reduce_model
+
+    path = tmp_path / "tower.onnx"
+    onnx.save(conv_tower(), path)
+    out = tmp_path / "repro"
+    r = reduce_model(str(path), out, check="layerwise", target="native", faults=["conv-stride"],
+                     cache_dir=str(tmp_path / "cache"))
+    assert r.original_size > 20 and r.size <= 5
+    assert {"model.cir", "inputs.npz", "expected.npz", "repro.json", "README.md"} <= {p.name for p in out.iterdir()}
+    assert "b3_down" in (out / "model.cir").read_text()  # the strided conv the fault breaks is kept
+    assert replay(out)[0]  # the fault is planted: still fails
+    assert not replay(out, faults=[])[0]  # fixed: passes
