@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from cuvil.ir.dtypes import DType
 from cuvil.ir.assumptions import bounds
+from cuvil.ir.dtypes import DType
 from cuvil.ir.symbolic import UNKNOWN, Dim, ceildiv
 from cuvil.ir.types import TensorType
 from cuvil.ops.registry import AttrSpec, InferCtx, OpDef, RefCtx, register
