@@ -36,7 +36,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import re
 import statistics
 import sys
 import tempfile
@@ -70,15 +69,14 @@ QUICK_MODELS = "distilbert,mlp"
 
 def cpu_line() -> str:
     """The CPU model and its AVX-512 flags: every figure is this machine's."""
-    name, flags = "unknown CPU", ""
+    from cuvil.backends.c.toolchain import cpu_flags
+
+    name = "unknown CPU"
     with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name") and name == "unknown CPU":
-                name = line.split(":", 1)[1].strip()
-            elif line.startswith("flags") and not flags:
-                flags = line.split(":", 1)[1]
-    avx512 = sorted(set(re.findall(r"\bavx512\w*", flags)))
-    isa = " ".join(avx512) if avx512 else ("none (AVX2 only)" if " avx2" in flags else "none")
+        name = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), name)
+    flags = cpu_flags()
+    avx512 = sorted(f for f in flags if f.startswith("avx512"))
+    isa = " ".join(avx512) if avx512 else ("none (AVX2 only)" if "avx2" in flags else "none")
     return f"cpu: {name}, {os.cpu_count()} logical CPUs; avx512 flags: {isa}"
 
 

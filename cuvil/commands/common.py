@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from cuvil.errors import CuvilError
 
 if TYPE_CHECKING:
     from cuvil.api import DimConstraint
+    from cuvil.ir.types import SymbolInfo
     from cuvil.runtime.compiled import CompiledModel
 
 DIM_HELP = "constrain a symbolic dim: NAME=LO:HI, NAME=N or NAME=%%N (a multiple), combined with commas"
@@ -117,13 +118,18 @@ def dims_of(values: Sequence[str] | None) -> dict[str, DimConstraint]:
 
 
 def describe(m: CompiledModel) -> None:
+    print_signature(m.input_specs, m.output_specs, m.symbols)
+
+
+def print_signature(inputs: Iterable[Any], outputs: Iterable[Any], symbols: Mapping[str, SymbolInfo]) -> None:
+    """One line per input and output (anything with ``name`` and ``type``: specs or IR values) and symbol."""
     from cuvil.ir.printer import format_type
 
-    for s in m.input_specs:
+    for s in inputs:
         print(f"  input  {s.name}: {format_type(s.type)}")
-    for s in m.output_specs:
+    for s in outputs:
         print(f"  output {s.name}: {format_type(s.type)}")
-    for info in m.symbols.values():
+    for info in symbols.values():
         print(f"  symbol {info.name}: {info.describe() or 'unconstrained'}")
 
 

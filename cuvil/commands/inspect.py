@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from cuvil.commands.common import print_signature
 from cuvil.errors import CuvilError
 
 
@@ -31,7 +32,7 @@ def _op_counts(proto: object) -> dict[tuple[str, str], int]:
 def _cmd_inspect(args: argparse.Namespace) -> int:
     from cuvil.frontends.onnx import load_onnx, read_model
     from cuvil.frontends.onnx.importer import find_importer
-    from cuvil.ir.printer import format_type, print_graph
+    from cuvil.ir.printer import print_graph
 
     if args.model is None and args.precision not in (None, "", "fp16", "bf16", "int8"):
         args.model, args.precision = args.precision, ""  # `inspect --precision ART`: the value is the model
@@ -58,12 +59,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
             nbytes = sum(int(a.nbytes) for a in consts.values())
             print(f"graph: {graph.name}: {sum(1 for _ in graph.walk())} nodes, {len(consts)} constants "
                   f"({params:,} elements, {nbytes / 2**20:.2f} MiB)")
-            for v in graph.inputs:
-                print(f"  input  {v.name}: {format_type(v.type)}")
-            for v in graph.outputs:
-                print(f"  output {v.name}: {format_type(v.type)}")
-            for info in graph.symbols.values():
-                print(f"  symbol {info.name}: {info.describe() or 'unconstrained'}")
+            print_signature(graph.inputs, graph.outputs, graph.symbols)
         print()
         print(f"{'op type':32s} {'count':>6s}  supported")
         for (dom, op_type), n in sorted(counts.items(), key=lambda kv: (kv[0][0], kv[0][1])):

@@ -191,18 +191,21 @@ def npz_samples(folder: Path, names: Sequence[str]) -> list[dict[str, np.ndarray
     if not files:
         raise CalibrationDataError(f"calibration folder {str(folder)!r} holds no .npz files (one file per sample, "
                                    f"keyed by input name: {list(names)})")
-    out = []
-    for f in files:
-        try:
-            with np.load(f, allow_pickle=False) as z:
-                data = {k: z[k] for k in z.files}
-        except (OSError, ValueError) as exc:
-            raise CalibrationDataError(f"calibration file {str(f)!r} is not a readable .npz: {exc}") from None
-        positional = [f"arr_{i}" for i in range(len(names))]
-        if set(data) == set(positional) and set(data) != set(names):
-            data = {n: data[p] for n, p in zip(names, positional)}
-        elif set(data) != set(names):
-            raise CalibrationDataError(f"calibration file {str(f)!r} holds {sorted(data)}; expected the model's "
-                                       f"inputs {list(names)} (or arr_0..arr_{len(names) - 1} in input order)")
-        out.append(data)
-    return out
+    return [npz_sample(f, names) for f in files]
+
+
+def npz_sample(path: Path, names: Sequence[str], what: str = "calibration file") -> dict[str, np.ndarray]:
+    """One sample's ``.npz`` file, keyed by input name (its arrays named so, or ``arr_0``, ``arr_1``...
+    in input order); ``what`` names the file in errors."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            data = {k: z[k] for k in z.files}
+    except (OSError, ValueError) as exc:
+        raise CalibrationDataError(f"{what} {str(path)!r} is not a readable .npz: {exc}") from None
+    positional = [f"arr_{i}" for i in range(len(names))]
+    if set(data) == set(positional) and set(data) != set(names):
+        data = {n: data[p] for n, p in zip(names, positional)}
+    elif set(data) != set(names):
+        raise CalibrationDataError(f"{what} {str(path)!r} holds {sorted(data)}; expected the model's "
+                                   f"inputs {list(names)} (or arr_0..arr_{len(names) - 1} in input order)")
+    return data

@@ -10,19 +10,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from cuvil.reduce.signature import Outcome
+from cuvil.reduce.signature import DEFAULT_THRESHOLD, Outcome
 
 
 @dataclass(frozen=True)
@@ -31,7 +30,7 @@ class Job:
 
     target: str
     faults: tuple[str, ...] = ()
-    threshold: float = 1e-3
+    threshold: float = DEFAULT_THRESHOLD
     timeout: float = 120.0
     cache_dir: str | None = None
 
@@ -53,8 +52,8 @@ def judge(d: Path, timeout: float) -> Outcome:
     """Run the worker on folder ``d`` in a fresh process and read its outcome."""
     (d / "outcome.json").unlink(missing_ok=True)
     try:
-        proc = subprocess.run([sys.executable, "-m", "cuvil.reduce.worker", str(d)], capture_output=True,
-                              text=True, timeout=timeout, env=dict(os.environ))
+        proc = subprocess.run([sys.executable, "-m", "cuvil.reduce.worker", str(d)],
+                              capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return Outcome("hang", message=f"ran past the {timeout:g} s timeout")
     if proc.returncode < 0:
@@ -98,6 +97,3 @@ class Oracle:
         self._seen[key] = result
         return result
 
-
-def names(values: Sequence[str]) -> tuple[str, ...]:
-    return tuple(sorted(set(values)))

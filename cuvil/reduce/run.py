@@ -40,15 +40,10 @@ def model_inputs(graph: Graph, path: str | Path | None, seed: int = 0) -> list[n
         from cuvil.ir.spec import TensorSpec
 
         return random_inputs([TensorSpec(v.name, v.type) for v in graph.inputs], graph.symbols, seed=seed)
-    with np.load(path, allow_pickle=False) as z:
-        names = [v.name for v in graph.inputs]
-        if all(n in z.files for n in names):
-            return [z[n] for n in names]
-        positional = [f"arr_{i}" for i in range(len(names))]
-        if all(n in z.files for n in positional):
-            return [z[n] for n in positional]
-        raise CuvilError(f"{path}: holds {', '.join(z.files) or 'nothing'}; the model's inputs are "
-                         f"{', '.join(names)}")
+    from cuvil.quant.data import npz_sample
+
+    sample = npz_sample(Path(path), [v.name for v in graph.inputs], what="--inputs file")
+    return [sample[v.name] for v in graph.inputs]
 
 
 def reduce_model(model: Any, out_dir: str | Path, *, check: str = "outputs", target: str = "native",

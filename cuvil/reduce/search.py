@@ -108,11 +108,9 @@ class _Search:
             removed = False
             for chunk in chunks:
                 rest = [i for i in order if i not in chunk]
-                if rest and self.fails(self.space.cut(rest, self.best.outputs, as_constants=True)):
-                    removed = True
-                    n = max(n - 1, 2)
-                    break
-                if rest and self.fails(self.space.cut(rest, self.best.outputs)):
+                # the removed nodes' values as recorded constants first, else as inputs
+                if rest and (self.fails(self.space.cut(rest, self.best.outputs, as_constants=True))
+                             or self.fails(self.space.cut(rest, self.best.outputs))):
                     removed = True
                     n = max(n - 1, 2)
                     break

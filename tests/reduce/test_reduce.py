@@ -65,3 +65,13 @@ def test_a_planted_conv_stride_fault_reduces_and_replays(tmp_path: Path) -> None
     assert "b3_down" in (out / "model.cir").read_text()  # the strided conv the fault breaks is kept
     assert replay(out)[0]  # the fault is planted: still fails
     assert not replay(out, faults=[])[0]  # fixed: passes
+
+
+def test_the_reducible_checks_are_verify_checks() -> None:
+    """Each name --check takes (beside ``outputs``, the plain comparison) is a check cuvil verify runs."""
+    from cuvil.reduce.signature import CHECKS
+    from cuvil.verify.base import all_checks
+    from cuvil.verify.runner import load_builtin_checks
+
+    load_builtin_checks()
+    assert set(CHECKS) - {"outputs"} <= set(all_checks())
