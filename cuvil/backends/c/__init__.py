@@ -17,6 +17,7 @@ import numpy as np
 from cuvil._version import __version__
 from cuvil.backends.c import cache
 from cuvil.backends.c.codegen import CodegenOptions, GeneratedModule, generate
+from cuvil.backends.c.kernel_library import kernel_object
 from cuvil.backends.c.library import MAX_RANK, NativeModel, ThreadStats
 from cuvil.backends.c.toolchain import (
     INCLUDE_RE,
@@ -83,17 +84,20 @@ def build(graph: Graph, options: BuildOptions) -> Build:
     variants = variants_for(options.target, module.source)
     key_parts = (__version__, options.target, options.compiler.version, " ".join(options.compiler.argv),
                  *(" ".join(compile_flags(options.target, sanitize=options.sanitize, variant=v))
-                   for v in (None, *variants)), _runtime_digest(),
+                   for v in (None, *variants)), _runtime_digest(), "kernel-library",
                  *((options.options_key,) if options.options_key else ()))
 
+    root = options.cache_dir or cache.default_cache_dir()
+
     def compile_source(src: Path, folder: Path) -> str:
-        logs = [build_library(options.compiler, src, folder / "model.so", options.target, sanitize=options.sanitize)]
-        for v in variants:
-            logs.append(build_library(options.compiler, src, folder / v.library, options.target,
-                                      sanitize=options.sanitize, variant=v))
+        logs = []
+        for v in (None, *variants):
+            flags = compile_flags(options.target, sanitize=options.sanitize, variant=v)
+            logs.append(build_library(options.compiler, src, folder / (v.library if v else "model.so"),
+                                      options.target, sanitize=options.sanitize, variant=v,
+                                      kernels=kernel_object(options.compiler, flags, root)))
         return "".join(logs)
 
-    root = options.cache_dir or cache.default_cache_dir()
     t1 = time.perf_counter()
     folder, hit = cache.build_model_folder(root, module.source, module.weights, key_parts, compile_source)
     _log.debug("stage %s: %.1f ms (%s)", "cache hit" if hit else "c build", (time.perf_counter() - t1) * 1e3, folder)

@@ -190,11 +190,20 @@ def compile_flags(target: str, *, sanitize: bool = False, variant: Variant | Non
     return flags
 
 
+# A model library linked with the kernel library (kernel_library.py): its unit declares the
+# library's functions instead of defining them, and the link keeps only the sections it calls.
+MODEL_UNIT_FLAGS = ("-DCUVIL_KERNEL_LIBRARY=1",)
+LINK_FLAGS = ("-Wl,--gc-sections",)
+
+
 def build_library(compiler: Compiler, source: Path, out: Path, target: str, *, sanitize: bool = False,
-                  variant: Variant | None = None) -> str:
-    """Compile one generated source file into a shared library; returns the compiler's warnings."""
-    cmd = [*compiler.argv, *compile_flags(target, sanitize=sanitize, variant=variant), str(source), "-o", str(out),
-           "-lm"]
+                  variant: Variant | None = None, kernels: Path | None = None) -> str:
+    """Compile one generated source file into a shared library, linked with the kernel library's
+    object ``kernels`` (None: the source defines everything itself); returns the compiler's warnings."""
+    unit = MODEL_UNIT_FLAGS if kernels else ()
+    link = (str(kernels), *LINK_FLAGS) if kernels else ()
+    cmd = [*compiler.argv, *compile_flags(target, sanitize=sanitize, variant=variant), *unit, str(source), *link,
+           "-o", str(out), "-lm"]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     except (OSError, subprocess.TimeoutExpired) as exc:

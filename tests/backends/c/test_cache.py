@@ -36,8 +36,9 @@ def small_model(scale: float = 2.0) -> onnx.ModelProto:
 
 
 def entries(root: Path) -> list[Path]:
-    """The cache's entry folders (root/ab/abcd...), leaving out its lock files."""
-    return sorted(p for p in root.glob("*/*") if p.parent.name != "locks")
+    """The cache's model entry folders (root/ab/abcd...), leaving out its lock files and the kernel
+    libraries (root/kernels/...)."""
+    return sorted(p for p in root.glob("*/*") if p.parent.name not in ("locks", "kernels"))
 
 
 def _compile_in_child(model_path: str, cache_dir: str, barrier: Any, queue: Any) -> None:

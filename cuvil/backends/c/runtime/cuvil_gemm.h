@@ -107,6 +107,51 @@ static inline cuvil_vf cuvil_vload(const float *p) {
 
 static inline void cuvil_vstore(float *p, cuvil_vf v) { memcpy(p, &v, sizeof v); }
 
+#endif
+
+static inline int64_t cuvil_gemm_round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+static inline int64_t cuvil_gemm_min(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* ---- epilogues --------------------------------------------------------------------------
+ * fn(ctx, c, ldc, i0, j0, rows, cols) finishes C[i0:i0+rows, j0:j0+cols] (c points at C[i0, j0],
+ * rows ldc apart) once every product term is in it.  It is called once per element, on tiles in
+ * any order and on any thread, so it must be elementwise: a bias by row or by column, an
+ * activation, a residual add, ... composed in one function by the code generator.  Since the
+ * tile it gets holds the finished float32 results, it rounds exactly as a second pass would. */
+typedef void (*cuvil_sgemm_epi_fn)(const void *ctx, float *c, int64_t ldc, int64_t i0, int64_t j0, int64_t rows,
+                                   int64_t cols);
+typedef struct cuvil_sgemm_epilogue {
+    cuvil_sgemm_epi_fn fn;
+    const void *ctx;
+} cuvil_sgemm_epilogue;
+
+/* ---- the cost model ----------------------------------------------------------------------
+ * Rough single-core speeds, used only to say whether a product is long enough to pay for waking
+ * the pool (cuvil_parallel_worth): multiply-adds per nanosecond in the micro-kernel (about 80%
+ * of the FMA peak), and bytes per nanosecond streamed from the last-level cache. */
+#if defined(__AVX512F__)
+#define CUVIL_GEMM_MAC_PER_NS 100.0
+#elif defined(__AVX__)
+#define CUVIL_GEMM_MAC_PER_NS 50.0
+#else
+#define CUVIL_GEMM_MAC_PER_NS 8.0
+#endif
+#define CUVIL_GEMM_BYTES_PER_NS 20.0
+/* Packing one element costs about as much as this many multiply-adds in the micro-kernel. */
+#define CUVIL_GEMM_PACK_COST 8
+
+/* ---- the API (defined below, or in the kernel library: cuvil_rt.h) ------------------------ */
+/* C = alpha * A B + beta * C, then the epilogue `ep` (NULL: none) over all of C.
+ * Returns 0, or -1 when scratch memory cannot be had. */
+CUVIL_LIB int cuvil_sgemm_ep(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t rsa, int64_t csa,
+                             const float *B, int64_t rsb, int64_t csb, float beta, float *C, int64_t ldc,
+                             const cuvil_sgemm_epilogue *ep);
+CUVIL_LIB int cuvil_sgemm(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t rsa, int64_t csa,
+                          const float *B, int64_t rsb, int64_t csb, float beta, float *C, int64_t ldc);
+
+#if CUVIL_LIB_BODY
+#if CUVIL_GEMM_VECTOR
+
 /* C[0:MR, 0:NR] (+)= Ap (MR x kc, packed) * Bp (kc x NR, packed); `acc` selects += over =.
  * A partial tile (mr < MR or nr < NR) goes through a local buffer. */
 static CUVIL_UNUSED void cuvil_sgemm_micro(int64_t kc, const float *restrict Ap, const float *restrict Bp,
@@ -230,36 +275,6 @@ static CUVIL_UNUSED void cuvil_sgemm_pack_b(int64_t kc, int64_t nc, const float 
     }
 }
 
-static inline int64_t cuvil_gemm_round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-static inline int64_t cuvil_gemm_min(int64_t a, int64_t b) { return a < b ? a : b; }
-
-/* ---- epilogues --------------------------------------------------------------------------
- * fn(ctx, c, ldc, i0, j0, rows, cols) finishes C[i0:i0+rows, j0:j0+cols] (c points at C[i0, j0],
- * rows ldc apart) once every product term is in it.  It is called once per element, on tiles in
- * any order and on any thread, so it must be elementwise: a bias by row or by column, an
- * activation, a residual add, ... composed in one function by the code generator.  Since the
- * tile it gets holds the finished float32 results, it rounds exactly as a second pass would. */
-typedef void (*cuvil_sgemm_epi_fn)(const void *ctx, float *c, int64_t ldc, int64_t i0, int64_t j0, int64_t rows,
-                                   int64_t cols);
-typedef struct cuvil_sgemm_epilogue {
-    cuvil_sgemm_epi_fn fn;
-    const void *ctx;
-} cuvil_sgemm_epilogue;
-
-/* ---- the cost model ----------------------------------------------------------------------
- * Rough single-core speeds, used only to say whether a product is long enough to pay for waking
- * the pool (cuvil_parallel_worth): multiply-adds per nanosecond in the micro-kernel (about 80%
- * of the FMA peak), and bytes per nanosecond streamed from the last-level cache. */
-#if defined(__AVX512F__)
-#define CUVIL_GEMM_MAC_PER_NS 100.0
-#elif defined(__AVX__)
-#define CUVIL_GEMM_MAC_PER_NS 50.0
-#else
-#define CUVIL_GEMM_MAC_PER_NS 8.0
-#endif
-#define CUVIL_GEMM_BYTES_PER_NS 20.0
-/* Packing one element costs about as much as this many multiply-adds in the micro-kernel. */
-#define CUVIL_GEMM_PACK_COST 8
 
 /* ---- the parallel decomposition --------------------------------------------------------
  * The product is split into a grid of output blocks on MR x NR tile boundaries, one task per
@@ -392,9 +407,9 @@ static const float *cuvil_sgemm_packed_const(int is_a, int64_t rows, int64_t col
 
 /* C = alpha * A B + beta * C, then the epilogue `ep` (NULL: none) over all of C.
  * Returns 0, or -1 when scratch memory cannot be had. */
-static CUVIL_UNUSED int cuvil_sgemm_ep(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t rsa,
-                                       int64_t csa, const float *B, int64_t rsb, int64_t csb, float beta, float *C,
-                                       int64_t ldc, const cuvil_sgemm_epilogue *ep) {
+CUVIL_LIB int cuvil_sgemm_ep(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t rsa,
+                             int64_t csa, const float *B, int64_t rsb, int64_t csb, float beta, float *C,
+                             int64_t ldc, const cuvil_sgemm_epilogue *ep) {
     if (M <= 0 || N <= 0) return 0;
     /* beta == 0 overwrites C (NaN in C does not survive), as BLAS does; the first K block then
      * stores instead of accumulating, so C is never read. */
@@ -484,10 +499,12 @@ static CUVIL_UNUSED int cuvil_sgemm_ep(int64_t M, int64_t N, int64_t K, float al
 }
 
 /* C = alpha * A B + beta * C.  Returns 0, or -1 when scratch memory cannot be had. */
-static CUVIL_UNUSED int cuvil_sgemm(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t rsa,
-                                    int64_t csa, const float *B, int64_t rsb, int64_t csb, float beta, float *C,
-                                    int64_t ldc) {
+CUVIL_LIB int cuvil_sgemm(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t rsa,
+                          int64_t csa, const float *B, int64_t rsb, int64_t csb, float beta, float *C,
+                          int64_t ldc) {
     return cuvil_sgemm_ep(M, N, K, alpha, A, rsa, csa, B, rsb, csb, beta, C, ldc, NULL);
 }
+
+#endif /* CUVIL_LIB_BODY */
 
 #endif /* CUVIL_GEMM_H */

@@ -1,7 +1,8 @@
 /* Cuvil C runtime: the types and helpers that generated model code uses.
  *
  * Everything here is static: each generated model is one translation unit
- * that includes this header, so a model library exports only its own API.
+ * that includes this header (with the kernel library, below, linked in), so a
+ * model library exports only its own API.
  * A call owns all memory it allocates (cuvil_call); calls share nothing,
  * so one loaded model may run on many threads at once.
  */
@@ -38,6 +39,28 @@
 #endif
 
 #define CUVIL_ALIGN 64
+
+/* The kernel library.  The runtime's largest model-independent code (the thread pool and the
+ * GEMM, cuvil_threads.h and cuvil_gemm.h) takes most of the time a model's build spends in the
+ * compiler, so a build compiles it once per compiler and flags, into an object every model of
+ * those flags links (cuvil/backends/c/kernel_library.py).  CUVIL_KERNEL_LIBRARY says which unit
+ * this is:
+ *   0 (the default): the only one: every function is static and defined here, as in a saved
+ *      artifact's model.c compiled on its own;
+ *   1: a model linked with the library: the library's functions are declared here, not defined;
+ *   2: the library: it defines them, hidden (no model library exports them).
+ * CUVIL_LIB marks those functions, CUVIL_LIB_BODY says whether this unit holds their bodies. */
+#ifndef CUVIL_KERNEL_LIBRARY
+#define CUVIL_KERNEL_LIBRARY 0
+#endif
+#if CUVIL_KERNEL_LIBRARY == 0
+#define CUVIL_LIB static CUVIL_UNUSED
+#elif defined(__GNUC__) || defined(__clang__)
+#define CUVIL_LIB __attribute__((visibility("hidden")))
+#else
+#define CUVIL_LIB
+#endif
+#define CUVIL_LIB_BODY (CUVIL_KERNEL_LIBRARY != 1)
 
 typedef uint16_t cuvil_f16;
 typedef uint16_t cuvil_bf16;

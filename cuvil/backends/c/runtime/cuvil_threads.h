@@ -255,10 +255,41 @@ typedef struct cuvil_exec {
     cuvil_pool *pool; /* NULL: run regions on this thread */
 } cuvil_exec;
 
+/* A range task: iterations [lo, hi) of a cuvil_parallel_range or cuvil_parallel_steps region. */
+typedef void (*cuvil_range_fn)(const void *ctx, int64_t lo, int64_t hi);
+/* Iterations per granule: ranges start on cache-line boundaries for elements of up to 8 bytes. */
+#define CUVIL_RANGE_GRANULE 256
+/* Bytes per nanosecond one thread streams through an elementwise loop (read and written, data in
+ * the last-level cache), on the low side: a float32 ReLU on a current x86 core streams about 100. */
+#define CUVIL_STREAM_BYTES_PER_NS 40.0
+/* Fills a cache entry's `dst` from `arg` (cuvil_cache_get). */
+typedef void (*cuvil_cache_build_fn)(void *dst, const void *arg);
+
+/* ---- what kernels and the model's API call (defined below, or in the kernel library: cuvil_rt.h) ---- */
+CUVIL_LIB int cuvil_num_threads_now(void);
+CUVIL_LIB void cuvil_parallel_for(int64_t ntasks, cuvil_task_fn fn, void *ctx);
+CUVIL_LIB int cuvil_parallel_worth(double ns);
+CUVIL_LIB void cuvil_parallel_range(int64_t n, double bytes, double item_ns, cuvil_range_fn fn, const void *ctx);
+CUVIL_LIB void cuvil_parallel_steps(int64_t n, double item_ns, cuvil_range_fn fn, const void *ctx);
+CUVIL_LIB int cuvil_shared_init(cuvil_shared *s, const unsigned char *weights, size_t size);
+CUVIL_LIB void cuvil_shared_destroy(cuvil_shared *s);
+CUVIL_LIB void *cuvil_arena_get(cuvil_call *c, cuvil_shared *s, int64_t bytes);
+CUVIL_LIB int cuvil_shared_set_threads(cuvil_shared *s, int n);
+CUVIL_LIB void cuvil_exec_enter(cuvil_exec *e, cuvil_shared *s);
+CUVIL_LIB void cuvil_exec_leave(cuvil_exec *e);
+CUVIL_LIB void cuvil_shared_thread_stats(cuvil_shared *s, cuvil_pool_stats *out, double *wait_estimate_ns);
+CUVIL_LIB int cuvil_is_constant(const void *p, size_t bytes);
+CUVIL_LIB const void *cuvil_cache_get(const void *src, const int64_t *key, size_t bytes, cuvil_cache_build_fn build,
+                                      const void *arg);
+CUVIL_LIB const void *cuvil_cache_get_constant(const void *src, const int64_t *key, size_t bytes,
+                                               cuvil_cache_build_fn build, const void *arg);
+
+#if CUVIL_LIB_BODY
+
 static CUVIL_TLS cuvil_exec *cuvil_cur_exec;
 
 /* Threads a kernel running now may use (1 inside a region: regions do not nest). */
-static CUVIL_UNUSED int cuvil_num_threads_now(void) {
+CUVIL_LIB int cuvil_num_threads_now(void) {
 #if CUVIL_POOL
     const cuvil_exec *e = cuvil_cur_exec;
     return e && e->pool ? e->pool->n : 1;
@@ -538,7 +569,7 @@ static cuvil_pool *cuvil_pool_new(int n, cuvil_shared *shared) {
 /* Run fn(ctx, i, tid) for every i in [0, ntasks), on the current call's threads when it holds the
  * pool (tid < cuvil_num_threads_now() as read before the call).  Tasks must write disjoint memory;
  * they may run in any order and on any thread. */
-static CUVIL_UNUSED void cuvil_parallel_for(int64_t ntasks, cuvil_task_fn fn, void *ctx) {
+CUVIL_LIB void cuvil_parallel_for(int64_t ntasks, cuvil_task_fn fn, void *ctx) {
     if (ntasks <= 0) return;
 #if CUVIL_POOL
     cuvil_exec *e = cuvil_cur_exec;
@@ -582,7 +613,7 @@ static CUVIL_UNUSED void cuvil_parallel_for(int64_t ntasks, cuvil_task_fn fn, vo
 
 /* Whether a region that would take `ns` nanoseconds on one thread is worth running on the
  * current call's pool (0 when it has none). */
-static CUVIL_UNUSED int cuvil_parallel_worth(double ns) {
+CUVIL_LIB int cuvil_parallel_worth(double ns) {
 #if CUVIL_POOL
     const cuvil_exec *e = cuvil_cur_exec;
     if (!e || !e->pool) return 0;
@@ -612,13 +643,7 @@ static CUVIL_UNUSED int cuvil_parallel_worth(double ns) {
  * loop streams, it runs as 4 ranges per thread of whole granules (a thread's own ranges first, in
  * order: consecutive loops over the same data keep each thread on the same part of it); else as
  * one range on the calling thread. */
-typedef void (*cuvil_range_fn)(const void *ctx, int64_t lo, int64_t hi);
 
-/* Iterations per granule: ranges start on cache-line boundaries for elements of up to 8 bytes. */
-#define CUVIL_RANGE_GRANULE 256
-/* Bytes per nanosecond one thread streams through an elementwise loop (read and written, data in
- * the last-level cache), on the low side: a float32 ReLU on a current x86 core streams about 100. */
-#define CUVIL_STREAM_BYTES_PER_NS 40.0
 
 typedef struct cuvil_range_job {
     cuvil_range_fn fn;
@@ -638,8 +663,8 @@ static void cuvil_range_task(void *vctx, int64_t task, int tid) {
 
 /* fn over [0, n), a loop that reads and writes `bytes` in all and computes for about `item_ns`
  * nanoseconds an iteration (exp, tanh, ...: a loop can take longer than its streaming). */
-static CUVIL_UNUSED void cuvil_parallel_range(int64_t n, double bytes, double item_ns, cuvil_range_fn fn,
-                                              const void *ctx) {
+CUVIL_LIB void cuvil_parallel_range(int64_t n, double bytes, double item_ns, cuvil_range_fn fn,
+                                    const void *ctx) {
     if (n <= 0) return;
     const int threads = cuvil_num_threads_now();
     const double stream_ns = bytes / CUVIL_STREAM_BYTES_PER_NS, compute_ns = (double)n * item_ns;
@@ -670,7 +695,7 @@ static void cuvil_steps_task(void *vctx, int64_t task, int tid) {
     if (lo < hi) j->fn(j->ctx, lo, hi);
 }
 
-static CUVIL_UNUSED void cuvil_parallel_steps(int64_t n, double item_ns, cuvil_range_fn fn, const void *ctx) {
+CUVIL_LIB void cuvil_parallel_steps(int64_t n, double item_ns, cuvil_range_fn fn, const void *ctx) {
     const int threads = cuvil_num_threads_now();
     if (threads > 1 && n > 1 && cuvil_parallel_worth((double)n * item_ns)) {
         cuvil_steps_job j = {fn, ctx, n, n < 4 * (int64_t)threads ? n : 4 * (int64_t)threads};
@@ -682,7 +707,7 @@ static CUVIL_UNUSED void cuvil_parallel_steps(int64_t n, double item_ns, cuvil_r
 
 /* ---- the model's shared state ------------------------------------------------------------ */
 
-static int cuvil_shared_init(cuvil_shared *s, const unsigned char *weights, size_t size) {
+CUVIL_LIB int cuvil_shared_init(cuvil_shared *s, const unsigned char *weights, size_t size) {
     memset(s, 0, sizeof *s);
     s->num_threads = 1;
     s->weights = weights;
@@ -699,7 +724,7 @@ static int cuvil_shared_init(cuvil_shared *s, const unsigned char *weights, size
     return 0;
 }
 
-static void cuvil_shared_destroy(cuvil_shared *s) {
+CUVIL_LIB void cuvil_shared_destroy(cuvil_shared *s) {
 #if CUVIL_POOL
     cuvil_pool_free(s->pool);
     s->pool = NULL;
@@ -761,7 +786,7 @@ static void cuvil_arena_put(void *home, void *arena, size_t cap) {
 
 /* An arena of at least `bytes` (64-byte aligned, NOT zeroed) for call `c` of the model sharing
  * `s`, given back by cuvil_call_end; NULL when memory cannot be had. */
-static CUVIL_UNUSED void *cuvil_arena_get(cuvil_call *c, cuvil_shared *s, int64_t bytes) {
+CUVIL_LIB void *cuvil_arena_get(cuvil_call *c, cuvil_shared *s, int64_t bytes) {
     if (bytes < 0 || (uint64_t)bytes > (uint64_t)(SIZE_MAX - CUVIL_ALIGN)) return NULL;
     const size_t need = bytes == 0 ? CUVIL_ALIGN : ((size_t)bytes + CUVIL_ALIGN - 1) / CUVIL_ALIGN * CUVIL_ALIGN;
     void *p = NULL, *small = NULL;
@@ -804,7 +829,7 @@ static CUVIL_UNUSED void *cuvil_arena_get(cuvil_call *c, cuvil_shared *s, int64_
 
 /* Use n threads from now on (n - 1 workers are started here); 0, or -1 when threads cannot be had
  * (the model then stays single-threaded).  Not to be called while calls run on the model. */
-static int cuvil_shared_set_threads(cuvil_shared *s, int n) {
+CUVIL_LIB int cuvil_shared_set_threads(cuvil_shared *s, int n) {
     (void)s;
     if (n < 1) return -1;
 #if CUVIL_POOL
@@ -828,7 +853,7 @@ static int cuvil_shared_set_threads(cuvil_shared *s, int n) {
 }
 
 /* Enter a call on this thread: it gets the pool unless another call holds it. */
-static void cuvil_exec_enter(cuvil_exec *e, cuvil_shared *s) {
+CUVIL_LIB void cuvil_exec_enter(cuvil_exec *e, cuvil_shared *s) {
     e->shared = s;
     e->pool = NULL;
 #if CUVIL_POOL
@@ -850,7 +875,7 @@ static void cuvil_exec_enter(cuvil_exec *e, cuvil_shared *s) {
     cuvil_cur_exec = e;
 }
 
-static void cuvil_exec_leave(cuvil_exec *e) {
+CUVIL_LIB void cuvil_exec_leave(cuvil_exec *e) {
 #if CUVIL_POOL
     if (e->pool) {
         e->pool->used_last = e->pool->used;
@@ -865,7 +890,7 @@ static void cuvil_exec_leave(cuvil_exec *e) {
 
 /* The pool's statistics and its cost model's current estimate of the end-of-region wait (all zero
  * without a pool); waits for a call holding the pool to leave it. */
-static CUVIL_UNUSED void cuvil_shared_thread_stats(cuvil_shared *s, cuvil_pool_stats *out, double *wait_estimate_ns) {
+CUVIL_LIB void cuvil_shared_thread_stats(cuvil_shared *s, cuvil_pool_stats *out, double *wait_estimate_ns) {
     memset(out, 0, sizeof *out);
     *wait_estimate_ns = 0.0;
 #if CUVIL_POOL
@@ -882,8 +907,6 @@ static CUVIL_UNUSED void cuvil_shared_thread_stats(cuvil_shared *s, cuvil_pool_s
 
 /* ---- the constant cache ------------------------------------------------------------------ */
 
-typedef void (*cuvil_cache_build_fn)(void *dst, const void *arg);
-
 static int cuvil_in_range(const void *p, size_t bytes, const void *base, size_t size) {
     const unsigned char *lo = (const unsigned char *)base, *c = (const unsigned char *)p;
     return lo && c >= lo && c <= lo + size && bytes <= (size_t)(lo + size - c);
@@ -893,7 +916,7 @@ static int cuvil_in_range(const void *p, size_t bytes, const void *base, size_t 
  * derived from them (cuvil_cache_get_constant: a weight widened to float32, say), so that a
  * kernel reading it may in turn cache what it derives from it (its packed form).  Not to be
  * called from a cache build function (the cache lock is held there). */
-static CUVIL_UNUSED int cuvil_is_constant(const void *p, size_t bytes) {
+CUVIL_LIB int cuvil_is_constant(const void *p, size_t bytes) {
     const cuvil_exec *e = cuvil_cur_exec;
     if (!e || !e->shared) return 0;
     cuvil_shared *s = e->shared;
@@ -918,14 +941,14 @@ static const void *cuvil_cache_lookup(const void *src, const int64_t *key, size_
 /* The buffer derived from the constant `src` identified by `key` (CUVIL_CACHE_KEY numbers):
  * built by build(dst, arg) into `bytes` bytes on first use, kept until the model is unloaded.
  * NULL when there is no cache (no call context, or no memory): the caller then derives it itself. */
-static CUVIL_UNUSED const void *cuvil_cache_get(const void *src, const int64_t *key, size_t bytes,
-                                                cuvil_cache_build_fn build, const void *arg) {
+CUVIL_LIB const void *cuvil_cache_get(const void *src, const int64_t *key, size_t bytes,
+                                      cuvil_cache_build_fn build, const void *arg) {
     return cuvil_cache_lookup(src, key, bytes, build, arg, 0);
 }
 
 /* cuvil_cache_get, the result counting as a constant of the model from then on (cuvil_is_constant). */
-static CUVIL_UNUSED const void *cuvil_cache_get_constant(const void *src, const int64_t *key, size_t bytes,
-                                                         cuvil_cache_build_fn build, const void *arg) {
+CUVIL_LIB const void *cuvil_cache_get_constant(const void *src, const int64_t *key, size_t bytes,
+                                               cuvil_cache_build_fn build, const void *arg) {
     return cuvil_cache_lookup(src, key, bytes, build, arg, 1);
 }
 
@@ -978,5 +1001,7 @@ static const void *cuvil_cache_lookup(const void *src, const int64_t *key, size_
     return NULL;
 #endif
 }
+
+#endif /* CUVIL_LIB_BODY */
 
 #endif /* CUVIL_THREADS_H */
