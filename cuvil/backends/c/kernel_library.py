@@ -1,7 +1,8 @@
 """The kernel library: the runtime's model-independent code, compiled once per compiler and flags.
 
 Most of the time a model's build spends in the C compiler goes to code that does not depend on
-the model: the GEMM (its micro-kernels, packing, the small-product kernels) and the thread pool.
+the model: the GEMM (its micro-kernels, packing, the small-product kernels), the thread pool,
+strided view copies, fused attention and the channels-last convolutions.
 So that code is compiled once per (compiler, flags, runtime headers) into a position-independent
 object in the build cache, ``kernels/<key>/cuvil_kernels.o``, and every model library of those
 flags links it.  The model's own unit includes the same headers with ``CUVIL_KERNEL_LIBRARY=1``:
@@ -27,7 +28,8 @@ from cuvil.backends.c import cache
 from cuvil.backends.c.toolchain import RUNTIME_DIR, BuildError, Compiler
 
 # The headers whose functions the library defines (CUVIL_LIB in them), in include order.
-LIBRARY_HEADERS = ("cuvil_rt.h", "cuvil_threads.h", "cuvil_gemm.h")
+LIBRARY_HEADERS = ("cuvil_rt.h", "cuvil_threads.h", "cuvil_gemm.h", "cuvil_index.h", "cuvil_attention.h",
+                   "cuvil_nhwc_direct.h", "cuvil_conv_nhwc.h")
 OBJECT = "cuvil_kernels.o"
 # Each function and object in its own section, so a model's link keeps only what it calls.
 _LIBRARY_FLAGS = ("-DCUVIL_KERNEL_LIBRARY=2", "-ffunction-sections", "-fdata-sections")

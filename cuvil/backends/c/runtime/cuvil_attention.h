@@ -101,6 +101,7 @@ typedef struct cuvil_attn {
     int qk_mode;
 } cuvil_attn;
 
+#if CUVIL_LIB_BODY /* the kernel library's code (cuvil_rt.h) */
 static inline cuvil_av cuvil_att_load(const float *p) {
     cuvil_av v;
     memcpy(&v, p, sizeof v);
@@ -139,6 +140,7 @@ static inline __attribute__((always_inline)) cuvil_av cuvil_att_exp(cuvil_av x) 
     const cuvil_ai nan = x != x;
     return (cuvil_av)(((cuvil_ai)y & ~nan) | ((cuvil_ai)x & nan));
 }
+#endif
 
 /* What a task of one call shares with the others: the arguments and per-thread scratch. */
 typedef struct cuvil_att_job {
@@ -149,6 +151,7 @@ typedef struct cuvil_att_job {
 } cuvil_att_job;
 
 /* Pack key block `task` (of batch x kv heads x key blocks) for every query block that reads it. */
+#if CUVIL_LIB_BODY /* the kernel library's code (cuvil_rt.h) */
 static void cuvil_att_pack(void *ctx, int64_t task, int tid) {
     const cuvil_att_job *job = (const cuvil_att_job *)ctx;
     const cuvil_attn *a = job->a;
@@ -175,6 +178,7 @@ static void cuvil_att_pack(void *ctx, int64_t task, int tid) {
         for (int64_t c = 0; c < dvp; c++) vb[jj * dvp + c] = 0.0f;
     }
 }
+#endif
 
 /* The micro-kernels below name their accumulators one by one: GCC at -O2 does not unroll loops
  * over arrays of vectors, and would keep such accumulators in memory. */
@@ -187,6 +191,7 @@ static void cuvil_att_pack(void *ctx, int64_t task, int tid) {
         cuvil_att_store(s + r * CUVIL_ATT_KB + 3 * CUVIL_ATT_W, a##r##3)
 
 /* S[r][0:KB] = sum_c Qs[r][c] Kt[c][0:KB] for the four rows r of one register block. */
+#if CUVIL_LIB_BODY /* the kernel library's code (cuvil_rt.h) */
 static inline void cuvil_att_scores(const float *qs, const float *kt, int64_t dk, float *s) {
     const cuvil_av z = cuvil_att_splat(0.0f);
     cuvil_av a00 = z, a01 = z, a02 = z, a03 = z, a10 = z, a11 = z, a12 = z, a13 = z;
@@ -383,9 +388,12 @@ static void cuvil_att_task(void *ctx, int64_t task, int tid) {
         }
     }
 }
+#endif
 
 /* Run attention; 0, or -1 when scratch cannot be had. */
-static CUVIL_UNUSED int cuvil_attention_f32(const cuvil_attn *a) {
+CUVIL_LIB int cuvil_attention_f32(const cuvil_attn *a);
+#if CUVIL_LIB_BODY /* the kernel library's code (cuvil_rt.h) */
+CUVIL_LIB int cuvil_attention_f32(const cuvil_attn *a) {
     if (a->batch <= 0 || a->hq <= 0 || a->sq <= 0) return 0;
     const int64_t qb = a->sq < CUVIL_ATT_QB ? (a->sq + CUVIL_ATT_RB - 1) / CUVIL_ATT_RB * CUVIL_ATT_RB : CUVIL_ATT_QB;
     const int64_t dvp = (a->dv + CUVIL_ATT_W - 1) / CUVIL_ATT_W * CUVIL_ATT_W;
@@ -422,5 +430,6 @@ static CUVIL_UNUSED int cuvil_attention_f32(const cuvil_attn *a) {
     free(job.packed);
     return 0;
 }
+#endif
 
 #endif /* CUVIL_ATTENTION_H */

@@ -48,6 +48,7 @@ typedef struct cuvil_nhwc_finish {
     const cuvil_sgemm_epilogue *next;
 } cuvil_nhwc_finish;
 
+#if CUVIL_LIB_BODY /* the kernel library's code (cuvil_rt.h) */
 static void cuvil_nhwc_finish_fn(const void *ctx, float *c, int64_t ldc, int64_t i0, int64_t j0, int64_t rows,
                                  int64_t cols) {
     const cuvil_nhwc_finish *f = (const cuvil_nhwc_finish *)ctx;
@@ -81,6 +82,7 @@ static void cuvil_nhwc_im2col(const cuvil_nhwc_geom *g, const float *x, int64_t 
         }
     }
 }
+#endif
 
 typedef struct cuvil_nhwc_cols_job {
     const cuvil_nhwc_geom *g;
@@ -89,6 +91,7 @@ typedef struct cuvil_nhwc_cols_job {
     int64_t c0, cg, p0, p1, tasks;
 } cuvil_nhwc_cols_job;
 
+#if CUVIL_LIB_BODY /* the kernel library's code (cuvil_rt.h) */
 static void cuvil_nhwc_im2col_part(void *ctx, int64_t task, int tid) {
     const cuvil_nhwc_cols_job *j = (const cuvil_nhwc_cols_job *)ctx;
     int64_t lo, hi;
@@ -138,17 +141,22 @@ static CUVIL_UNUSED int cuvil_conv_nhwc_gemm_f32(const cuvil_nhwc_geom *g, const
     free(cols);
     return rc;
 }
+#endif
 
 /* Dense (and grouped) convolution: the direct kernel (cuvil_nhwc_direct.h) when the target has
  * vectors and the weight panels stay cacheable, im2col + GEMM otherwise.  Returns 0, or -1 when
  * memory cannot be had. */
-static CUVIL_UNUSED int cuvil_conv_nhwc_f32(const cuvil_nhwc_geom *g, const float *x, const float *w, const float *b,
-                                            float *y, const cuvil_sgemm_epilogue *ep) {
+CUVIL_LIB int cuvil_conv_nhwc_f32(const cuvil_nhwc_geom *g, const float *x, const float *w, const float *b,
+                                  float *y, const cuvil_sgemm_epilogue *ep);
+#if CUVIL_LIB_BODY /* the kernel library's code (cuvil_rt.h) */
+CUVIL_LIB int cuvil_conv_nhwc_f32(const cuvil_nhwc_geom *g, const float *x, const float *w, const float *b,
+                                  float *y, const cuvil_sgemm_epilogue *ep) {
 #if CUVIL_NHWC_DIRECT
     if (cuvil_nhwc_direct_fits(g)) return cuvil_conv_nhwc_direct_f32(g, x, w, b, y, ep);
 #endif
     return cuvil_conv_nhwc_gemm_f32(g, x, w, b, y, ep);
 }
+#endif
 
 /* ---- depthwise ---------------------------------------------------------------------------- */
 
@@ -162,8 +170,11 @@ typedef struct cuvil_nhwc_dw_job {
 
 /* yr[ow, m] for ow in [o0, o1) of output row (n, oh), for the channel multiplier `mult` (outputs
  * per input channel); generic, one pixel at a time, every tap checked. */
-static void cuvil_nhwc_dw_pixels(const cuvil_nhwc_geom *g, const float *x, const float *w, float *yr, int64_t n,
-                                 int64_t oh, int64_t o0, int64_t o1, int64_t mult) {
+CUVIL_LIB void cuvil_nhwc_dw_pixels(const cuvil_nhwc_geom *g, const float *x, const float *w, float *yr, int64_t n,
+                                    int64_t oh, int64_t o0, int64_t o1, int64_t mult);
+#if CUVIL_LIB_BODY /* the kernel library's code (cuvil_rt.h) */
+CUVIL_LIB void cuvil_nhwc_dw_pixels(const cuvil_nhwc_geom *g, const float *x, const float *w, float *yr, int64_t n,
+                                    int64_t oh, int64_t o0, int64_t o1, int64_t mult) {
     const int64_t M = g->m;
     for (int64_t ow = o0; ow < o1; ow++) {
         float *restrict yo = yr + ow * M;
@@ -184,10 +195,12 @@ static void cuvil_nhwc_dw_pixels(const cuvil_nhwc_geom *g, const float *x, const
         }
     }
 }
+#endif
 
 #if CUVIL_GEMM_VECTOR
 /* yr[ow, :] for ow in [o0, o0 + OB) (every tap's column in the image for all of them) and one
  * multiplier: OB pixels by one vector of channels accumulate in registers over the taps. */
+#if CUVIL_LIB_BODY /* the kernel library's code (cuvil_rt.h) */
 static void cuvil_nhwc_dw_strip(const cuvil_nhwc_geom *g, const float *x, const float *w, float *yr, int64_t n,
                                 int64_t oh, int64_t o0) {
     const int64_t C = g->c, VW = CUVIL_GEMM_W;
@@ -231,6 +244,7 @@ static void cuvil_nhwc_dw_strip(const cuvil_nhwc_geom *g, const float *x, const 
         }
     }
 }
+#endif
 
 /* The 3-wide kernels with unit column dilation and column stride S (1 or 2): a strip of R output
  * pixels per vector of channels, each input vector of a tap row loaded once and multiplied into
@@ -307,8 +321,11 @@ static inline __attribute__((always_inline)) int64_t cuvil_nhwc_dw3_row(const in
 #endif
 
 /* Output row (n, oh) of a depthwise convolution into yr[ow, m] (olo, ohi: cuvil_nhwc_interior_cols). */
-static void cuvil_nhwc_dw_row(const cuvil_nhwc_geom *g, const float *x, const float *w, float *yr, int64_t n,
-                              int64_t oh, int64_t olo, int64_t ohi) {
+CUVIL_LIB void cuvil_nhwc_dw_row(const cuvil_nhwc_geom *g, const float *x, const float *w, float *yr, int64_t n,
+                                 int64_t oh, int64_t olo, int64_t ohi);
+#if CUVIL_LIB_BODY /* the kernel library's code (cuvil_rt.h) */
+CUVIL_LIB void cuvil_nhwc_dw_row(const cuvil_nhwc_geom *g, const float *x, const float *w, float *yr, int64_t n,
+                                 int64_t oh, int64_t olo, int64_t ohi) {
     const int64_t mult = g->m / g->c;
 #if CUVIL_GEMM_VECTOR
     if (mult == 1 && g->kh == 3 && g->kw == 3 && g->dw == 1 && (g->sw == 1 || g->sw == 2)) {
@@ -344,9 +361,12 @@ static void cuvil_nhwc_dw_part(void *ctx, int64_t task, int tid) {
         if (jb->ep) jb->ep->fn(jb->ep->ctx, yr, g->m, r * g->ow, 0, g->ow, g->m);
     }
 }
+#endif
 
 /* Rows of output pixels a depthwise convolution splits into tasks for the call's threads (1: none). */
-static int64_t cuvil_nhwc_dw_tasks(const cuvil_nhwc_geom *g) {
+CUVIL_LIB int64_t cuvil_nhwc_dw_tasks(const cuvil_nhwc_geom *g);
+#if CUVIL_LIB_BODY /* the kernel library's code (cuvil_rt.h) */
+CUVIL_LIB int64_t cuvil_nhwc_dw_tasks(const cuvil_nhwc_geom *g) {
     const int64_t rows = g->n * g->oh;
     const double macs = (double)rows * (double)g->ow * (double)g->m * (double)(g->kh * g->kw);
     const int threads = cuvil_num_threads_now();
@@ -354,10 +374,14 @@ static int64_t cuvil_nhwc_dw_tasks(const cuvil_nhwc_geom *g) {
         return rows < (int64_t)threads * 4 ? rows : (int64_t)threads * 4;
     return 1;
 }
+#endif
 
 /* Depthwise convolution (group == C, M a multiple of C). */
-static CUVIL_UNUSED void cuvil_conv_nhwc_depthwise_f32(const cuvil_nhwc_geom *g, const float *x, const float *w,
-                                                       const float *b, float *y, const cuvil_sgemm_epilogue *ep) {
+CUVIL_LIB void cuvil_conv_nhwc_depthwise_f32(const cuvil_nhwc_geom *g, const float *x, const float *w,
+                                             const float *b, float *y, const cuvil_sgemm_epilogue *ep);
+#if CUVIL_LIB_BODY /* the kernel library's code (cuvil_rt.h) */
+CUVIL_LIB void cuvil_conv_nhwc_depthwise_f32(const cuvil_nhwc_geom *g, const float *x, const float *w,
+                                             const float *b, float *y, const cuvil_sgemm_epilogue *ep) {
     const int64_t rows = g->n * g->oh;
     if (rows == 0 || g->ow == 0 || g->m == 0) return;
     const cuvil_nhwc_finish fin = {y, b, g->m, ep};
@@ -366,5 +390,6 @@ static CUVIL_UNUSED void cuvil_conv_nhwc_depthwise_f32(const cuvil_nhwc_geom *g,
     cuvil_nhwc_dw_job jb = {g, x, w, b, y, b ? &finish : ep, tasks};
     cuvil_parallel_for(tasks, cuvil_nhwc_dw_part, &jb);
 }
+#endif
 
 #endif /* CUVIL_CONV_NHWC_H */

@@ -40,7 +40,9 @@ static inline CUVIL_UNUSED int64_t cuvil_mul_nonneg(int64_t a, int64_t b) {
 
 /* The byte size of a tensor of `shape` with `esize`-byte elements; -1 when a dim
  * is negative or the size overflows int64. */
-static CUVIL_UNUSED int64_t cuvil_checked_bytes(const int64_t *shape, int rank, int64_t esize) {
+CUVIL_LIB int64_t cuvil_checked_bytes(const int64_t *shape, int rank, int64_t esize);
+#if CUVIL_LIB_BODY /* the kernel library's code (cuvil_rt.h) */
+CUVIL_LIB int64_t cuvil_checked_bytes(const int64_t *shape, int rank, int64_t esize) {
     int64_t n = esize;
     for (int i = 0; i < rank; i++) {
         n = cuvil_mul_nonneg(n, shape[i]);
@@ -48,6 +50,7 @@ static CUVIL_UNUSED int64_t cuvil_checked_bytes(const int64_t *shape, int rank, 
     }
     return n;
 }
+#endif
 
 /* ---- strided views ----------------------------------------------------- */
 
@@ -59,6 +62,7 @@ typedef struct cuvil_view {
 
 /* Drop size-1 dims and merge dims that are contiguous with each other.
  * Returns 0 when the view holds no element. */
+#if CUVIL_LIB_BODY /* the kernel library's code (cuvil_rt.h) */
 static CUVIL_UNUSED int cuvil_view_simplify(cuvil_view *v, int rank, const int64_t *shape, const int64_t *stride) {
     int r = 0;
     for (int j = 0; j < rank; j++) {
@@ -76,6 +80,7 @@ static CUVIL_UNUSED int cuvil_view_simplify(cuvil_view *v, int rank, const int64
     v->rank = r;
     return 1;
 }
+#endif
 
 #define CUVIL_VIEW_KERNELS(SUF, T)                                                                              \
     /* d[i] = s[i * st] for i < n */                                                                          \
@@ -116,6 +121,7 @@ static CUVIL_UNUSED int cuvil_view_simplify(cuvil_view *v, int rank, const int64
         }                                                                                                     \
     }
 
+#if CUVIL_LIB_BODY /* the kernel library's code (cuvil_rt.h) */
 CUVIL_VIEW_KERNELS(1, uint8_t)
 CUVIL_VIEW_KERNELS(2, uint16_t)
 CUVIL_VIEW_KERNELS(4, uint32_t)
@@ -143,6 +149,7 @@ static CUVIL_UNUSED void cuvil_vtile(void *d, const void *s, size_t esize, int64
     default: cuvil_vtile_8((uint64_t *)d, (const uint64_t *)s, na, dsa, nb, ssb); break;
     }
 }
+#endif
 
 /* The blocks of a view copy: each is a row of the innermost dim (cuvil_vrow), or, when the
  * innermost dim is strided and dim q has stride 1, a tile of up to CUVIL_VIEW_QCHUNK positions of q
@@ -159,6 +166,7 @@ typedef struct cuvil_view_job {
     int64_t n, st, nq, dq, nqc, blocks, ntasks;
 } cuvil_view_job;
 
+#if CUVIL_LIB_BODY /* the kernel library's code (cuvil_rt.h) */
 static void cuvil_view_blocks(const cuvil_view_job *j, int64_t lo, int64_t hi) {
     if (lo >= hi) return;
     /* the odometer at block lo, then advanced block by block */
@@ -199,14 +207,18 @@ static void cuvil_view_task(void *ctx, int64_t task, int tid) {
     cuvil_split(j->blocks, j->ntasks, task, &lo, &hi);
     cuvil_view_blocks(j, lo, hi);
 }
+#endif
 
 /* Copy the view (rank, shape, stride) of `src` into the contiguous `dst`, row-major.
  * `esize` is 1, 2, 4 or 8; `rank` is at most CUVIL_VIEW_MAX_RANK (the code
  * generator checks it).  The caller guarantees that every position of the view
  * lies inside `src`.  The blocks are split over the call's threads when the bytes
  * copied pay for it; each destination element is written once, by one thread. */
-static CUVIL_UNUSED void cuvil_view_copy(void *dst, const void *src, size_t esize, int rank, const int64_t *shape,
-                                         const int64_t *stride) {
+CUVIL_LIB void cuvil_view_copy(void *dst, const void *src, size_t esize, int rank, const int64_t *shape,
+                               const int64_t *stride);
+#if CUVIL_LIB_BODY /* the kernel library's code (cuvil_rt.h) */
+CUVIL_LIB void cuvil_view_copy(void *dst, const void *src, size_t esize, int rank, const int64_t *shape,
+                               const int64_t *stride) {
     cuvil_view v;
     if (!cuvil_view_simplify(&v, rank, shape, stride)) return;
     const int r = v.rank;
@@ -260,21 +272,28 @@ static CUVIL_UNUSED void cuvil_view_copy(void *dst, const void *src, size_t esiz
     if (job.ntasks == 1) cuvil_view_blocks(&job, 0, job.blocks);
     else cuvil_parallel_for(job.ntasks, cuvil_view_task, &job);
 }
+#endif
 
 /* Contiguous row-major strides (in elements) of `shape`. */
-static CUVIL_UNUSED void cuvil_strides(const int64_t *shape, int rank, int64_t *strides) {
+CUVIL_LIB void cuvil_strides(const int64_t *shape, int rank, int64_t *strides);
+#if CUVIL_LIB_BODY /* the kernel library's code (cuvil_rt.h) */
+CUVIL_LIB void cuvil_strides(const int64_t *shape, int rank, int64_t *strides) {
     int64_t s = 1;
     for (int j = rank - 1; j >= 0; j--) {
         strides[j] = s;
         s *= shape[j];
     }
 }
+#endif
 
 /* Fill `n` elements of `esize` bytes at `dst` with the element at `value`. */
-static CUVIL_UNUSED void cuvil_fill(void *dst, const void *value, size_t esize, int64_t n) {
+CUVIL_LIB void cuvil_fill(void *dst, const void *value, size_t esize, int64_t n);
+#if CUVIL_LIB_BODY /* the kernel library's code (cuvil_rt.h) */
+CUVIL_LIB void cuvil_fill(void *dst, const void *value, size_t esize, int64_t n) {
     if (n <= 0) return;
     cuvil_vrow(dst, value, esize, n, 0);
 }
+#endif
 
 /* Python's slice(*start, end, step).indices(dim): clamps *start in place and
  * returns the slice's length (ONNX Slice follows the same rules).  step != 0. */

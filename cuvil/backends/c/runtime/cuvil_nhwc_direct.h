@@ -85,6 +85,7 @@ typedef struct cuvil_nhwc_direct {
 } cuvil_nhwc_direct;
 
 /* Rows [0, rows) of a tile buffer t (rows `width` floats apart) into y, ncols of each, plus the bias. */
+#if CUVIL_LIB_BODY /* the kernel library's code (cuvil_rt.h) */
 static __attribute__((noinline)) void cuvil_nhwc_store_part(const float *t, int rows, int64_t width, const float *b,
                                                             float *y, int64_t ldy, int64_t ncols) {
     for (int i = 0; i < rows; i++)
@@ -138,6 +139,7 @@ static inline __attribute__((always_inline)) void cuvil_nhwc_tile(const int MR, 
         for (int v = 0; v < NV; v++) t[i * NV + v] = acc[i][v];
     cuvil_nhwc_store_part((const float *)t, MR, NV * W, b, y, ldy, ncols);
 }
+#endif
 
 /* `count` pixels (origins origin + p * ps, outputs y + p * ldy) by panels [q0, q1) of group gi: full
  * strips, then the last pixels one at a time. */
@@ -161,14 +163,19 @@ static inline __attribute__((always_inline)) void cuvil_nhwc_tile(const int MR, 
                                 d->b ? d->b + gi * d->mg + col : NULL, y + p * ldy + col, ldy, ncols);               \
             }                                                                                                       \
     }
+#if CUVIL_LIB_BODY /* the kernel library's code (cuvil_rt.h) */
 CUVIL_NHWC_PIXELS(1)
 CUVIL_NHWC_PIXELS(2)
 CUVIL_NHWC_PIXELS(3)
+#endif
 #if CUVIL_NHWC_NV_MAX >= 4
+#if CUVIL_LIB_BODY /* the kernel library's code (cuvil_rt.h) */
 CUVIL_NHWC_PIXELS(4)
+#endif
 #endif
 #undef CUVIL_NHWC_PIXELS
 
+#if CUVIL_LIB_BODY /* the kernel library's code (cuvil_rt.h) */
 static void cuvil_nhwc_pixels(const cuvil_nhwc_direct *d, int64_t origin, int64_t ps, const cuvil_nhwc_run *runs,
                               int nruns, int64_t count, float *y, int64_t gi, int64_t q0, int64_t q1) {
     switch (d->nv) {
@@ -256,6 +263,7 @@ static void cuvil_nhwc_direct_task(void *ctx, int64_t task, int tid) {
     cuvil_split(d->npg, d->pparts, task % d->pparts, &q0, &q1);
     if (u0 < u1 && q0 < q1) cuvil_nhwc_direct_block(d, u0, u1, q0, q1);
 }
+#endif
 
 /* The packed weights: for each group and panel q, rows [0, K) of nr columns (zero past mg). */
 typedef struct cuvil_nhwc_pack_args {
@@ -263,6 +271,7 @@ typedef struct cuvil_nhwc_pack_args {
     int64_t K, M, group, mg, nr, npg;
 } cuvil_nhwc_pack_args;
 
+#if CUVIL_LIB_BODY /* the kernel library's code (cuvil_rt.h) */
 static void cuvil_nhwc_pack(void *dst, const void *arg) {
     const cuvil_nhwc_pack_args *a = (const cuvil_nhwc_pack_args *)arg;
     float *out = (float *)dst;
@@ -350,6 +359,7 @@ static CUVIL_UNUSED int cuvil_conv_nhwc_direct_f32(const cuvil_nhwc_geom *g, con
     free(own);
     return 0;
 }
+#endif
 
 #endif /* CUVIL_GEMM_VECTOR */
 
