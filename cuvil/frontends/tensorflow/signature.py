@@ -77,7 +77,7 @@ def _keras_call(model: Any) -> tuple[Callable[[list[Any]], Any], list[Any] | Non
     if inputs:
         import tensorflow as tf
 
-        names = [_input_name(getattr(t, "name", ""), i) for i, t in enumerate(inputs)]
+        names = [_input_name(_keras_name(t), i) for i, t in enumerate(inputs)]
         declared = [tf.TensorSpec(tuple(t.shape), tf.as_dtype(t.dtype), name=n) for t, n in zip(inputs, names)]
 
     def call(args: list[Any]) -> Any:
@@ -108,6 +108,13 @@ def _function_call(model: Any) -> tuple[Callable[[list[Any]], Any], list[Any] | 
 
     name = getattr(getattr(model, "python_function", None), "__name__", None) or getattr(model, "name", "function")
     return call, declared, names, str(name) if str(name).isidentifier() else "function"
+
+
+def _keras_name(t: Any) -> str:
+    """The name of the layer that makes a symbolic Keras tensor (an input's ``keras.Input(name=)``)."""
+    history = getattr(t, "_keras_history", None)
+    op = getattr(history, "operation", None)
+    return str(getattr(op, "name", None) or getattr(t, "name", "") or "")
 
 
 def _input_name(name: str, i: int) -> str:
@@ -184,7 +191,10 @@ def _named_outputs(out: Any, model: Any) -> dict[str, Any]:
     flat = tf.nest.flatten(out)
     if not flat:
         raise ModelError("the model returns no tensor")
-    names = [str(n) for n in (getattr(model, "output_names", None) or [])] if model is not None else []
+    try:
+        names = [_keras_name(t) for t in model.outputs] if model is not None else []
+    except (AttributeError, ValueError):  # a subclassed model declares no outputs
+        names = []
     if len(names) != len(flat) or len(set(names)) != len(names):
         names = ["output"] if len(flat) == 1 else [f"output_{k}" for k in range(len(flat))]
     return dict(zip(names, flat))
