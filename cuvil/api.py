@@ -301,6 +301,11 @@ def _log_plan(graph: Graph, backend: Backend, signature: Signature) -> None:
                     yield from kernels(r)
 
     nodes = [n for n in kernels(graph) if n.op != "constant"]
+    # layout changes the passes could not cancel (an NHWC model's edges, ops that read NCHW only)
+    transposes = [n for n in nodes if n.op == "transpose"]
+    _log.debug("transposes left after the passes: %d%s", len(transposes),
+               "".join(f"\n  node {n.name!r}: perm {n.attrs.get('perm')} on {n.inputs[0].type if n.inputs[0] else '?'}"
+                       for n in transposes))
     interpreted = backend.kernel_ops() is None  # it runs each op's NumPy reference
     where = "the reference interpreter" if interpreted else f"the {backend.name} code generator"
     _log.debug("partitions: 1 (the whole graph: %d nodes besides constants, on %s)", len(nodes), where)

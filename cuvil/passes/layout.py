@@ -66,7 +66,9 @@ class ConvertLayout(Pass):
        all have twins converts with its axis remapped.  A converted op defines the twin of its
        output.
     4. A value's twin is ``transpose(v, [0, 2, 3, 1])``, made once, before the first node that
-       needs it; a value known only by its twin gets its NCHW form back,
+       needs it, except for a value that is itself ``transpose(x, [0, 3, 1, 2])`` of a rank-4 ``x``
+       (an NHWC model's convolution input as tf2onnx writes it): its twin is ``x``, and the
+       transpose is dropped when nothing reads it any more.  A value known only by its twin gets its NCHW form back,
        ``transpose(twin, [0, 3, 1, 2])`` under its own name, right before the first node that
        reads it in NCHW (a region capture counts) or at the end for a graph output.  Graph
        inputs and outputs keep their layout, names and types.
@@ -91,6 +93,13 @@ class ConvertLayout(Pass):
         for g in nested_graphs(graph):
             changed |= _Rewriter(g, names, self.convs).run()
         return PassResult(graph, changed)
+
+
+def _perm(perm: object) -> tuple[int, ...] | None:
+    """A rank-4 transpose's permutation as a tuple (None: absent, or not four axes)."""
+    if not isinstance(perm, list | tuple | np.ndarray) or len(perm) != 4:
+        return None
+    return tuple(int(p) % 4 for p in perm)
 
 
 def _is_candidate(node: Node) -> bool:
@@ -142,6 +151,7 @@ class _Rewriter:
         self.lazy: set[Value] = set()  # NCHW values that, so far, only their twin defines
         self.out: list[Node] = []
         self.dropped: list[Value] = []  # operands of replaced nodes: constants that may be dead now
+        self.bypassed: list[Node] = []  # transposes to NCHW whose input became their output's twin
 
     def fresh(self, base: str) -> str:
         name, i = base, 1
@@ -165,6 +175,10 @@ class _Rewriter:
         if not changed:
             return False
         self.g.nodes = self.out
+        if self.bypassed:
+            read = {v for n in self.g.nodes for v in reads(n)} | set(self.g.outputs)
+            dead = {id(n) for n in self.bypassed if not any(o in read for o in n.outputs)}
+            self.g.nodes = [n for n in self.g.nodes if id(n) not in dead]
         drop_unused_constants(self.g, self.dropped)
         return True
 
@@ -174,6 +188,12 @@ class _Rewriter:
         """``v``'s twin, made by a transpose (or, for a constant, a transposed constant) if needed."""
         if v in self.twin:
             return self.twin[v]
+        p = v.producer
+        if (p is not None and p.op == "transpose" and p.inputs and p.inputs[0] is not None
+                and p.inputs[0].type.rank == 4 and _perm(p.attrs.get("perm")) == TO_NCHW):
+            self.twin[v] = p.inputs[0]  # rule 4: transpose(transpose(x, to NCHW), to NHWC) is x
+            self.bypassed.append(p)
+            return p.inputs[0]
         c = const_of(v)
         if c is not None:
             padded = c.reshape((1,) * (4 - c.ndim) + c.shape)

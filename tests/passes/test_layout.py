@@ -128,3 +128,18 @@ def test_reduced_precision_convolutions_convert(dtype: str) -> None:
     assert str(g.outputs[0].type) == f"{dtype}[n, 8, 6, 6]"
     wide = CHAIN.replace("f32[", "f64[").replace("dense<f32", "dense<f64")
     assert _ops(_run(_graph(wide, "%x: f64[n, 8, 6, 6]"))) == ["conv", "relu", "conv", "add"]
+
+
+def test_a_transposed_nhwc_input_is_its_own_twin() -> None:
+    # an NHWC model as tf2onnx writes it: its input transposed to NCHW for the convolution
+    body = f"""  %w1 = constant() {{value = {_dense((8, 8, 1, 1))}}} : f32[8, 8, 1, 1]
+  %t = transpose(%x) {{perm = [0, 3, 1, 2]}} : f32[n, 8, 6, 6]
+  %c = conv(%t, %w1) : f32[n, 8, 6, 6]
+  %r = relu(%c) : f32[n, 8, 6, 6]
+  %y = transpose(%r) {{perm = [0, 2, 3, 1]}} : f32[n, 6, 6, 8]
+  return %y"""
+    g = _run(_graph(body, "%x: f32[n, 6, 6, 8]"))
+    # the input transpose and its inverse cancel (the one made is dropped with nothing reading it);
+    # the output's pair is left (the DEBUG log of cuvil.compile lists it)
+    assert _ops(g) == ["conv_nhwc", "relu", "transpose", "transpose"]
+    assert g.nodes[[n.op for n in g.nodes].index("conv_nhwc")].inputs[0] is g.inputs[0]

@@ -64,7 +64,9 @@ def is_tensorflow_model(model: object) -> bool:
         return False
     if isinstance(model, tf.types.experimental.GenericFunction):
         return True
-    return isinstance(model, tf.Module) and "serving_default" in (getattr(model, "signatures", None) or {})
+    # what tf.saved_model.load returns: a trackable object of TensorFlow's with its signatures
+    return type(model).__module__.startswith("tensorflow.") and "serving_default" in (
+        getattr(model, "signatures", None) or {})
 
 
 def is_tensorflow_path(model: object) -> bool:

@@ -26,7 +26,7 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def keras_outputs(model: Any, x: np.ndarray) -> np.ndarray:
-    return np.asarray(model(x, training=False))
+    return np.asarray(model(x, training=False).numpy())
 
 
 @pytest.mark.parametrize("target", ["ref", "native"])

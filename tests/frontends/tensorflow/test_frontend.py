@@ -1,0 +1,186 @@
+"""The TensorFlow front end on small models: what input_spec takes and the symbols it makes, the
+model forms (Keras functional / sequential / subclassed, tf.function, SavedModel, .keras file),
+the refusals (training-mode semantics, ops that cannot be compiled, with their Keras layers), and
+the command line on a SavedModel folder.  Tolerance: relative L2 <= 1e-5 against TensorFlow."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow", reason="the TensorFlow front end needs tensorflow (pip install 'cuvil[tensorflow]')")
+pytest.importorskip("tf2onnx", reason="the TensorFlow front end needs tf2onnx (pip install 'cuvil[tensorflow]')")
+import keras  # noqa: E402
+
+import cuvil  # noqa: E402
+from cuvil.cli import main  # noqa: E402
+from cuvil.errors import CuvilError, InputError, ModelError, UnsupportedOpError  # noqa: E402
+from cuvil.frontends.tensorflow import is_tensorflow_model, is_tensorflow_path  # noqa: E402
+from cuvil.frontends.tensorflow.layers import LayerNames  # noqa: E402
+from cuvil.metrics import relative_l2  # noqa: E402
+from tests.frontends.tensorflow import models  # noqa: E402
+
+L = keras.layers
+RTOL_L2 = 1e-5
+
+
+@pytest.fixture(scope="module")
+def mlp() -> tuple[Any, np.ndarray]:
+    return models.build("mlp", batch=3)
+
+
+def close(got: np.ndarray, want: Any) -> bool:
+    want = want.numpy() if hasattr(want, "numpy") else want
+    return relative_l2(np.asarray(got), np.asarray(want)) <= RTOL_L2
+
+
+def test_none_dims_become_symbols_that_dims_constrains(mlp: tuple[Any, np.ndarray]) -> None:
+    model, x = mlp
+    spec = [tf.TensorSpec((None, 20), tf.float32)]
+    m = cuvil.compile(model, input_spec=spec, dims={"batch": (1, 4)})
+    assert [(s.name, str(s.type)) for s in m.input_specs] == [("features", "f32[batch, 20]")]
+    assert [s.name for s in m.output_specs] == ["scores"]  # the Keras model's own output name
+    assert (m.symbols["batch"].min, m.symbols["batch"].max) == (1, 4)
+    assert close(m(x)[0], model(x, training=False))
+    with pytest.raises(InputError, match="batch"):
+        m(np.zeros((5, 20), np.float32))
+    with pytest.raises(CuvilError, match="no symbolic dim 'n'"):
+        cuvil.compile(model, input_spec=spec, dims={"n": (1, 4)})
+
+
+def test_input_spec_forms(mlp: tuple[Any, np.ndarray]) -> None:
+    model, x = mlp
+    named = cuvil.compile(model, input_spec=[cuvil.TensorSpec(("rows", 20), "float32")])
+    assert str(named.input_specs[0].type) == "f32[rows, 20]" and list(named.symbols) == ["rows"]
+    static = cuvil.compile(model, input_spec=[x])
+    assert str(static.input_specs[0].type) == "f32[3, 20]" and not static.symbols
+    assert close(static(x)[0], model(x, training=False))
+    inner = keras.Input((6, 4), name="seq")
+    two = keras.Model(inner, L.Dense(2, name="d")(inner))
+    m = cuvil.compile(two, input_spec=[tf.TensorSpec((None, None, 4), tf.float32)])
+    assert str(m.input_specs[0].type) == "f32[batch, seq_dim1, 4]"
+    with pytest.raises(CuvilError, match="expected a tf.TensorSpec"):
+        cuvil.compile(model, input_spec=["features"])
+
+
+def test_subclassed_model_and_tf_function() -> None:
+    class Gated(keras.Model):
+        def __init__(self) -> None:
+            super().__init__(name="gated")
+            self.value = L.Dense(8, name="value")
+            self.gate = L.Dense(8, activation="sigmoid", name="gate")
+
+        def call(self, x: Any, training: bool = False) -> Any:
+            return self.value(x) * self.gate(x)
+
+    keras.utils.set_random_seed(0)
+    model = Gated()
+    x = np.random.default_rng(0).standard_normal((2, 5)).astype(np.float32)
+    model(x)
+    with pytest.raises(CuvilError, match="needs input_spec"):
+        cuvil.compile(model)
+    m = cuvil.compile(model, input_spec=[tf.TensorSpec((None, 5), tf.float32, name="x")])
+    assert m.input_names == ["x"] and m.info.source_kind == "keras model"
+    assert close(m(x)[0], model(x))
+
+    fn = tf.function(lambda t: tf.nn.relu(model(t)) + 1.0, input_signature=[tf.TensorSpec((None, 5), tf.float32)])
+    assert is_tensorflow_model(fn)
+    f = cuvil.compile(fn)
+    assert f.info.source_kind == "tf.function" and str(f.input_specs[0].type) == "f32[batch, 5]"
+    assert close(f(x)[0], fn(x))
+
+
+def test_savedmodel_and_keras_file(tmp_path: Path, mlp: tuple[Any, np.ndarray]) -> None:
+    model, x = mlp
+    saved = tmp_path / "saved"
+    model.export(str(saved), verbose=False)
+    assert is_tensorflow_path(saved) and not is_tensorflow_path(tmp_path)
+    m = cuvil.compile(str(saved))
+    assert m.info.source_kind == "tensorflow savedmodel" and str(m.input_specs[0].type) == "f32[batch, 20]"
+    assert close(m(x)[0], model(x, training=False))
+    m2 = cuvil.compile(tf.saved_model.load(str(saved)))
+    assert close(m2(x)[0], model(x, training=False))
+    path = tmp_path / "mlp.keras"
+    model.save(path)
+    k = cuvil.compile(str(path))
+    assert k.info.source_kind == "keras file" and close(k(x)[0], model(x, training=False))
+    with pytest.raises(ModelError, match="no such file"):
+        cuvil.compile(str(tmp_path / "missing.keras"))
+
+
+def test_training_mode_semantics_are_refused() -> None:
+    class Trains(keras.Model):
+        def __init__(self) -> None:
+            super().__init__(name="trains")
+            self.dense = L.Dense(8, name="dense")
+            self.bn = L.BatchNormalization(name="bn")
+            self.drop = L.Dropout(0.5, name="drop")
+
+        def call(self, x: Any, training: bool = False) -> Any:
+            return self.drop(self.bn(self.dense(x), training=True), training=True)
+
+    model = Trains()
+    model(np.zeros((2, 4), np.float32))
+    with pytest.raises(ModelError) as info:
+        cuvil.compile(model, input_spec=[tf.TensorSpec((None, 4), tf.float32)])
+    text = str(info.value)
+    assert "training-mode semantics" in text and "training=False" in text
+    assert "layer 'bn' updates its variables as it runs (AssignVariableOp)" in text
+    assert "layer 'drop' draws random numbers" in text
+
+
+def test_ops_that_cannot_be_compiled_are_one_error_naming_their_layers() -> None:
+    inp = keras.Input((8,), name="v")
+    y = L.Dense(8, name="dense")(inp)
+    y = L.Lambda(lambda t: tf.math.lgamma(t) + tf.math.igamma(t, t), name="special")(y)
+    y = L.Lambda(lambda t: tf.bitcast(t, tf.int32), name="bits")(y)
+    model = keras.Model(inp, y, name="odd")
+    with pytest.raises(UnsupportedOpError) as info:
+        cuvil.compile(model)
+    uses = {u.op_type: u for u in info.value.uses}
+    assert {"Lgamma", "Igamma"} <= set(uses)
+    assert uses["Lgamma"].domain == "tensorflow" and uses["Lgamma"].layers == ("special",)
+    text = str(info.value)
+    assert "tensorflow::Lgamma: a TensorFlow op tf2onnx has no conversion for" in text
+    assert "in layer 'special'" in text
+
+
+def test_layer_names_of_op_names() -> None:
+    enc = models.transformer()
+    names = LayerNames.of(enc)
+    assert names.layer_of("encoder_1/ln1_1/batchnorm/mul") == "ln1"
+    assert names.layer_of("StatefulPartitionedCall/encoder_1/mha_1/query_1/einsum/Einsum") == "mha/query"
+    assert names.layer_of("encoder_1/ff1_1/MatMul__12") == "ff1"
+    assert names.layer_of("const_fold_opt__19") is None
+    # without a Keras model (a tf.function, a SavedModel): the op's name scope
+    assert LayerNames.of(None).layer_of("StatefulPartitionedCall/m_1/d_1/MatMul") == "m_1/d_1"
+
+
+def test_cli_compiles_a_savedmodel_folder_and_runs_the_artifact(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                mlp: tuple[Any, np.ndarray]) -> None:
+    model, _ = mlp
+    saved = tmp_path / "saved"
+    model.export(str(saved), verbose=False)
+    art = tmp_path / "art"
+    assert main(["compile", str(saved), "-t", "native", "-o", str(art)]) == 0
+    out = capsys.readouterr().out
+    assert "input  features: f32[batch, 20]" in out and f"saved to {art}" in out
+    assert main(["run", str(art), "--random", "--seed", "0"]) == 0
+    assert "output_0: float32[1, 4]" in capsys.readouterr().out  # the SavedModel signature's output name
+    assert main(["run", str(saved), "--random"]) == 0  # a SavedModel folder is compiled, not loaded
+    assert "output_0: float32[" in capsys.readouterr().out
+
+
+def test_debug_log_names_the_transposes_left(caplog: pytest.LogCaptureFixture) -> None:
+    model, _ = models.build("mobilenet")
+    with caplog.at_level(logging.DEBUG, logger="cuvil"):
+        m = cuvil.compile(model, target="native")
+    left = [n for n in m.graph.walk() if n.op == "transpose"]
+    lines = [r.getMessage() for r in caplog.records if "transpose" in r.getMessage() and "left" in r.getMessage()]
+    assert lines and lines[0].startswith(f"transposes left after the passes: {len(left)}")
+    # tf2onnx's transpose of the NHWC input and the layout pass's inverse of it cancelled
+    assert not any(n.inputs[0] is m.graph.inputs[0] for n in left)
