@@ -5,7 +5,10 @@ the command line on a SavedModel folder.  Tolerance: relative L2 <= 1e-5 against
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +26,12 @@ from cuvil.frontends.tensorflow import is_tensorflow_model, is_tensorflow_path  
 from cuvil.frontends.tensorflow.layers import LayerNames  # noqa: E402
 from cuvil.metrics import relative_l2  # noqa: E402
 from tests.frontends.tensorflow import models  # noqa: E402
+from tests.support.paths import REPO  # noqa: E402
 
 L = keras.layers
 RTOL_L2 = 1e-5
+# Keras's own use of NumPy 2's deprecated __array__ signature while exporting a SavedModel
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
 @pytest.fixture(scope="module")
@@ -160,6 +166,7 @@ def test_layer_names_of_op_names() -> None:
     assert LayerNames.of(None).layer_of("StatefulPartitionedCall/m_1/d_1/MatMul") == "m_1/d_1"
 
 
+@pytest.mark.slow
 def test_cli_compiles_a_savedmodel_folder_and_runs_the_artifact(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                                 mlp: tuple[Any, np.ndarray]) -> None:
     model, _ = mlp
@@ -175,6 +182,7 @@ def test_cli_compiles_a_savedmodel_folder_and_runs_the_artifact(tmp_path: Path, 
     assert "output_0: float32[" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_debug_log_names_the_transposes_left(caplog: pytest.LogCaptureFixture) -> None:
     model, _ = models.build("mobilenet")
     with caplog.at_level(logging.DEBUG, logger="cuvil"):
@@ -184,3 +192,15 @@ def test_debug_log_names_the_transposes_left(caplog: pytest.LogCaptureFixture) -
     assert lines and lines[0].startswith(f"transposes left after the passes: {len(left)}")
     # tf2onnx's transpose of the NHWC input and the layout pass's inverse of it cancelled
     assert not any(n.inputs[0] is m.graph.inputs[0] for n in left)
+
+
+def test_readme_example_runs() -> None:
+    """The README's TensorFlow section: its Python block, run here (TensorFlow is loaded already)."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("### TensorFlow and Keras models"):]
+    section = section[: section.index("\n## ")]
+    (code,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "README.md", "exec"), {})
+    assert out.getvalue().splitlines() == ["[TensorSpec('image', f32[batch, 32, 32, 3])]", "True"]

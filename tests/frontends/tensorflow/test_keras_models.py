@@ -17,7 +17,7 @@ from cuvil.metrics import relative_l2  # noqa: E402
 from tests.frontends.tensorflow import models  # noqa: E402
 
 RTOL_L2 = 1e-5
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 
 @pytest.fixture(scope="module")
