@@ -125,8 +125,8 @@ def load_tensorflow(model: Any, input_spec: Any = None, dims: Mapping[str, Symbo
 def _load(model: Any) -> tuple[Any, str]:
     """The model object and what it is (``cuvil.CompileInfo.source_kind``)."""
     if not isinstance(model, str | os.PathLike):
-        keras = sys.modules.get("keras")
-        if keras is not None and isinstance(model, keras.layers.Layer):
+        loaded_keras = sys.modules.get("keras")
+        if loaded_keras is not None and isinstance(model, loaded_keras.layers.Layer):
             return model, "keras model"
         if hasattr(model, "signatures"):
             return model, "tensorflow savedmodel"

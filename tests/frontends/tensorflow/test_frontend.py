@@ -69,7 +69,7 @@ def test_input_spec_forms(mlp: tuple[Any, np.ndarray]) -> None:
     two = keras.Model(inner, L.Dense(2, name="d")(inner))
     m = cuvil.compile(two, input_spec=[tf.TensorSpec((None, None, 4), tf.float32)])
     assert str(m.input_specs[0].type) == "f32[batch, seq_dim1, 4]"
-    with pytest.raises(CuvilError, match="expected a tf.TensorSpec"):
+    with pytest.raises(CuvilError, match=r"expected a tf\.TensorSpec"):
         cuvil.compile(model, input_spec=["features"])
 
 

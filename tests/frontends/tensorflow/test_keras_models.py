@@ -12,9 +12,9 @@ import pytest
 pytest.importorskip("tensorflow", reason="the TensorFlow front end needs tensorflow (pip install 'cuvil[tensorflow]')")
 pytest.importorskip("tf2onnx", reason="the TensorFlow front end needs tf2onnx (pip install 'cuvil[tensorflow]')")
 
-import cuvil  # noqa: E402
-from cuvil.metrics import relative_l2  # noqa: E402
-from tests.frontends.tensorflow import models  # noqa: E402
+import cuvil
+from cuvil.metrics import relative_l2
+from tests.frontends.tensorflow import models
 
 RTOL_L2 = 1e-5
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
