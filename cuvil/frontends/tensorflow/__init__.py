@@ -81,7 +81,9 @@ def is_tensorflow_path(model: object) -> bool:
 class TensorFlowImport:
     """A converted TensorFlow model: its graph, the ONNX model tf2onnx wrote, what was compiled, and
     stage timings.  ``layers`` maps ONNX node names to the Keras layer path each came from (where
-    known); ``keras_model`` is the Keras model, when there is one (the layerwise check taps it)."""
+    known); ``keras_model`` is the Keras model, when there is one; ``function`` is the inference-mode
+    ``tf.function`` that was converted (inputs by position, a dict of outputs by name): the source
+    framework's run of the model, for verification."""
 
     graph: Graph
     onnx_model: Any
@@ -89,6 +91,7 @@ class TensorFlowImport:
     kind: str
     layers: dict[str, str] = field(default_factory=dict)
     keras_model: Any = None
+    function: Any = None
     seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -119,7 +122,8 @@ def load_tensorflow(model: Any, input_spec: Any = None, dims: Mapping[str, Symbo
     keras_model = obj if keras is not None and isinstance(obj, keras.layers.Layer) else None
     log.debug("converted %s %r: %d ONNX nodes, %d Cuvil nodes (tf2onnx %.3f s, import %.3f s)", kind, fn.name,
               len(proto.graph.node), len(graph.nodes), seconds["tf2onnx"], seconds["convert"])
-    return TensorFlowImport(graph, proto, hashlib.sha256(data).hexdigest(), kind, layers, keras_model, seconds)
+    return TensorFlowImport(graph, proto, hashlib.sha256(data).hexdigest(), kind, layers, keras_model, fn.function,
+                            seconds)
 
 
 def _load(model: Any) -> tuple[Any, str]:

@@ -17,6 +17,10 @@ Oracles, by the model's origin:
   node by node (a ``torch.fx.Interpreter`` keeping every FX node's result); the
   torch front end records which FX node each value is the result of, so a
   layer names its FX node and the module path it came from;
+- TensorFlow models: onnxruntime on the ONNX model tf2onnx converted the model to (the layers are
+  its tensors, by name), each layer named with the Keras layer of its node; the model's whole
+  outputs are checked against TensorFlow itself by the ``precision`` check.  (Tapping TensorFlow's
+  own per-layer tensors is not done: tf2onnx changes their layouts and folds some away.)
 - Cuvil graphs: the reference interpreter computing in float64 on the imported
   graph (values by name).
 
@@ -58,6 +62,7 @@ from cuvil.verify.base import Check, CheckResult, Status, VerifyError, register_
 
 DEFAULT_THRESHOLD = 1e-4
 REFERENCE_ORACLE = "reference interpreter (float64)"
+TF_ORACLE = "onnxruntime on tf2onnx's conversion"
 _FLOAT = (DType.f32, DType.f64)
 
 
@@ -252,6 +257,20 @@ class Layerwise(Check):
                 except ImportError as exc:
                     cache["onnx-fallback"] = self._reference(ctx, inputs, _missing("onnxruntime", exc))
             return cache["onnx-fallback"]
+        if kind == "tensorflow" and framework:
+            # tf2onnx's ONNX model, on onnxruntime: Cuvil keeps its tensor names, and each of its nodes is
+            # named after the TensorFlow op it converts, so a layer names its Keras layer
+            if "tf-fallback" not in cache:
+                imp = ctx.tensorflow_import
+                try:
+                    values, producers = onnx_intermediates(imp.onnx_model, names, feed)
+                except ImportError as exc:
+                    cache["tf-fallback"] = self._reference(ctx, inputs, _missing("onnxruntime", exc))
+                else:
+                    sources = {v: (f"{n} (Keras layer {imp.layers[n]})" if n in imp.layers else n)
+                               for v, n in producers.items()}
+                    return Oracle(values, sources, TF_ORACLE)
+            return cache["tf-fallback"]
         if "all" not in cache:
             if kind == "torch":
                 try:
