@@ -148,8 +148,9 @@ def test_ops_that_cannot_be_compiled_are_one_error_naming_their_layers() -> None
     with pytest.raises(UnsupportedOpError) as info:
         cuvil.compile(model)
     uses = {u.op_type: u for u in info.value.uses}
-    assert {"Lgamma", "Igamma"} <= set(uses)
+    assert {"Lgamma", "Igamma", "Bitcast"} <= set(uses)
     assert uses["Lgamma"].domain == "tensorflow" and uses["Lgamma"].layers == ("special",)
+    assert uses["Bitcast"].layers == ("bits",)
     text = str(info.value)
     assert "tensorflow::Lgamma: a TensorFlow op tf2onnx has no conversion for" in text
     assert "in layer 'special'" in text
@@ -204,3 +205,25 @@ def test_readme_example_runs() -> None:
     with contextlib.redirect_stdout(out):
         exec(compile(code, "README.md", "exec"), {})
     assert out.getvalue().splitlines() == ["[TensorSpec('image', f32[batch, 32, 32, 3])]", "True"]
+
+
+def test_an_onnx_op_cuvil_does_not_import_names_its_keras_layer() -> None:
+    """An ONNX op tf2onnx emits that Cuvil has no importer for (here a hand-written node named as
+    tf2onnx names it, after its TensorFlow op) is reported in the ONNX domain, with its layer."""
+    from onnx import TensorProto, helper
+
+    from cuvil.frontends.tensorflow.convert import import_onnx
+
+    inp = keras.Input((4,), name="x")
+    model = keras.Model(inp, L.Dense(4, name="head")(inp), name="net")
+    node = helper.make_node("Multinomial", ["x"], ["y"], name="net_1/head_1/Multinomial")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.INT32, [1, 1])])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(UnsupportedOpError) as info:
+        import_onnx(proto, LayerNames.of(model), None)
+    (use,) = info.value.uses
+    assert (use.op_type, use.domain, use.layers) == ("Multinomial", "", ("head",))
+    assert "ai.onnx::Multinomial (opset 17): tf2onnx converts to this ONNX op, which Cuvil does not import" in str(
+        info.value)
+    assert "in layer 'head'" in str(info.value)
