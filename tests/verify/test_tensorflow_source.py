@@ -26,16 +26,18 @@ import tensorflow as tf
 from tests.frontends.tensorflow import models
 
 def make():
-    model, _ = models.build("mlp")
-    return model, [tf.TensorSpec((None, 20), tf.float32)]
+    model, _ = models.build("mobilenet")
+    return model, [tf.TensorSpec((None, 16, 16, 3), tf.float32)]
 """, encoding="utf-8")
     report = cuvil.verify(f"{factory}:make", checks=["layerwise", "precision"], targets=["ref"])
     results = {r.check: r for r in report.results}
     assert report.exit_status == 0, report.verdict
     layerwise = results["layerwise"]
-    assert "onnxruntime on tf2onnx's conversion" in layerwise.summary
-    sources = [e["source_node"] for e in layerwise.details["series"]]
-    assert any("(Keras layer hidden1)" in str(s) for s in sources), sources
+    assert "against TensorFlow (per-layer outputs of the Keras model)" in layerwise.summary
+    series = {str(e["source_node"]).split(" (")[0]: e for e in layerwise.details["series"]}
+    # TensorFlow's NHWC outputs compared with the channels-first tensors tf2onnx made of them
+    assert series["Keras layer pw1_relu6"]["shape"] == [1, 16, 8, 8]  # NHWC [1, 8, 8, 16] in TensorFlow
+    assert {"Keras layer stem_relu6", "Keras layer pool", "Keras layer logits"} <= set(series)
     assert "TensorFlow (fp32)" in results["precision"].summary
 
 
@@ -43,6 +45,9 @@ def test_savedmodel_folder(tmp_path: Path) -> None:
     model, _ = models.build("mlp")
     saved = tmp_path / "saved"
     model.export(str(saved), verbose=False)
-    report = cuvil.verify(str(saved), checks=["precision"], targets=["ref"])
+    report = cuvil.verify(str(saved), checks=["precision", "layerwise"], targets=["ref"])
     assert report.exit_status == 0, report.verdict
-    assert "TensorFlow (fp32)" in report.results[0].summary
+    results = {r.check: r for r in report.results}
+    assert "TensorFlow (fp32)" in results["precision"].summary
+    # a SavedModel has no Keras layers to tap: onnxruntime on tf2onnx's model, its name scopes shown
+    assert "against onnxruntime on tf2onnx's conversion" in results["layerwise"].summary

@@ -110,3 +110,20 @@ def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     line = text.splitlines()[0] if text else type(exc).__name__
     return line if len(line) <= 300 else line[:297] + "..."
+
+
+def layer_outputs(model: Any, inputs: Sequence[Any]) -> dict[str, Any]:
+    """The output of every top-level layer of a functional or sequential Keras model on ``inputs``
+    (NumPy arrays by layer name, in inference mode); {} for a model whose layers' outputs are not
+    graph tensors (a subclassed model).  A layer with several outputs is left out."""
+    import keras
+    import numpy as np
+
+    try:
+        inner = [la for la in model.layers if not isinstance(la, keras.layers.InputLayer)]
+        tapped = keras.Model(model.inputs, [la.output for la in inner])
+    except (AttributeError, ValueError, TypeError):
+        return {}
+    outs = tapped(list(inputs), training=False)  # model.inputs is a list, one tensor or more
+    outs = outs if isinstance(outs, list | tuple) else [outs]
+    return {la.name: np.asarray(o.numpy()) for la, o in zip(inner, outs) if hasattr(o, "numpy")}

@@ -17,10 +17,12 @@ Oracles, by the model's origin:
   node by node (a ``torch.fx.Interpreter`` keeping every FX node's result); the
   torch front end records which FX node each value is the result of, so a
   layer names its FX node and the module path it came from;
-- TensorFlow models: onnxruntime on the ONNX model tf2onnx converted the model to (the layers are
-  its tensors, by name), each layer named with the Keras layer of its node; the model's whole
-  outputs are checked against TensorFlow itself by the ``precision`` check.  (Tapping TensorFlow's
-  own per-layer tensors is not done: tf2onnx changes their layouts and folds some away.)
+- TensorFlow models: TensorFlow's output of each layer of the Keras model, compared with the
+  tapped value of the layer's output: tf2onnx names each ONNX node after its TensorFlow op, in the
+  layer's name scope, and onnxruntime on tf2onnx's model decides which value is the layer's output
+  and in which layout (channels-first where tf2onnx made it so) (:func:`tensorflow_oracle`); a
+  model without per-layer outputs (subclassed, a tf.function, a SavedModel) is compared with
+  onnxruntime on tf2onnx's model, its layers named with their Keras layers;
 - Cuvil graphs: the reference interpreter computing in float64 on the imported
   graph (values by name).
 
@@ -62,7 +64,10 @@ from cuvil.verify.base import Check, CheckResult, Status, VerifyError, register_
 
 DEFAULT_THRESHOLD = 1e-4
 REFERENCE_ORACLE = "reference interpreter (float64)"
-TF_ORACLE = "onnxruntime on tf2onnx's conversion"
+TF_ORACLE = "TensorFlow (per-layer outputs of the Keras model)"
+TF_FALLBACK_ORACLE = "onnxruntime on tf2onnx's conversion"
+#: how closely onnxruntime's value of a tensor must agree with a Keras layer's output to be taken for it
+LAYOUT_MATCH = 1e-4
 _FLOAT = (DType.f32, DType.f64)
 
 
@@ -188,6 +193,49 @@ def torch_intermediates(program: Any, feed: Mapping[str, np.ndarray]) -> tuple[d
     return values, modules
 
 
+def _channels_first(rank: int) -> tuple[int, ...]:
+    """The permutation from channels-last to channels-first (NHWC -> NCHW) at ``rank``."""
+    return (0, rank - 1, *range(1, rank - 1))
+
+
+def tensorflow_oracle(imp: Any, names: Sequence[str], feed: Mapping[str, np.ndarray],
+                      inputs: Sequence[np.ndarray]) -> Oracle:
+    """TensorFlow's own output of each Keras layer, for the tapped values that compute it.
+
+    A value is matched to a layer by its ONNX node (tf2onnx names it after the TensorFlow op, in the
+    layer's name scope), and is that layer's output, in TensorFlow's layout or channels-first, when
+    onnxruntime's value of it on tf2onnx's model agrees with the layer's output (relative L2 within
+    :data:`LAYOUT_MATCH`) in that layout: the layout and the match are decided by the two
+    frameworks, never by the build under test.  Values inside a layer (not its output) and layers
+    tf2onnx merged away have no oracle value and are not compared.  Without per-layer outputs (a
+    subclassed model, a tf.function, a SavedModel) the oracle is onnxruntime on tf2onnx's model."""
+    from cuvil.frontends.tensorflow.layers import layer_outputs
+
+    ort, producers = onnx_intermediates(imp.onnx_model, names, feed)
+    per_layer = layer_outputs(imp.keras_model, inputs) if imp.keras_model is not None else {}
+    if not per_layer:
+        scopes = {v: (f"{n} (Keras layer {imp.layers[n]})" if n in imp.layers else n) for v, n in producers.items()}
+        return Oracle(ort, scopes, TF_FALLBACK_ORACLE)
+    values: dict[str, np.ndarray] = {}
+    sources: dict[str, str] = {}
+    for v, a in ort.items():
+        layer = imp.layers.get(producers.get(v, ""))
+        want = per_layer.get(layer) if layer is not None else None
+        if want is None or a.dtype.kind != "f":
+            continue
+        best: tuple[float, np.ndarray] | None = None
+        for perm in [tuple(range(want.ndim)), *([_channels_first(want.ndim)] if want.ndim >= 3 else [])]:
+            cand = np.ascontiguousarray(want.transpose(perm))
+            if cand.shape == a.shape:
+                err = compare(a, cand).rel_l2
+                if err <= LAYOUT_MATCH and (best is None or err < best[0]):
+                    best = (err, cand)
+        if best is not None:
+            values[v] = best[1]
+            sources[v] = f"Keras layer {layer} ({producers[v]})"
+    return Oracle(values, sources, TF_ORACLE)
+
+
 def reference_intermediates(graph: Graph, inputs: Sequence[np.ndarray]) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Every top-level value of ``graph`` by name, computed by the reference interpreter in float64."""
     from cuvil.backends.ref.interpreter import run_graph
@@ -258,18 +306,11 @@ class Layerwise(Check):
                     cache["onnx-fallback"] = self._reference(ctx, inputs, _missing("onnxruntime", exc))
             return cache["onnx-fallback"]
         if kind == "tensorflow" and framework:
-            # tf2onnx's ONNX model, on onnxruntime: Cuvil keeps its tensor names, and each of its nodes is
-            # named after the TensorFlow op it converts, so a layer names its Keras layer
             if "tf-fallback" not in cache:
-                imp = ctx.tensorflow_import
                 try:
-                    values, producers = onnx_intermediates(imp.onnx_model, names, feed)
+                    return tensorflow_oracle(ctx.tensorflow_import, names, feed, list(inputs))
                 except ImportError as exc:
                     cache["tf-fallback"] = self._reference(ctx, inputs, _missing("onnxruntime", exc))
-                else:
-                    sources = {v: (f"{n} (Keras layer {imp.layers[n]})" if n in imp.layers else n)
-                               for v, n in producers.items()}
-                    return Oracle(values, sources, TF_ORACLE)
             return cache["tf-fallback"]
         if "all" not in cache:
             if kind == "torch":
