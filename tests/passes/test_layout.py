@@ -139,7 +139,20 @@ def test_a_transposed_nhwc_input_is_its_own_twin() -> None:
   %y = transpose(%r) {{perm = [0, 2, 3, 1]}} : f32[n, 6, 6, 8]
   return %y"""
     g = _run(_graph(body, "%x: f32[n, 6, 6, 8]"))
-    # the input transpose and its inverse cancel (the one made is dropped with nothing reading it);
-    # the output's pair is left (the DEBUG log of cuvil.compile lists it)
-    assert _ops(g) == ["conv_nhwc", "relu", "transpose", "transpose"]
+    # both pairs cancel: the input's transpose is dropped with nothing reading it, and the output's
+    # transpose back to NHWC is the relu's twin, which takes the output's name
+    assert _ops(g) == ["conv_nhwc", "relu"]
     assert g.nodes[[n.op for n in g.nodes].index("conv_nhwc")].inputs[0] is g.inputs[0]
+    assert [v.name for v in g.outputs] == ["y"] and str(g.outputs[0].type) == "f32[n, 6, 6, 8]"
+
+
+def test_a_transpose_back_to_nhwc_read_inside_the_graph_reads_the_twin() -> None:
+    body = f"""  %w1 = constant() {{value = {_dense((8, 8, 1, 1))}}} : f32[8, 8, 1, 1]
+  %c = conv(%x, %w1) : f32[n, 8, 6, 6]
+  %t = transpose(%c) {{perm = [0, 2, 3, 1]}} : f32[n, 6, 6, 8]
+  %s = constant() {{value = dense<i64[2]> [0, -1]}} : i64[2]
+  %y = reshape(%t, %s) : f32[n, 288]
+  return %y, %t"""
+    g = _run(_graph(body, "%x: f32[n, 8, 6, 6]"), "convert-layout{convs=all}")
+    assert _ops(g) == ["transpose", "conv_nhwc", "reshape"]  # the flatten reads the conv's twin
+    assert [v.name for v in g.outputs] == ["y", "t"]
