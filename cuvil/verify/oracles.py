@@ -57,5 +57,4 @@ def run_source(source: ModelSource, compiled: CompiledModel, inputs: Sequence[np
 
 def run_tensorflow(function: Any, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     """The outputs of a TensorFlow model's inference function (cuvil.frontends.tensorflow), in its order."""
-    out = function(*inputs)
-    return [np.asarray(v.numpy()) for v in out.values()]
+    return [np.asarray(v.numpy()) for v in function(*inputs)]

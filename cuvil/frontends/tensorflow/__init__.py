@@ -12,7 +12,7 @@ How it converts (:func:`load_tensorflow`):
 1. The model is wrapped in a ``tf.function`` of one argument per input (:mod:`.signature` gives
    their ``tf.TensorSpec``s and the names of their dynamic dims) that calls it in inference mode:
    a Keras model with ``training=False``, a SavedModel through its ``serving_default`` signature.
-   It returns a dict, so the ONNX outputs carry the model's own output names.  (tf2onnx's
+   Its outputs are renamed after the model's own output names, in the model's order.  (tf2onnx's
    ``from_keras`` cannot read Keras 3 models; converting this function is the route that works.)
 2. The traced TensorFlow graph is checked for training-mode semantics (:mod:`.layers`): a model
    that updates its variables while it runs (BatchNorm's moving statistics, a Dropout's seed) or
@@ -82,7 +82,7 @@ class TensorFlowImport:
     """A converted TensorFlow model: its graph, the ONNX model tf2onnx wrote, what was compiled, and
     stage timings.  ``layers`` maps ONNX node names to the Keras layer path each came from (where
     known); ``keras_model`` is the Keras model, when there is one; ``function`` is the inference-mode
-    ``tf.function`` that was converted (inputs by position, a dict of outputs by name): the source
+    ``tf.function`` that was converted (inputs by position, a list of outputs in order): the source
     framework's run of the model, for verification."""
 
     graph: Graph

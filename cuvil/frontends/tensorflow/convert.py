@@ -44,7 +44,27 @@ def convert_function(fn: InferenceFunction) -> Any:
         quiet.setLevel(level)
         quiet.propagate = propagate
     name_dims(proto, fn)
+    name_outputs(proto, fn.output_names)
     return proto
+
+
+def name_outputs(proto: Any, names: list[str]) -> None:
+    """Rename the graph's outputs (tf2onnx's ``Identity:0`` ...) to the model's output names, in order."""
+    outputs = list(proto.graph.output)
+    if len(outputs) != len(names):
+        raise ModelError(f"tf2onnx wrote {len(outputs)} outputs for a model with {len(names)}")
+    taken = {o for n in proto.graph.node for o in n.output} | {i.name for i in proto.graph.input} | {
+        t.name for t in proto.graph.initializer}
+    rename = {vi.name: want for vi, want in zip(outputs, names) if vi.name != want and want not in taken}
+    if not rename:
+        return
+    for vi in [*proto.graph.output, *proto.graph.value_info]:
+        vi.name = rename.get(vi.name, vi.name)
+    for n in proto.graph.node:
+        for i, x in enumerate(n.input):
+            n.input[i] = rename.get(x, x)
+        for i, x in enumerate(n.output):
+            n.output[i] = rename.get(x, x)
 
 
 def name_dims(proto: Any, fn: InferenceFunction) -> None:

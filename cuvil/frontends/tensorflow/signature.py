@@ -30,13 +30,17 @@ BATCH = "batch"
 @dataclass
 class InferenceFunction:
     """What tf2onnx converts: ``function`` (a ``tf.function`` of one tensor per input, returning a
-    dict of outputs by name), its input ``specs``, each input's dim names (a symbol's text, or None for
-    a static dim), and the model's name."""
+    list of outputs), its input ``specs``, each input's dim names (a symbol's text, or None for a
+    static dim), the model's name, and its outputs' names, in order (known once it is traced).
+
+    The outputs are a list, not a dict by name: tf2onnx flattens a dict in the order of its sorted
+    keys, so the model's own output order would be lost; :mod:`.convert` names them."""
 
     function: Any
     specs: list[Any]
     dim_names: list[list[str | None]]
     name: str
+    output_names: list[str]
 
 
 def inference_function(model: Any, input_spec: Any) -> InferenceFunction:
@@ -54,10 +58,15 @@ def inference_function(model: Any, input_spec: Any) -> InferenceFunction:
     if len(specs) != len(names) and declared is not None:
         raise CuvilError(f"input_spec gives {len(specs)} inputs, but the model takes {len(names)}")
 
-    def run(*args: Any) -> dict[str, Any]:
-        return _named_outputs(call(list(args)), model if keras_model else None)
+    output_names: list[str] = []
 
-    return InferenceFunction(tf.function(run, input_signature=specs, autograph=False), specs, dim_names, name)
+    def run(*args: Any) -> list[Any]:
+        named = _named_outputs(call(list(args)), model if keras_model else None)
+        output_names[:] = list(named)
+        return list(named.values())
+
+    return InferenceFunction(tf.function(run, input_signature=specs, autograph=False), specs, dim_names, name,
+                             output_names)
 
 
 def _is_keras(model: Any) -> bool:

@@ -227,3 +227,16 @@ def test_an_onnx_op_cuvil_does_not_import_names_its_keras_layer() -> None:
     assert "ai.onnx::Multinomial (opset 17): tf2onnx converts to this ONNX op, which Cuvil does not import" in str(
         info.value)
     assert "in layer 'head'" in str(info.value)
+
+
+def test_outputs_keep_the_models_order_and_names() -> None:
+    # tf2onnx flattens outputs by sorted name: the front end keeps the model's order
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((12, 12, 3), name="image")
+    x = L.DepthwiseConv2D(3, padding="same", name="dw")(L.Conv2D(8, 3, strides=2, padding="same", name="c1")(inp))
+    model = keras.Model(inp, [L.Conv2D(4, 1, name="seg")(x), L.Dense(3, name="fc")(L.Flatten(name="flat")(x))])
+    m = cuvil.compile(model)
+    assert m.output_names == ["seg", "fc"]
+    x = np.random.default_rng(0).standard_normal((2, 12, 12, 3)).astype(np.float32)
+    for got, want in zip(m(x), model(x, training=False)):
+        assert close(got, want)
