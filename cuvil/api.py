@@ -67,6 +67,10 @@ def import_model(model: Any, dims: Mapping[str, DimConstraint] | None = None) ->
     Constraints are known while the model is imported, so shape inference can use them."""
     if isinstance(model, Graph):
         graph = model
+    elif _is_tensorflow(model):
+        from cuvil.frontends.tensorflow import load_tensorflow
+
+        graph = load_tensorflow(model, None, {k: constraint_info(k, c) for k, c in (dims or {}).items()}).graph
     else:
         from cuvil.frontends.onnx import load_onnx
 

@@ -99,19 +99,12 @@ def load_tensorflow(model: Any, input_spec: Any = None, dims: Mapping[str, Symbo
     """Convert ``model`` (a Keras model, ``tf.function``, loaded SavedModel, SavedModel folder or
     ``.keras`` file) for the inputs ``input_spec`` describes; ``dims`` constrains its symbols."""
     import cuvil.ops  # noqa: F401  (registers the op set)
-    from cuvil.frontends.tensorflow.convert import convert_function, import_onnx
-    from cuvil.frontends.tensorflow.layers import LayerNames, check_inference_mode
-    from cuvil.frontends.tensorflow.signature import inference_function
+    from cuvil.frontends.tensorflow.convert import import_onnx
+    from cuvil.frontends.tensorflow.layers import LayerNames
 
-    t0 = time.perf_counter()
-    obj, kind = _load(model)
-    seconds = {"load": time.perf_counter() - t0}
-    fn = inference_function(obj, input_spec)
+    seconds: dict[str, float] = {}
+    proto, obj, kind, fn = _to_onnx(model, input_spec, seconds)
     names = LayerNames.of(obj)
-    t0 = time.perf_counter()
-    check_inference_mode(fn.function, fn.specs, names)
-    proto = convert_function(fn)
-    seconds["tf2onnx"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     graph = import_onnx(proto, names, dims)
     graph.name = fn.name
@@ -124,6 +117,28 @@ def load_tensorflow(model: Any, input_spec: Any = None, dims: Mapping[str, Symbo
               len(proto.graph.node), len(graph.nodes), seconds["tf2onnx"], seconds["convert"])
     return TensorFlowImport(graph, proto, hashlib.sha256(data).hexdigest(), kind, layers, keras_model, fn.function,
                             seconds)
+
+
+def to_onnx(model: Any, input_spec: Any = None) -> Any:
+    """The ONNX ModelProto tf2onnx writes for ``model`` in inference mode (steps 1 to 3 above, without
+    the import): what ``cuvil inspect`` tabulates."""
+    return _to_onnx(model, input_spec, {})[0]
+
+
+def _to_onnx(model: Any, input_spec: Any, seconds: dict[str, float]) -> tuple[Any, Any, str, Any]:
+    from cuvil.frontends.tensorflow.convert import convert_function
+    from cuvil.frontends.tensorflow.layers import LayerNames, check_inference_mode
+    from cuvil.frontends.tensorflow.signature import inference_function
+
+    t0 = time.perf_counter()
+    obj, kind = _load(model)
+    seconds["load"] = time.perf_counter() - t0
+    fn = inference_function(obj, input_spec)
+    t0 = time.perf_counter()
+    check_inference_mode(fn.function, fn.specs, LayerNames.of(obj))
+    proto = convert_function(fn)
+    seconds["tf2onnx"] = time.perf_counter() - t0
+    return proto, obj, kind, fn
 
 
 def _load(model: Any) -> tuple[Any, str]:
@@ -158,4 +173,4 @@ def _load(model: Any) -> tuple[Any, str]:
     return loaded, "tensorflow savedmodel"
 
 
-__all__ = ["ONNX_OPSET", "TensorFlowImport", "is_tensorflow_model", "is_tensorflow_path", "load_tensorflow"]
+__all__ = ["ONNX_OPSET", "TensorFlowImport", "is_tensorflow_model", "is_tensorflow_path", "load_tensorflow", "to_onnx"]

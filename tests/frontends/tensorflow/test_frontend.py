@@ -181,6 +181,11 @@ def test_cli_compiles_a_savedmodel_folder_and_runs_the_artifact(tmp_path: Path, 
     assert "output_0: float32[1, 4]" in capsys.readouterr().out  # the SavedModel signature's output name
     assert main(["run", str(saved), "--random"]) == 0  # a SavedModel folder is compiled, not loaded
     assert "output_0: float32[" in capsys.readouterr().out
+    assert main(["inspect", str(saved)]) == 0  # the op table of tf2onnx's conversion
+    out = capsys.readouterr().out
+    assert "producer: tf2onnx" in out and re.search(r"^MatMul\s+3\s+yes$", out, re.M), out
+    assert main(["opt", str(saved), "--passes", "canonicalize"]) == 0
+    assert "graph saved_model(%features: f32[batch, 20])" in capsys.readouterr().out
 
 
 @pytest.mark.slow
