@@ -76,9 +76,8 @@ def _inspect_precision(args: argparse.Namespace) -> int:
     """The per-layer error report of a saved artifact, or of compiling a model at ``--precision``."""
     from pathlib import Path
 
-    from cuvil.quant.accuracy import PrecisionReport, format_report
-
     from cuvil.frontends.tensorflow import is_tensorflow_path
+    from cuvil.quant.accuracy import PrecisionReport, format_report
 
     path = Path(args.model)
     quantization = None  # an int8 artifact's options
