@@ -245,3 +245,19 @@ def test_outputs_keep_the_models_order_and_names() -> None:
     x = np.random.default_rng(0).standard_normal((2, 12, 12, 3)).astype(np.float32)
     for got, want in zip(m(x), model(x, training=False)):
         assert close(got, want)
+
+
+def test_two_inputs_by_position_and_by_name() -> None:
+    keras.utils.set_random_seed(0)
+    a, b = keras.Input((6,), name="a"), keras.Input((3,), name="b")
+    model = keras.Model([a, b], L.Dense(2, name="out")(L.Concatenate(name="cat")([a, b])))
+    rng = np.random.default_rng(0)
+    xa, xb = rng.standard_normal((2, 6)).astype(np.float32), rng.standard_normal((2, 3)).astype(np.float32)
+    want = model([xa, xb], training=False)
+    m = cuvil.compile(model)
+    assert m.input_names == ["a", "b"] and [str(s.type) for s in m.input_specs] == ["f32[batch, 6]", "f32[batch, 3]"]
+    assert close(m(xa, xb)[0], want)
+    named = cuvil.compile(model, input_spec={"b": tf.TensorSpec((None, 3)), "a": tf.TensorSpec((None, 6))})
+    assert named.input_names == ["a", "b"] and close(named(xa, xb)[0], want)
+    with pytest.raises(CuvilError, match="the model's inputs are"):
+        cuvil.compile(model, input_spec={"a": tf.TensorSpec((None, 6))})
