@@ -30,8 +30,8 @@ def make():
     return model, [tf.TensorSpec((None, 16, 16, 3), tf.float32)]
 """, encoding="utf-8")
     report = cuvil.verify(f"{factory}:make", checks=["layerwise", "precision"], targets=["ref"])
-    results = {r.check: r for r in report.results}
     assert report.exit_status == 0, report.verdict
+    results = {r.check: r for r in report.results}
     layerwise = results["layerwise"]
     assert "against TensorFlow (per-layer outputs of the Keras model)" in layerwise.summary
     series = {str(e["source_node"]).split(" (")[0]: e for e in layerwise.details["series"]}
@@ -51,3 +51,31 @@ def test_savedmodel_folder(tmp_path: Path) -> None:
     assert "TensorFlow (fp32)" in results["precision"].summary
     # a SavedModel has no Keras layers to tap: onnxruntime on tf2onnx's model, its name scopes shown
     assert "against onnxruntime on tf2onnx's conversion" in results["layerwise"].summary
+
+
+@pytest.mark.slow
+def test_layerwise_names_the_keras_layer_of_a_planted_bug(tmp_path: Path) -> None:
+    import tensorflow as tf
+
+    model, _ = models.build("resnet")
+    spec = [tf.TensorSpec((None, 16, 16, 3), tf.float32)]
+    with cuvil.faults.plant("conv-pad"):
+        report = cuvil.verify(model, input_spec=spec, checks=["layerwise"], targets=["native"],
+                              cache_dir=tmp_path / "cache")
+    (result,) = report.results
+    assert report.exit_status == 1 and result.status.value == "fail", result.summary
+    assert result.where["source_node"].startswith("Keras layer stem_relu "), result.where
+    assert "against TensorFlow (per-layer outputs of the Keras model)" in result.summary
+
+
+@pytest.mark.slow
+def test_layerwise_on_native_compares_the_channels_last_twins(tmp_path: Path) -> None:
+    import tensorflow as tf
+
+    model, _ = models.build("mobilenet")
+    report = cuvil.verify(model, input_spec=[tf.TensorSpec((None, 16, 16, 3), tf.float32)], checks=["layerwise"],
+                          targets=["native"], cache_dir=tmp_path / "cache")
+    assert report.exit_status == 0, report.verdict
+    series = report.results[0].details["series"]
+    # the layout pass's NHWC twins, compared with TensorFlow's NHWC outputs as they are
+    assert any(e["value"].endswith("_nhwc") and e["shape"] == [1, 8, 8, 16] for e in series), series

@@ -20,7 +20,8 @@ Oracles, by the model's origin:
 - TensorFlow models: TensorFlow's output of each layer of the Keras model, compared with the
   tapped value of the layer's output: tf2onnx names each ONNX node after its TensorFlow op, in the
   layer's name scope, and onnxruntime on tf2onnx's model decides which value is the layer's output
-  and in which layout (channels-first where tf2onnx made it so) (:func:`tensorflow_oracle`); a
+  and in which layout (channels-first where tf2onnx made it so; a channels-last twin the layout
+  pass made is compared in NHWC) (:func:`tensorflow_oracle`); a
   model without per-layer outputs (subclassed, a tf.function, a SavedModel) is compared with
   onnxruntime on tf2onnx's model, its layers named with their Keras layers;
 - Cuvil graphs: the reference interpreter computing in float64 on the imported
@@ -50,6 +51,7 @@ the per-layer error curve.
 from __future__ import annotations
 
 import copy
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -60,12 +62,15 @@ import numpy as np
 from cuvil.ir.dtypes import DType
 from cuvil.ir.graph import Graph, Node, Value
 from cuvil.metrics import compare
+from cuvil.ops.layout import TO_NHWC
 from cuvil.verify.base import Check, CheckResult, Status, VerifyError, register_check
 
 DEFAULT_THRESHOLD = 1e-4
 REFERENCE_ORACLE = "reference interpreter (float64)"
 TF_ORACLE = "TensorFlow (per-layer outputs of the Keras model)"
 TF_FALLBACK_ORACLE = "onnxruntime on tf2onnx's conversion"
+#: the name convert-layout gives a value's channels-last twin (cuvil/passes/layout.py)
+_TWIN = re.compile(r"^(.+)_nhwc(?:_\d+)?$")
 #: how closely onnxruntime's value of a tensor must agree with a Keras layer's output to be taken for it
 LAYOUT_MATCH = 1e-4
 _FLOAT = (DType.f32, DType.f64)
@@ -211,7 +216,8 @@ def tensorflow_oracle(imp: Any, names: Sequence[str], feed: Mapping[str, np.ndar
     subclassed model, a tf.function, a SavedModel) the oracle is onnxruntime on tf2onnx's model."""
     from cuvil.frontends.tensorflow.layers import layer_outputs
 
-    ort, producers = onnx_intermediates(imp.onnx_model, names, feed)
+    twins = {n: m.group(1) for n in names if (m := _TWIN.match(n))}
+    ort, producers = onnx_intermediates(imp.onnx_model, [*names, *twins.values()], feed)
     per_layer = layer_outputs(imp.keras_model, inputs) if imp.keras_model is not None else {}
     if not per_layer:
         scopes = {v: (f"{n} (Keras layer {imp.layers[n]})" if n in imp.layers else n) for v, n in producers.items()}
@@ -233,6 +239,10 @@ def tensorflow_oracle(imp: Any, names: Sequence[str], feed: Mapping[str, np.ndar
         if best is not None:
             values[v] = best[1]
             sources[v] = f"Keras layer {layer} ({producers[v]})"
+    for twin, base in twins.items():  # the layout pass's channels-last twin of a matched value
+        if base in values and values[base].ndim == 4:
+            values[twin] = np.ascontiguousarray(values[base].transpose(TO_NHWC))
+            sources[twin] = sources[base]
     return Oracle(values, sources, TF_ORACLE)
 
 
