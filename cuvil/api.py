@@ -67,6 +67,10 @@ def import_model(model: Any, dims: Mapping[str, DimConstraint] | None = None) ->
     Constraints are known while the model is imported, so shape inference can use them."""
     if isinstance(model, Graph):
         graph = model
+    elif _is_tensorflow(model):
+        from cuvil.frontends.tensorflow import load_tensorflow
+
+        graph = load_tensorflow(model, None, {k: constraint_info(k, c) for k, c in (dims or {}).items()}).graph
     else:
         from cuvil.frontends.onnx import load_onnx
 
@@ -85,7 +89,10 @@ def compile(  # noqa: A001  (the library's main verb)
     """Compile a model for ``target``: an ONNX path, bytes or ModelProto, a Cuvil Graph, a PyTorch
     ``nn.Module`` (in eval mode) or ``ExportedProgram``, or a TorchScript model: a scripted or traced
     module or function, or the path of a ``.pt``/``.pth`` file ``torch.jit.save`` wrote (PyTorch and
-    TorchScript models take ``input_spec=``).
+    TorchScript models take ``input_spec=``), or a TensorFlow model: a Keras model, a ``tf.function``
+    with an input signature, a SavedModel (loaded, or its folder's path) or a ``.keras`` file
+    (``input_spec=``: ``tf.TensorSpec``s with None for dynamic dims, ``cuvil.TensorSpec``s or example
+    arrays; cuvil.frontends.tensorflow).
 
     ``target`` is a registered backend's name (``cuvil.backends.registry.backend_names()``: ref,
     generic, x86_avx2, x86_avx512, native, wasm32).  ``options`` is a :class:`cuvil.CompileOptions`
@@ -110,15 +117,25 @@ def compile(  # noqa: A001  (the library's main verb)
              else [])
     dims = opts.dims
     with stage(_log, "import", times):
-        if _is_torch_model(model) or _is_torch_file(model):
+        if _is_tensorflow(model):
+            from cuvil.frontends.tensorflow import load_tensorflow
+
+            if opts.dynamic_shapes is not None:
+                raise CuvilError("dynamic_shapes applies to PyTorch models; a TensorFlow model's dynamic dims are the "
+                                 "None dims of its tf.TensorSpecs (or the symbols of cuvil.TensorSpecs) in input_spec")
+            tf_import = load_tensorflow(model, opts.input_spec, {k: constraint_info(k, c) for k, c in (dims or {}).items()})
+            graph, kind, digest = tf_import.graph, tf_import.kind, tf_import.sha256
+            if dims:
+                apply_dims(graph, dims)
+        elif _is_torch_model(model) or _is_torch_file(model):
             from cuvil.frontends.torch import load_torch
 
             imported = load_torch(model, opts.input_spec, opts.dynamic_shapes,
                                   {k: constraint_info(k, c) for k, c in (dims or {}).items()})
             graph, kind, digest = imported.graph, imported.kind, imported.sha256
         elif opts.input_spec is not None or opts.dynamic_shapes is not None:
-            raise CuvilError("input_spec and dynamic_shapes apply to PyTorch models (TorchScript ones among them); "
-                             "constrain the symbolic dims of other models with dims=")
+            raise CuvilError("input_spec and dynamic_shapes apply to PyTorch models (TorchScript ones among them) and "
+                             "input_spec to TensorFlow ones; constrain the symbolic dims of other models with dims=")
         else:
             graph = import_model(model, dims)
             kind, digest = source_digest(model, graph)
@@ -258,6 +275,14 @@ def _is_torch_model(model: Any) -> bool:
     return is_torch_model(model)
 
 
+def _is_tensorflow(model: Any) -> bool:
+    # a SavedModel folder or .keras file (a zip archive: checked before the torch files), or a Keras or
+    # tf.function object, which exists only once its framework is loaded
+    from cuvil.frontends.tensorflow import is_tensorflow_model, is_tensorflow_path
+
+    return is_tensorflow_path(model) or is_tensorflow_model(model)
+
+
 def _is_torch_file(model: Any) -> bool:
     # a path to a zip archive or a .pt/.pth file: read by the torch front end (a TorchScript archive or refused)
     from cuvil.frontends.torch_file import is_torch_file
@@ -280,6 +305,11 @@ def _log_plan(graph: Graph, backend: Backend, signature: Signature) -> None:
                     yield from kernels(r)
 
     nodes = [n for n in kernels(graph) if n.op != "constant"]
+    # layout changes the passes could not cancel (an NHWC model's edges, ops that read NCHW only)
+    transposes = [n for n in nodes if n.op == "transpose"]
+    _log.debug("transposes left after the passes: %d%s", len(transposes),
+               "".join(f"\n  node {n.name!r}: perm {n.attrs.get('perm')} on {n.inputs[0].type if n.inputs[0] else '?'}"
+                       for n in transposes))
     interpreted = backend.kernel_ops() is None  # it runs each op's NumPy reference
     where = "the reference interpreter" if interpreted else f"the {backend.name} code generator"
     _log.debug("partitions: 1 (the whole graph: %d nodes besides constants, on %s)", len(nodes), where)

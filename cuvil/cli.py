@@ -73,7 +73,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from cuvil.ir.dtypes import is_float_np
 
     t0 = time.perf_counter()
-    if Path(args.model).is_dir():
+    from cuvil.frontends.tensorflow import is_tensorflow_path
+
+    if Path(args.model).is_dir() and not is_tensorflow_path(args.model):  # an artifact, not a SavedModel
         from cuvil.runtime.artifact import load
 
         if args.dim:
@@ -147,7 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     cc = sub.add_parser("compile", help="compile a model, and save it as an artifact folder (-o)",
                         epilog="environment: CC is the C compiler, CUVIL_CACHE_DIR the build cache folder")
-    cc.add_argument("model", help="an ONNX model file, or a TorchScript file (.pt/.pth from torch.jit.save)")
+    cc.add_argument("model", help="an ONNX model file, a TorchScript file (.pt/.pth from torch.jit.save), a TensorFlow "
+                                  "SavedModel folder or a .keras file")
     cc.add_argument("--target", "-t", default="native", help=f"one of {', '.join(built)} (default native)")
     cc.add_argument("--dim", action="append", metavar="NAME=SPEC", help=DIM_HELP)
     cc.add_argument("--input-spec", action="append", metavar="SHAPE[:DTYPE]", help=SPEC_HELP)
@@ -180,8 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="run a saved artifact, or compile a model and run it, once",
                        epilog="environment: CC is the C compiler, CUVIL_CACHE_DIR the build cache folder")
-    r.add_argument("model", help="an artifact folder (from `cuvil compile -o`), an ONNX model file or a TorchScript "
-                                 "file")
+    r.add_argument("model", help="an artifact folder (from `cuvil compile -o`), an ONNX model file, a TorchScript "
+                                 "file, a TensorFlow SavedModel folder or a .keras file")
     r.add_argument("--target", "-t", help="for a model file: the target (default ref); for an artifact: must match it")
     r.add_argument("--dim", action="append", metavar="NAME=SPEC", help="for a model file: " + DIM_HELP)
     r.add_argument("--input-spec", action="append", metavar="SHAPE[:DTYPE]", help=SPEC_HELP)

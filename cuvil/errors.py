@@ -40,6 +40,8 @@ class UnsupportedUse:
     opset: int | None
     nodes: tuple[str, ...]
     detail: str = ""
+    #: the source model's layers that hold the nodes, where a front end knows them (a Keras layer path)
+    layers: tuple[str, ...] = ()
 
     def describe(self) -> str:
         dom = self.domain or "ai.onnx"
@@ -47,7 +49,10 @@ class UnsupportedUse:
         names = ", ".join(repr(n) for n in self.nodes[:10])
         more = f" and {len(self.nodes) - 10} more" if len(self.nodes) > 10 else ""
         why = f": {self.detail}" if self.detail else ""
-        return f"{dom}::{self.op_type}{ver}{why}; used by {names}{more}"
+        shown = ", ".join(repr(n) for n in self.layers[:10])
+        where = (f" in layer{'s' if len(self.layers) > 1 else ''} {shown}"
+                 f"{f' and {len(self.layers) - 10} more' if len(self.layers) > 10 else ''}" if self.layers else "")
+        return f"{dom}::{self.op_type}{ver}{why}; used by {names}{more}{where}"
 
 
 class UnsupportedOpError(CuvilError):

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from cuvil.runtime.compiled import CompiledModel
 
 DIM_HELP = "constrain a symbolic dim: NAME=LO:HI, NAME=N or NAME=%%N (a multiple), combined with commas"
-SPEC_HELP = ("a TorchScript model's input, once per input in order: dims separated by commas (ints or symbol "
+SPEC_HELP = ("a TorchScript or TensorFlow model's input, once per input in order: dims separated by commas (ints or symbol "
              "names), then the element type: 1,3,224,224 or batch,128:int64 (default float32)")
 
 
@@ -140,7 +140,7 @@ def compiled_note(m: CompiledModel) -> str:
 
 
 def input_spec(values: Sequence[str] | None) -> dict[str, Any]:
-    """``--input-spec`` values (a TorchScript model's inputs, in order) as cuvil.compile's ``input_spec=``."""
+    """``--input-spec`` values (a TorchScript or TensorFlow model's inputs, in order) as cuvil.compile's ``input_spec=``."""
     from cuvil.ir.spec import parse_spec
 
     return {"input_spec": [parse_spec(t) for t in values]} if values else {}

@@ -40,7 +40,10 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         raise CuvilError("inspect needs a MODEL: an ONNX file (or, with --precision, a saved artifact's folder)")
     if args.precision is not None:
         return _inspect_precision(args)
-    proto, _ = read_model(args.model)
+    from cuvil.frontends.tensorflow import is_tensorflow_path, to_onnx
+
+    # a SavedModel folder or .keras file: the ONNX model tf2onnx converts it to
+    proto = to_onnx(args.model) if is_tensorflow_path(args.model) else read_model(args.model)[0]
     counts = _op_counts(proto)
     if args.ir:
         print(print_graph(load_onnx(proto), elide=not args.full), end="")
@@ -73,11 +76,12 @@ def _inspect_precision(args: argparse.Namespace) -> int:
     """The per-layer error report of a saved artifact, or of compiling a model at ``--precision``."""
     from pathlib import Path
 
+    from cuvil.frontends.tensorflow import is_tensorflow_path
     from cuvil.quant.accuracy import PrecisionReport, format_report
 
     path = Path(args.model)
     quantization = None  # an int8 artifact's options
-    if path.is_dir():
+    if path.is_dir() and not is_tensorflow_path(path):  # an artifact, not a SavedModel
         if not (path / "meta.json").is_file():
             raise CuvilError(f"{path} is not a saved model: it holds no meta.json")
         meta = json.loads((path / "meta.json").read_text())
@@ -105,7 +109,8 @@ def _inspect_precision(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the command's parser to the ``cuvil`` command line."""
     i = sub.add_parser("inspect", help="print a model's graph summary and op coverage")
-    i.add_argument("model", nargs="?", help="an ONNX model file (with --precision: or a saved artifact's folder)")
+    i.add_argument("model", nargs="?", help="an ONNX model file, a TensorFlow SavedModel folder or .keras file (its "
+                                            "tf2onnx conversion), or with --precision a saved artifact's folder")
     i.add_argument("--ir", action="store_true", help="print the Cuvil IR text")
     i.add_argument("--full", action="store_true", help="with --ir, print every constant (parsable text)")
     i.add_argument("--precision", nargs="?", const="", metavar="fp16|bf16|int8",

@@ -32,7 +32,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     v = sub.add_parser("verify", help="run the pre-deployment verification checks on a model",
                        epilog="exit status: 0 every check passed, 1 a check failed (or warned, with --strict), "
                               "2 a usage or input error; environment: CUVIL_CACHE_DIR is the build cache folder")
-    v.add_argument("model", help="an ONNX model file, or path/to/file.py:factory returning (module, input_spec[, dynamic_shapes])")
+    v.add_argument("model", help="an ONNX model file, a TensorFlow SavedModel folder or .keras file, or "
+                                 "path/to/file.py:factory returning (module, input_spec[, dynamic_shapes]) for a "
+                                 "PyTorch module or (model, input_spec) for a Keras model")
     v.add_argument("--config", metavar="FILE",
                    help="cuvil.toml or pyproject.toml ([tool.cuvil.verify]); default: the nearest one found from here")
     v.add_argument("--checks", metavar="A,B", help="checks or groups to run, e.g. compat,layerwise (default: all)")

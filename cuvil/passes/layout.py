@@ -30,13 +30,14 @@ from typing import ClassVar
 import numpy as np
 
 from cuvil.ir.dtypes import DType
-from cuvil.ir.graph import Graph, Node, Value, reads
+from cuvil.ir.graph import Graph, Node, Value, captures, reads
 from cuvil.ir.types import TensorType
 from cuvil.ops.common import const_of, normalize_axis
 from cuvil.ops.layout import TO_NCHW, TO_NHWC, WEIGHT_TO_HWIO, permute
 from cuvil.ops.registry import ELEMENTWISE, lookup
 from cuvil.passes.base import Pass, PassResult, register_pass
 from cuvil.passes.fuse_elementwise import drop_unused_constants, nested_graphs
+from cuvil.passes.rewrite import can_replace, defined_by_nodes, replace_value, resolve_inputs
 
 LAYOUTS = ("nhwc",)
 CONV_DTYPES = (DType.f32, DType.f16, DType.bf16)  # what the channels-last kernels run
@@ -66,7 +67,12 @@ class ConvertLayout(Pass):
        all have twins converts with its axis remapped.  A converted op defines the twin of its
        output.
     4. A value's twin is ``transpose(v, [0, 2, 3, 1])``, made once, before the first node that
-       needs it; a value known only by its twin gets its NCHW form back,
+       needs it, except for a value that is itself ``transpose(x, [0, 3, 1, 2])`` of a rank-4 ``x``
+       (an NHWC model's convolution input as tf2onnx writes it): its twin is ``x``, and the
+       transpose is dropped when nothing reads it any more; likewise ``transpose(v, [0, 2, 3, 1])``
+       of a value with a twin (tf2onnx's way back to NHWC after a convolution) is that twin: its
+       readers read the twin (a graph output takes the twin's place and keeps its name), unless a
+       region reads it.  A value known only by its twin gets its NCHW form back,
        ``transpose(twin, [0, 3, 1, 2])`` under its own name, right before the first node that
        reads it in NCHW (a region capture counts) or at the end for a graph output.  Graph
        inputs and outputs keep their layout, names and types.
@@ -91,6 +97,13 @@ class ConvertLayout(Pass):
         for g in nested_graphs(graph):
             changed |= _Rewriter(g, names, self.convs).run()
         return PassResult(graph, changed)
+
+
+def _perm(perm: object) -> tuple[int, ...] | None:
+    """A rank-4 transpose's permutation as a tuple (None: absent, or not four axes)."""
+    if not isinstance(perm, list | tuple | np.ndarray) or len(perm) != 4:
+        return None
+    return tuple(int(p) % 4 for p in perm)
 
 
 def _is_candidate(node: Node) -> bool:
@@ -142,6 +155,8 @@ class _Rewriter:
         self.lazy: set[Value] = set()  # NCHW values that, so far, only their twin defines
         self.out: list[Node] = []
         self.dropped: list[Value] = []  # operands of replaced nodes: constants that may be dead now
+        self.bypassed: list[Node] = []  # transposes to NCHW whose input became their output's twin
+        self.subst: dict[Value, Value] = {}  # transposes back to NHWC of a value with a twin -> the twin
 
     def fresh(self, base: str) -> str:
         name, i = base, 1
@@ -152,8 +167,12 @@ class _Rewriter:
 
     def run(self) -> bool:
         changed = False
+        captured = {v for n in self.g.nodes for v in captures(n)}
         for node in self.g.nodes:
-            if self.convert and _is_candidate(node):
+            if self.is_inverse(node) and node.outputs[0] not in captured:
+                self.subst[node.outputs[0]] = self.twin[node.inputs[0]]  # type: ignore[index]
+                changed = True
+            elif self.convert and _is_candidate(node):
                 self.convert_conv(node)
                 changed = True
             elif self.convert_agnostic(node):
@@ -165,8 +184,33 @@ class _Rewriter:
         if not changed:
             return False
         self.g.nodes = self.out
+        if self.subst:
+            self.cancel_inverses()
+        if self.bypassed:
+            read = {v for n in self.g.nodes for v in reads(n)} | set(self.g.outputs)
+            dead = {id(n) for n in self.bypassed if not any(o in read for o in n.outputs)}
+            self.g.nodes = [n for n in self.g.nodes if id(n) not in dead]
         drop_unused_constants(self.g, self.dropped)
         return True
+
+    def is_inverse(self, node: Node) -> bool:
+        """``transpose(v, [0, 2, 3, 1])`` of a value ``v`` that has a twin (rule 4)."""
+        x = node.inputs[0] if node.op == "transpose" and node.inputs else None
+        return (x is not None and x in self.twin and x.type.rank == 4 and len(node.outputs) == 1
+                and _perm(node.attrs.get("perm")) == TO_NHWC and self.twin[x].type == node.outputs[0].type)
+
+    def cancel_inverses(self) -> None:
+        """Readers of the cancelled transposes read the twins; a graph output takes its twin's place
+        and name, or, where the twin cannot (a graph input, or an output already), is an identity of it."""
+        local = defined_by_nodes(self.g)
+        for old, new in list(self.subst.items()):
+            if old in self.g.outputs and not can_replace(self.g, old, new, local):
+                del self.subst[old]
+                self.g.nodes.append(Node("identity", [new], [old], {}, old.name))
+            elif old in self.g.outputs:
+                replace_value(self.g, old, new, self.subst)
+        for n in self.g.nodes:
+            resolve_inputs(n, self.subst)
 
     # -- the two layouts of a value ---------------------------------------------------------------
 
@@ -174,6 +218,12 @@ class _Rewriter:
         """``v``'s twin, made by a transpose (or, for a constant, a transposed constant) if needed."""
         if v in self.twin:
             return self.twin[v]
+        p = v.producer
+        if (p is not None and p.op == "transpose" and p.inputs and p.inputs[0] is not None
+                and p.inputs[0].type.rank == 4 and _perm(p.attrs.get("perm")) == TO_NCHW):
+            self.twin[v] = p.inputs[0]  # rule 4: transpose(transpose(x, to NCHW), to NHWC) is x
+            self.bypassed.append(p)
+            return p.inputs[0]
         c = const_of(v)
         if c is not None:
             padded = c.reshape((1,) * (4 - c.ndim) + c.shape)

@@ -41,7 +41,7 @@ from cuvil.verify.base import VerifyError
 class ModelSource:
     """The model under verification, as the user gave it."""
 
-    kind: str  # "onnx" | "torch" | "graph"
+    kind: str  # "onnx" | "torch" | "tensorflow" | "graph"
     model: Any
     input_spec: Any = None
     dynamic_shapes: Any = None
@@ -73,6 +73,7 @@ class VerifyContext:
     _builds: dict[tuple[str, tuple[tuple[str, Any], ...]], CompiledModel] = field(default_factory=dict)
     _imported: Graph | None = None
     _torch: Any = None
+    _tensorflow: Any = None
     #: Every build made through :meth:`compiled`, in order: target, options and seconds (import included
     #: for the first one).
     builds: list[dict[str, Any]] = field(default_factory=list)
@@ -111,6 +112,18 @@ class VerifyContext:
         return self._torch
 
     @property
+    def tensorflow_import(self) -> Any:
+        """A TensorFlow source converted once (cuvil.frontends.tensorflow.TensorFlowImport): its graph,
+        the ONNX model tf2onnx wrote, the Keras layer of each node and the inference function."""
+        if self.source.kind != "tensorflow":
+            raise VerifyError(f"{self.source.label} is not a TensorFlow model")
+        if self._tensorflow is None:
+            from cuvil.frontends.tensorflow import load_tensorflow
+
+            self._tensorflow = load_tensorflow(self.source.model, self.source.input_spec)
+        return self._tensorflow
+
+    @property
     def torch_mappings(self) -> list[Any]:
         """The torch front end's op-mapping table from converting :attr:`torch_import` (one
         ``cuvil.frontends.torch.OpMapping`` per FX node; the import is made if needed)."""
@@ -123,6 +136,8 @@ class VerifyContext:
             src = self.source
             if src.kind == "torch":
                 self._imported = self.torch_import.graph
+            elif src.kind == "tensorflow":
+                self._imported = self.tensorflow_import.graph
             elif src.kind == "onnx":
                 from cuvil.api import import_model
 
@@ -350,5 +365,9 @@ class VerifyContext:
         """Outputs of the framework the model came from, or None when there is none."""
         from cuvil.verify.oracles import run_source
 
+        if self.source.kind == "tensorflow":
+            from cuvil.verify.oracles import run_tensorflow
+
+            return run_tensorflow(self.tensorflow_import.function, inputs)
         return run_source(self.source, self.compiled("ref"), inputs)
 

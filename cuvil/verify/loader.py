@@ -3,7 +3,10 @@
 - ``model.onnx``: an ONNX file (read and checked once; external data loaded);
 - ``path/to/file.py:factory``: a Python file and a function in it; ``factory()`` returns
   ``(module, input_spec)`` or ``(module, input_spec, dynamic_shapes)`` with the meanings of
-  ``cuvil.compile``'s arguments of those names (a PyTorch ``nn.Module`` in eval mode);
+  ``cuvil.compile``'s arguments of those names (a PyTorch ``nn.Module`` in eval mode), or
+  ``(keras_model, input_spec)`` (a Keras model, ``tf.function`` or loaded SavedModel; ``input_spec``
+  None where the model declares its inputs);
+- a TensorFlow SavedModel folder or a ``.keras`` file;
 - from Python, also an ONNX ``ModelProto``, a Cuvil ``Graph``, a PyTorch module (with
   ``input_spec=``) or a ready ``ModelSource``.
 
@@ -70,6 +73,11 @@ def load_factory(path: Path, name: str) -> ModelSource:
         raise VerifyError(f"{path}:{name}() must return (module, input_spec) or (module, input_spec, dynamic_shapes), "
                           f"not {type(made).__name__}")
     model, input_spec, *rest = made
+    if _is_tensorflow(model):
+        if rest:
+            raise VerifyError(f"{path}:{name}() returned dynamic_shapes, which apply to PyTorch modules; a TensorFlow "
+                              "model's dynamic dims are the None dims of its input_spec")
+        return ModelSource("tensorflow", model, input_spec, label=f"{path}:{name}")
     if input_spec is None:
         raise VerifyError(f"{path}:{name}() returned no input_spec: a PyTorch module needs one to be exported")
     return ModelSource("torch", model, input_spec, rest[0] if rest else None, label=f"{path}:{name}")
@@ -86,15 +94,19 @@ def load_model(model: Any, *, input_spec: Any = None, dynamic_shapes: Any = None
         factory = split_factory(text)
         if factory is not None:
             return load_factory(*factory)
+        if _is_tensorflow(text):
+            return ModelSource("tensorflow", text, input_spec, label=label or text)
         return _onnx(text, label or text)
     if type(model).__name__ == "ModelProto":
         return _onnx(model, label or (model.graph.name or "model"))
+    if _is_tensorflow(model):
+        return ModelSource("tensorflow", model, input_spec, label=label or str(getattr(model, "name", "model")))
     if _is_torch(model):
         if input_spec is None:
             raise VerifyError("a PyTorch module needs input_spec= (example tensors or cuvil.TensorSpec objects)")
         return ModelSource("torch", model, input_spec, dynamic_shapes, label=label or type(model).__name__)
     raise VerifyError(f"cannot verify a {type(model).__name__}: give an ONNX file, path/to/file.py:factory, an ONNX "
-                      "ModelProto, a Cuvil Graph or a PyTorch module")
+                      "ModelProto, a Cuvil Graph, a PyTorch module or a TensorFlow model")
 
 
 def _onnx(model: Any, label: str) -> ModelSource:
@@ -116,3 +128,10 @@ def _is_torch(model: Any) -> bool:
     from cuvil.frontends.torch.export import is_torch_model
 
     return bool(is_torch_model(model))
+
+
+def _is_tensorflow(model: Any) -> bool:
+    # a SavedModel folder or .keras file, or a Keras / tf.function object (its framework is loaded then)
+    from cuvil.frontends.tensorflow import is_tensorflow_model, is_tensorflow_path
+
+    return bool(is_tensorflow_path(model) or is_tensorflow_model(model))

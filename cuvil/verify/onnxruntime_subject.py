@@ -294,7 +294,7 @@ class OnnxRuntimeSubject(Subject):
                 cache_dir: str | None) -> VerifyContext:
         if source.kind != "onnx":
             raise VerifyError(f"the onnxruntime subject verifies ONNX models; {source.label} is a "
-                              f"{'PyTorch module' if source.kind == 'torch' else 'Cuvil graph'}")
+                              f"{ {'torch': 'PyTorch module', 'tensorflow': 'TensorFlow model'}.get(source.kind, 'Cuvil graph')}")
         try:
             import onnxruntime  # noqa: F401
         except ImportError:

@@ -53,3 +53,8 @@ def run_source(source: ModelSource, compiled: CompiledModel, inputs: Sequence[np
         outs = out if isinstance(out, (list, tuple)) else [out]
         return [o.detach().numpy() for o in outs]
     return None
+
+
+def run_tensorflow(function: Any, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """The outputs of a TensorFlow model's inference function (cuvil.frontends.tensorflow), in its order."""
+    return [np.asarray(v.numpy()) for v in function(*inputs)]

@@ -128,3 +128,31 @@ def test_reduced_precision_convolutions_convert(dtype: str) -> None:
     assert str(g.outputs[0].type) == f"{dtype}[n, 8, 6, 6]"
     wide = CHAIN.replace("f32[", "f64[").replace("dense<f32", "dense<f64")
     assert _ops(_run(_graph(wide, "%x: f64[n, 8, 6, 6]"))) == ["conv", "relu", "conv", "add"]
+
+
+def test_a_transposed_nhwc_input_is_its_own_twin() -> None:
+    # an NHWC model as tf2onnx writes it: its input transposed to NCHW for the convolution
+    body = f"""  %w1 = constant() {{value = {_dense((8, 8, 1, 1))}}} : f32[8, 8, 1, 1]
+  %t = transpose(%x) {{perm = [0, 3, 1, 2]}} : f32[n, 8, 6, 6]
+  %c = conv(%t, %w1) : f32[n, 8, 6, 6]
+  %r = relu(%c) : f32[n, 8, 6, 6]
+  %y = transpose(%r) {{perm = [0, 2, 3, 1]}} : f32[n, 6, 6, 8]
+  return %y"""
+    g = _run(_graph(body, "%x: f32[n, 6, 6, 8]"))
+    # both pairs cancel: the input's transpose is dropped with nothing reading it, and the output's
+    # transpose back to NHWC is the relu's twin, which takes the output's name
+    assert _ops(g) == ["conv_nhwc", "relu"]
+    assert g.nodes[[n.op for n in g.nodes].index("conv_nhwc")].inputs[0] is g.inputs[0]
+    assert [v.name for v in g.outputs] == ["y"] and str(g.outputs[0].type) == "f32[n, 6, 6, 8]"
+
+
+def test_a_transpose_back_to_nhwc_read_inside_the_graph_reads_the_twin() -> None:
+    body = f"""  %w1 = constant() {{value = {_dense((8, 8, 1, 1))}}} : f32[8, 8, 1, 1]
+  %c = conv(%x, %w1) : f32[n, 8, 6, 6]
+  %t = transpose(%c) {{perm = [0, 2, 3, 1]}} : f32[n, 6, 6, 8]
+  %s = constant() {{value = dense<i64[2]> [0, -1]}} : i64[2]
+  %y = reshape(%t, %s) : f32[n, 288]
+  return %y, %t"""
+    g = _run(_graph(body, "%x: f32[n, 8, 6, 6]"), "convert-layout{convs=all}")
+    assert _ops(g) == ["transpose", "conv_nhwc", "reshape"]  # the flatten reads the conv's twin
+    assert [v.name for v in g.outputs] == ["y", "t"]

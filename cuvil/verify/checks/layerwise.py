@@ -17,6 +17,13 @@ Oracles, by the model's origin:
   node by node (a ``torch.fx.Interpreter`` keeping every FX node's result); the
   torch front end records which FX node each value is the result of, so a
   layer names its FX node and the module path it came from;
+- TensorFlow models: TensorFlow's output of each layer of the Keras model, compared with the
+  tapped value of the layer's output: tf2onnx names each ONNX node after its TensorFlow op, in the
+  layer's name scope, and onnxruntime on tf2onnx's model decides which value is the layer's output
+  and in which layout (channels-first where tf2onnx made it so; a channels-last twin the layout
+  pass made is compared in NHWC) (:func:`tensorflow_oracle`); a
+  model without per-layer outputs (subclassed, a tf.function, a SavedModel) is compared with
+  onnxruntime on tf2onnx's model, its layers named with their Keras layers;
 - Cuvil graphs: the reference interpreter computing in float64 on the imported
   graph (values by name).
 
@@ -44,6 +51,7 @@ the per-layer error curve.
 from __future__ import annotations
 
 import copy
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -54,10 +62,17 @@ import numpy as np
 from cuvil.ir.dtypes import DType
 from cuvil.ir.graph import Graph, Node, Value
 from cuvil.metrics import compare
+from cuvil.ops.layout import TO_NHWC
 from cuvil.verify.base import Check, CheckResult, Status, VerifyError, register_check
 
 DEFAULT_THRESHOLD = 1e-4
 REFERENCE_ORACLE = "reference interpreter (float64)"
+TF_ORACLE = "TensorFlow (per-layer outputs of the Keras model)"
+TF_FALLBACK_ORACLE = "onnxruntime on tf2onnx's conversion"
+#: the name convert-layout gives a value's channels-last twin (cuvil/passes/layout.py)
+_TWIN = re.compile(r"^(.+)_nhwc(?:_\d+)?$")
+#: how closely onnxruntime's value of a tensor must agree with a Keras layer's output to be taken for it
+LAYOUT_MATCH = 1e-4
 _FLOAT = (DType.f32, DType.f64)
 
 
@@ -183,6 +198,54 @@ def torch_intermediates(program: Any, feed: Mapping[str, np.ndarray]) -> tuple[d
     return values, modules
 
 
+def _channels_first(rank: int) -> tuple[int, ...]:
+    """The permutation from channels-last to channels-first (NHWC -> NCHW) at ``rank``."""
+    return (0, rank - 1, *range(1, rank - 1))
+
+
+def tensorflow_oracle(imp: Any, names: Sequence[str], feed: Mapping[str, np.ndarray],
+                      inputs: Sequence[np.ndarray]) -> Oracle:
+    """TensorFlow's own output of each Keras layer, for the tapped values that compute it.
+
+    A value is matched to a layer by its ONNX node (tf2onnx names it after the TensorFlow op, in the
+    layer's name scope), and is that layer's output, in TensorFlow's layout or channels-first, when
+    onnxruntime's value of it on tf2onnx's model agrees with the layer's output (relative L2 within
+    :data:`LAYOUT_MATCH`) in that layout: the layout and the match are decided by the two
+    frameworks, never by the build under test.  Values inside a layer (not its output) and layers
+    tf2onnx merged away have no oracle value and are not compared.  Without per-layer outputs (a
+    subclassed model, a tf.function, a SavedModel) the oracle is onnxruntime on tf2onnx's model."""
+    from cuvil.frontends.tensorflow.layers import layer_outputs
+
+    twins = {n: m.group(1) for n in names if (m := _TWIN.match(n))}
+    ort, producers = onnx_intermediates(imp.onnx_model, [*names, *twins.values()], feed)
+    per_layer = layer_outputs(imp.keras_model, inputs) if imp.keras_model is not None else {}
+    if not per_layer:
+        scopes = {v: (f"{n} (Keras layer {imp.layers[n]})" if n in imp.layers else n) for v, n in producers.items()}
+        return Oracle(ort, scopes, TF_FALLBACK_ORACLE)
+    values: dict[str, np.ndarray] = {}
+    sources: dict[str, str] = {}
+    for v, a in ort.items():
+        layer = imp.layers.get(producers.get(v, ""))
+        want = per_layer.get(layer) if layer is not None else None
+        if want is None or a.dtype.kind != "f":
+            continue
+        best: tuple[float, np.ndarray] | None = None
+        for perm in [tuple(range(want.ndim)), *([_channels_first(want.ndim)] if want.ndim >= 3 else [])]:
+            cand = np.ascontiguousarray(want.transpose(perm))
+            if cand.shape == a.shape:
+                err = compare(a, cand).rel_l2
+                if err <= LAYOUT_MATCH and (best is None or err < best[0]):
+                    best = (err, cand)
+        if best is not None:
+            values[v] = best[1]
+            sources[v] = f"Keras layer {layer} ({producers[v]})"
+    for twin, base in twins.items():  # the layout pass's channels-last twin of a matched value
+        if base in values and values[base].ndim == 4:
+            values[twin] = np.ascontiguousarray(values[base].transpose(TO_NHWC))
+            sources[twin] = sources[base]
+    return Oracle(values, sources, TF_ORACLE)
+
+
 def reference_intermediates(graph: Graph, inputs: Sequence[np.ndarray]) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Every top-level value of ``graph`` by name, computed by the reference interpreter in float64."""
     from cuvil.backends.ref.interpreter import run_graph
@@ -252,6 +315,13 @@ class Layerwise(Check):
                 except ImportError as exc:
                     cache["onnx-fallback"] = self._reference(ctx, inputs, _missing("onnxruntime", exc))
             return cache["onnx-fallback"]
+        if kind == "tensorflow" and framework:
+            if "tf-fallback" not in cache:
+                try:
+                    return tensorflow_oracle(ctx.tensorflow_import, names, feed, list(inputs))
+                except ImportError as exc:
+                    cache["tf-fallback"] = self._reference(ctx, inputs, _missing("onnxruntime", exc))
+            return cache["tf-fallback"]
         if "all" not in cache:
             if kind == "torch":
                 try:

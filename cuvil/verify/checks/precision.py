@@ -112,7 +112,8 @@ def wide_reference(ctx: Any, inputs: Sequence[np.ndarray]) -> tuple[list[np.ndar
 
 
 def baseline_name(kind: str) -> str:
-    return {"onnx": "onnxruntime (fp32)", "torch": "PyTorch eager (fp32)"}.get(kind, "reference interpreter (fp32)")
+    return {"onnx": "onnxruntime (fp32)", "torch": "PyTorch eager (fp32)", "tensorflow": "TensorFlow (fp32)"}.get(
+        kind, "reference interpreter (fp32)")
 
 
 def _build_failure(check: str, target: str, exc: Exception) -> CheckResult:
