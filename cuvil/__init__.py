@@ -42,6 +42,7 @@ _LAZY: dict[str, str] = {
     "set_log_level": "cuvil.log:set_log_level",
     "unregister_op": "cuvil.custom:unregister_op",
     "verify": "cuvil.verify:",
+    "verify_fleet": "cuvil.verify.fleet:verify_fleet",
 }
 
 
@@ -69,6 +70,7 @@ __all__ = [
     "set_log_level",
     "unregister_op",
     "verify",
+    "verify_fleet",
 ]
 if importlib.util.find_spec("cuvil.options") is not None:  # the options object (imports nothing to look)
     __all__.append("CompileOptions")
@@ -100,6 +102,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # what the names are, for type checkers and editors (nothing is imported at run time)
     from cuvil import verify
+    from cuvil.verify.fleet import verify_fleet
     from cuvil.api import compile, multiple_of  # noqa: A004  (the library's main verb)
     from cuvil.custom import Arg, CustomOp, CustomOpError, OpSchema, register_op, unregister_op
     from cuvil.errors import CuvilError, InputError, IRError, ModelError, ShapeError, UnsupportedOpError
