@@ -51,9 +51,20 @@ def limit_memory(limit: int | None) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
 
 
+def _error(result: Any) -> dict[str, Any]:
+    """A crashed check's exception type, and ``MemoryError`` where an allocation failed under it (an
+    error wrapping a MemoryError, as the reference interpreter's per-node errors do, says so)."""
+    error = result.details.get("error")
+    if not isinstance(error, dict):
+        return {}
+    kind = str(error.get("type", ""))
+    if "MemoryError" in f"{error.get('message', '')}" or "std::bad_alloc" in f"{error.get('message', '')}":
+        kind = "MemoryError"
+    return {"error": kind}
+
+
 def _results(report: Any) -> list[dict[str, Any]]:
-    return [{"check": r.check, "target": r.target, "status": str(r.status), "summary": r.summary,
-             **({"error": r.details["error"].get("type")} if isinstance(r.details.get("error"), dict) else {})}
+    return [{"check": r.check, "target": r.target, "status": str(r.status), "summary": r.summary, **_error(r)}
             for r in report.results]
 
 
