@@ -12,9 +12,13 @@ def _cmd_verify_fleet(args: argparse.Namespace) -> int:
     """Run the fleet's jobs; exit 0 when every job passed, 1 when one did not (2: usage errors)."""
     from cuvil.verify.fleet import verify_fleet
 
-    report = verify_fleet(args.fleet, executor=args.executor, jobs=args.jobs, ray_address=args.ray_address,
-                          report_dir=args.report_dir, resume=args.resume, max_failures=args.max_failures,
-                          baseline_run=args.baseline_run, cache_dir=cache_dir())
+    try:
+        report = verify_fleet(args.fleet, executor=args.executor, jobs=args.jobs, ray_address=args.ray_address,
+                              report_dir=args.report_dir, resume=args.resume, max_failures=args.max_failures,
+                              baseline_run=args.baseline_run, cache_dir=cache_dir())
+    except KeyboardInterrupt:  # the running jobs were ended; the finished ones are in the report folder
+        print(f"cancelled; the jobs done are reported in {args.report_dir}", file=sys.stderr)
+        return 130
     print(f"reports in {args.report_dir}: index.html, fleet.json, junit.xml, summary.md", file=sys.stderr)
     print(report.verdict)
     return report.exit_status

@@ -81,6 +81,7 @@ class FleetReport:
     jobs: list[Job]
     results: list[JobResult]
     not_run: list[Job] = field(default_factory=list)
+    why_not_run: str = ""  # "--max-failures 3 reached", "the sweep was cancelled"
     previous: dict[Cell, dict[str, Any]] = field(default_factory=dict)
     store: ResultStore | None = None
 
@@ -129,6 +130,7 @@ class FleetReport:
             "exit_status": self.exit_status, "verdict": self.verdict,
             "jobs": [self.job_json(r) for r in self.results],
             "not_run": [{"key": j.key, "model": j.model, "target": j.target, "checks": j.checks} for j in self.not_run],
+            "why_not_run": self.why_not_run,
         })
         return data
 
@@ -162,7 +164,7 @@ def render_junit(report: FleetReport) -> str:
             case = ET.SubElement(suite, "testcase", name=f"{j.checks}[{j.target}]", classname=model,
                                  time=f"{r.seconds:.3f}" if r is not None else "0")
             if r is None:
-                ET.SubElement(case, "skipped", message="not run: --max-failures was reached")
+                ET.SubElement(case, "skipped", message=f"not run: {report.why_not_run}")
             elif r.status == "fail":
                 ET.SubElement(case, "failure", message=r.summary, type="check failed").text = r.summary
             elif r.status in ABNORMAL:
@@ -193,7 +195,7 @@ def render_markdown(report: FleetReport) -> str:
                   f"{_md(r.summary)[:300]} |" for r in bad]
         lines.append("")
     if report.not_run:
-        lines += [f"{len(report.not_run)} jobs not run (--max-failures reached).", ""]
+        lines += [f"{len(report.not_run)} jobs not run: {report.why_not_run}.", ""]
     lines += ["Full reports: index.html (the dashboard), fleet.json, junit.xml; each job's cuvil verify report "
               "under jobs/KEY/report/.", ""]
     return "\n".join(lines)

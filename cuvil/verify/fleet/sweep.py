@@ -116,14 +116,22 @@ def run_fleet(fleet_file: str | Path, *, executor: str = "local", jobs: int | No
     for r in resumed.values():
         shown.resumed(r)
     sweep.failures = sum(not r.ok for r in resumed.values())
-    if sweep.stopping:
-        sweep.dropped(list(todo))
-    else:
-        run.run(todo, store, cache_dir, sweep)
+    cancelled = False
+    try:
+        if sweep.stopping:
+            sweep.dropped(list(todo))
+        else:
+            run.run(todo, store, cache_dir, sweep)
+    except KeyboardInterrupt:  # the executor ended its running jobs; what finished is stored and reported
+        cancelled = True
     results = {**resumed, **sweep.results}
     report = FleetReport(fleet=str(fleet.path), executor=run.name, started=started, seconds=time.monotonic() - t0,
                          jobs=planned, results=[results[j.key] for j in planned if j.key in results],
-                         not_run=list(sweep.not_run), previous=previous, store=store)
+                         not_run=[j for j in planned if j.key not in results], previous=previous, store=store,
+                         why_not_run="the sweep was cancelled" if cancelled else f"--max-failures {max_failures} reached")
     report.write(out)
+    if cancelled:
+        shown.end(f"cancelled: {len(results)} of {len(planned)} jobs done (kept in {out}; --resume goes on)")
+        raise KeyboardInterrupt
     shown.end(report.verdict)
     return report

@@ -123,3 +123,58 @@ def test_the_same_fleet_on_a_local_ray_cluster(swept: dict[str, Any], tmp_path: 
     assert _outcomes(tmp_path / "out" / "fleet.json") == EXPECTED
     for r in report.results:  # each job's folder came back to the driver's results folder
         assert (tmp_path / "out" / report.link(r)).is_file(), r
+
+
+def _job_processes(folder: Path) -> list[int]:
+    """The pids of job processes whose spec lies under ``folder``."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmd = (proc / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if "cuvil.verify.fleet.job" in cmd and str(folder) in cmd:
+            pids.append(int(proc.name))
+    return pids
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc for the job processes")
+def test_ctrl_c_ends_the_running_jobs_and_reports_what_finished(swept: dict[str, Any], tmp_path: Path) -> None:
+    import signal
+    import time
+
+    write_fleet(tmp_path)
+    (tmp_path / "fleet.toml").write_text('[defaults]\ntargets = ["native"]\nchecks = ["precision"]\n'
+                                         '[[model]]\npath = "models/hangs.onnx"\nfaults = ["native-hang"]\n')
+    env = {**os.environ, "CUVIL_CACHE_DIR": str(swept["cache"]), "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "cuvil", "verify-fleet", "fleet.toml", "--report-dir", "out"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not _job_processes(tmp_path / "out") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _job_processes(tmp_path / "out"), "the job never started"
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)  # what Ctrl-C sends the command (the job runs in a session of its own)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err[-3000:]
+    assert "cancelled: 0 of 1 jobs done" in err
+    assert not _job_processes(tmp_path / "out")  # the hanging job went with the sweep
+    data = json.loads((tmp_path / "out" / "fleet.json").read_text())
+    assert data["why_not_run"] == "the sweep was cancelled" and len(data["not_run"]) == 1
+
+
+def test_max_failures_stops_starting_jobs(swept: dict[str, Any], tmp_path: Path) -> None:
+    write_fleet(tmp_path)
+    (tmp_path / "fleet.toml").write_text('[defaults]\ntargets = ["ref", "native"]\nchecks = ["precision"]\n'
+                                         '[[model]]\npath = "models/crashes.onnx"\nfaults = ["native-crash"]\n'
+                                         'targets = ["native"]\n[[model]]\npath = "models/ok_tanh.onnx"\n')
+    run = _cli("fleet.toml", "--jobs", "1", "--max-failures", "1", "--report-dir", "out", cwd=tmp_path,
+               cache=swept["cache"])
+    assert run.returncode == 1, run.stderr[-3000:]
+    assert "[fleet] 2 queued jobs not run: --max-failures 1 reached" in run.stderr
+    assert run.stdout.strip() == "FAIL: 1 of 3 jobs: 0 pass, 0 fail, 1 crash, 2 not run"
+    suites = ET.parse(tmp_path / "out" / "junit.xml").getroot()
+    assert [c.find("skipped") is not None for s in suites for c in s.iter("testcase")] == [False, True, True]
