@@ -102,7 +102,6 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # what the names are, for type checkers and editors (nothing is imported at run time)
     from cuvil import verify
-    from cuvil.verify.fleet import verify_fleet
     from cuvil.api import compile, multiple_of  # noqa: A004  (the library's main verb)
     from cuvil.custom import Arg, CustomOp, CustomOpError, OpSchema, register_op, unregister_op
     from cuvil.errors import CuvilError, InputError, IRError, ModelError, ShapeError, UnsupportedOpError
@@ -110,3 +109,4 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors (nothing 
     from cuvil.log import set_log_level
     from cuvil.runtime.artifact import load
     from cuvil.runtime.compiled import BuildInfo, CompiledModel, CompileInfo
+    from cuvil.verify.fleet import verify_fleet

@@ -16,6 +16,7 @@ Ray one inside a Ray task on whichever node runs it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -38,7 +39,7 @@ MEMORY_MARKS = ("MemoryError", "std::bad_alloc", "Cannot allocate memory", "out 
                 "Memory allocation failed", "failed to allocate")
 
 
-class Cancelled(Exception):
+class JobCancelledError(Exception):
     """The sweep was cancelled while the job ran (its process group is gone)."""
 
 
@@ -56,10 +57,8 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
         try:
             proc.wait(timeout=wait)
             if sig == signal.SIGTERM:
-                try:  # children of the job that outlived it
+                with contextlib.suppress(ProcessLookupError):  # children of the job that outlived it
                     os.killpg(pgid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
             return
         except subprocess.TimeoutExpired:
             continue
@@ -85,7 +84,7 @@ def classify(job: Job, returncode: int, timed_out: bool, seconds: float, outcome
              log_tail: str) -> JobResult:
     """The job's result from how its process ended (see the module docstring)."""
     node = platform.node()
-    base = {"key": job.key, "model": job.model, "target": job.target, "checks": job.checks, "seconds": seconds,
+    base: dict[str, Any] = {"key": job.key, "model": job.model, "target": job.target, "checks": job.checks, "seconds": seconds,
             "exit_code": returncode, "node": node, "log_tail": log_tail}
     if timed_out:
         return JobResult(**base, status="timeout", signature=f"timeout after {job.timeout:g} s",
@@ -97,9 +96,9 @@ def classify(job: Job, returncode: int, timed_out: bool, seconds: float, outcome
         counts = {str(k): int(v) for k, v in (outcome.get("counts") or {}).items()}
         results = list(outcome.get("results") or [])
         if outcome.get("memory"):
-            failed = next((r for r in results if r.get("error") == "MemoryError"), {})
+            short: dict[str, Any] = next((r for r in results if r.get("error") == "MemoryError"), {})
             return JobResult(**base, status="memory", signature="MemoryError", counts=counts, results=results,
-                             figures=figures, summary=f"{failed.get('check', 'a check')} ran out of the memory "
+                             figures=figures, summary=f"{short.get('check', 'a check')} ran out of the memory "
                                                       f"limit ({_size(job.memory)})")
         if returncode == 2:
             return JobResult(**base, status="error", signature="usage or input error",
@@ -155,7 +154,7 @@ def run_job(job: Job, folder: Path, cache_dir: str | None, cancel: threading.Eve
                 except subprocess.TimeoutExpired:
                     if cancel is not None and cancel.is_set():
                         kill_group(proc)
-                        raise Cancelled(job.label) from None
+                        raise JobCancelledError(job.label) from None
                     if time.monotonic() - t0 > job.timeout:
                         timed_out = True
                         kill_group(proc)

@@ -89,9 +89,10 @@ def run(job: Job, out: Path, cache_dir: str | None) -> dict[str, Any]:
     figures = {f"{r.check}.{k}" if r.target in (None, job.target) else f"{r.check}[{r.target}].{k}": v
                for r in report.results for k, v in r.figures.items()}
     results = _results(report)
-    return to_jsonable({"exit_status": report.exit_status, "verdict": report.verdict, "counts": report.counts(),
+    outcome: dict[str, Any] = to_jsonable({"exit_status": report.exit_status, "verdict": report.verdict, "counts": report.counts(),
                         "results": results, "figures": figures,
                         "memory": any(r.get("error") == "MemoryError" for r in results)})
+    return outcome
 
 
 def main(argv: Sequence[str]) -> int:

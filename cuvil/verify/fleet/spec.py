@@ -195,7 +195,7 @@ def _matches(pattern: str, base: Path, path: Path, where: str) -> list[tuple[str
         found = [base / pattern]
         if not found[0].is_file():
             raise _fail(path, where, f"path {pattern!r}: no such file ({found[0].resolve()})")
-    out = []
+    out: list[tuple[str, str, tuple[Path, ...]]] = []
     for m in found:
         r = m.resolve()
         try:
