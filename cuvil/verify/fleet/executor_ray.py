@@ -24,11 +24,12 @@ import tempfile
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from cuvil.verify.base import VerifyError
-from cuvil.verify.fleet.jobs import Job, JobResult, ResultStore
+from cuvil.verify.fleet.jobs import Job, JobResult, ResultStore, digest_of, source_file
 from cuvil.verify.fleet.sweep import Sweep, failed_to_run
 
 #: A task asks for this much of each CPU-feature resource: a node advertising 1000 runs any number.
@@ -74,12 +75,25 @@ def task_options(target: str, resources: Mapping[str, Mapping[str, Any]]) -> dic
     return opts
 
 
-def run_remote(job_data: dict[str, Any], cache_dir: str | None) -> tuple[dict[str, Any], bytes]:
+def local_source(job: Job, model: bytes, folder: Path) -> Job:
+    """``job`` as this node runs it: the model file where the driver had it, when it is there with the
+    same bytes (a shared file system), else the driver's bytes written into ``folder``."""
+    path = source_file(job.source)
+    if path.is_file() and digest_of([path], job.source) == job.digest:
+        return job
+    folder.mkdir(parents=True, exist_ok=True)
+    copy = folder / path.name
+    copy.write_bytes(model)
+    head, _, fn = job.source.rpartition(":")
+    return replace(job, source=f"{copy}:{fn}" if head.endswith(".py") else str(copy))
+
+
+def run_remote(job_data: dict[str, Any], cache_dir: str | None, model: bytes) -> tuple[dict[str, Any], bytes]:
     """The task body, on the node that runs it: the job in a fresh process, its folder as a tar.gz."""
     from cuvil.verify.fleet.isolation import run_job
 
-    job = Job.from_json(job_data)
     with tempfile.TemporaryDirectory(prefix="cuvil-fleet-") as tmp:
+        job = local_source(Job.from_json(job_data), model, Path(tmp) / "model")
         folder = Path(tmp) / job.key
         result = run_job(job, folder, cache_dir)
         result.node = platform.node()
@@ -138,13 +152,18 @@ class RayExecutor:
     def _run(self, ray: Any, todo: Sequence[Job], store: ResultStore, cache_dir: str | None, sweep: Sweep) -> None:
         task = ray.remote(run_remote)
         limit = self.parallel
+        models: dict[str, Any] = {}  # the model's bytes in the object store, once per model, for nodes without them
+        for job in todo:
+            if job.digest not in models:
+                models[job.digest] = ray.put(source_file(job.source).read_bytes())
         queue = deque(todo)
         pending: dict[Any, Job] = {}
         try:
             while queue or pending:
                 while queue and len(pending) < limit and not sweep.stopping:
                     job = queue.popleft()
-                    ref = task.options(**task_options(job.target, self.resources)).remote(job.to_json(), cache_dir)
+                    ref = task.options(**task_options(job.target, self.resources)).remote(job.to_json(), cache_dir,
+                                                                                       models[job.digest])
                     pending[ref] = job
                     sweep.started(job)
                 if sweep.stopping and queue:

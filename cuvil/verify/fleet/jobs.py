@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,13 +53,23 @@ def tree_digest(path: Path) -> str:
 
 def model_digest(entry: ModelEntry) -> str:
     """The digest of a model's bytes (a factory's Python file, and its function's name)."""
+    return digest_of(entry.files, entry.source)
+
+
+def digest_of(files: Sequence[Path], source: str) -> str:
     h = hashlib.sha256()
-    for f in entry.files:
+    for f in files:
         h.update(file_digest(f).encode())
-    head, _, fn = entry.source.rpartition(":")
+    head, _, fn = source.rpartition(":")
     if head.endswith(".py"):
         h.update(b"factory:" + fn.encode())
     return h.hexdigest()
+
+
+def source_file(source: str) -> Path:
+    """The file a model source names: the ONNX file, or a factory's Python file."""
+    head, _, _ = source.rpartition(":")
+    return Path(head) if head.endswith(".py") else Path(source)
 
 
 @dataclass(frozen=True)
