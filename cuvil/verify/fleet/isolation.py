@@ -29,14 +29,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cuvil.verify.fleet.jobs import Job, JobResult, drift_of
+from cuvil.verify.fleet.jobs import MEMORY_MARKS, Job, JobResult, drift_of
 
 GRACE_SECONDS = 2.0  # between SIGTERM and SIGKILL
 POLL_SECONDS = 0.1
 LOG_TAIL = 2000
-#: What allocators print when an allocation fails under RLIMIT_AS (besides Python's MemoryError).
-MEMORY_MARKS = ("MemoryError", "std::bad_alloc", "Cannot allocate memory", "out of memory",
-                "Memory allocation failed", "failed to allocate")
 
 
 class JobCancelledError(Exception):
@@ -123,7 +120,7 @@ def classify(job: Job, returncode: int, timed_out: bool, seconds: float, outcome
 
 def _size(n: int | None) -> str:
     if n is None:
-        return "none set"
+        return "the node's RAM"
     for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= size:
             return f"{n / size:g} {unit}"

@@ -2,7 +2,8 @@
 
 ``SPEC.json`` holds the job (cuvil/verify/fleet/jobs.py), the folder to write in and the build
 cache.  The process first limits its own address space to the job's memory limit
-(``RLIMIT_AS``: an allocation beyond it fails here, not on the machine) and asks to die with
+(``RLIMIT_AS``, by default the machine's RAM: an allocation beyond it fails here, not on the
+machine) and asks to die with
 its parent, then runs the existing ``cuvil.verify`` on the model for the one target and check
 group, with the job's planted faults, thresholds, samples and baseline, writes the full report to
 ``report/`` and ``outcome.json`` beside it, and exits with ``cuvil verify``'s status (0 pass, 1 a
@@ -22,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from cuvil.verify.fleet.jobs import Job
+from cuvil.verify.fleet.jobs import MEMORY_MARKS, Job
 
 EXIT_MEMORY = 3
 
@@ -42,10 +43,21 @@ def _die_with_parent() -> None:
         return
 
 
+def physical_memory() -> int | None:
+    """This machine's RAM in bytes (None where it cannot be told)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
 def limit_memory(limit: int | None) -> None:
-    """Cap this process's address space at ``limit`` bytes (None: leave it)."""
+    """Cap this process's address space at ``limit`` bytes (None: at the machine's RAM, so that a
+    runaway allocation fails in the job instead of swapping the node or waking its OOM killer)."""
     if limit is None:
-        return
+        limit = physical_memory()
+        if limit is None:
+            return
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
     cap = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
     resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
@@ -58,7 +70,7 @@ def _error(result: Any) -> dict[str, Any]:
     if not isinstance(error, dict):
         return {}
     kind = str(error.get("type", ""))
-    if "MemoryError" in f"{error.get('message', '')}" or "std::bad_alloc" in f"{error.get('message', '')}":
+    if any(mark in f"{kind}: {error.get('message', '')}" for mark in MEMORY_MARKS):
         kind = "MemoryError"
     return {"error": kind}
 

@@ -31,6 +31,10 @@ STATUSES = ("pass", "fail", "error", "crash", "timeout", "memory")
 #: The statuses of a job that did not finish its checks: the job's own failure, not a check's verdict.
 ABNORMAL = frozenset({"error", "crash", "timeout", "memory"})
 KEY_LENGTH = 24
+#: What an allocation that failed under the memory limit (RLIMIT_AS) reads like: Python's MemoryError,
+#: C++'s and the C library's messages (wasmtime's reservation of a module's memory among them).
+MEMORY_MARKS = ("MemoryError", "std::bad_alloc", "Cannot allocate memory", "out of memory",
+                "Memory allocation failed", "failed to allocate")
 
 
 def file_digest(path: Path) -> str:

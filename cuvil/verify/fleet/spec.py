@@ -6,7 +6,7 @@ A TOML file with ``[defaults]`` and one ``[[model]]`` table per model or glob of
     targets = ["ref", "native"]       # the targets of every model (each one job per check group)
     checks = ["compat"]               # check groups or checks, each entry one job: ["compat", "layerwise"]
     timeout = 600                     # seconds a job may run before it is killed (a hang)
-    memory = "8GiB"                   # the address space a job may use (a runaway allocation)
+    memory = "8GiB"                   # the address space a job may use (default: the node's RAM)
     strict = false                    # warnings fail too
     seed = 0
     config = "cuvil.toml"             # a verify configuration the models share

@@ -88,3 +88,19 @@ def test_progress_lines_count_and_estimate(tmp_path: Path) -> None:
     assert lines[1] == "[fleet] start m0.onnx [native] compat"
     assert lines[-1].startswith("[fleet] CRASH   m1.onnx [native] compat [SIGSEGV] (4.0 s) | 3/5 done, 1 failed, "
                                 "0 running, 2 queued, about 3 s left")
+
+
+def test_a_check_crashed_by_a_failed_allocation_counts_as_memory() -> None:
+    from cuvil.verify.base import CheckResult, Status
+    from cuvil.verify.fleet.job import _error
+
+    def crashed(kind: str, message: str) -> CheckResult:
+        return CheckResult("precision", Status.FAIL, "crashed", details={"error": {"type": kind, "message": message}})
+
+    # wasmtime's reservation of a module's memory under RLIMIT_AS, the interpreter wrapping a MemoryError
+    assert _error(crashed("RunError", "mmap failed to reserve 0x104000000 bytes\nCannot allocate memory")) == {
+        "error": "MemoryError"}
+    assert _error(crashed("InterpreterError", "node 'grow' failed: MemoryError: Unable to allocate")) == {
+        "error": "MemoryError"}
+    assert _error(crashed("ValueError", "bad shape")) == {"error": "ValueError"}
+    assert _error(CheckResult("precision", Status.FAIL, "too far")) == {}
