@@ -125,35 +125,44 @@ def test_the_same_fleet_on_a_local_ray_cluster(swept: dict[str, Any], tmp_path: 
         assert (tmp_path / "out" / report.link(r)).is_file(), r
 
 
-def _job_processes(folder: Path) -> list[int]:
-    """The pids of job processes whose spec lies under ``folder``."""
+def _job_processes(key: str) -> list[int]:
+    """The pids of the job processes of job ``key`` (its spec lies in a folder named by the key)."""
     pids = []
     for proc in Path("/proc").iterdir():
         try:
             cmd = (proc / "cmdline").read_bytes().decode(errors="replace")
         except OSError:
             continue
-        if "cuvil.verify.fleet.job" in cmd and str(folder) in cmd:
+        if "cuvil.verify.fleet.job\0" in cmd and key in cmd:
             pids.append(int(proc.name))
     return pids
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc for the job processes")
-def test_ctrl_c_ends_the_running_jobs_and_reports_what_finished(swept: dict[str, Any], tmp_path: Path) -> None:
+@pytest.mark.parametrize("executor", ["local", "ray"])
+def test_ctrl_c_ends_the_running_jobs_and_reports_what_finished(swept: dict[str, Any], tmp_path: Path,
+                                                                executor: str) -> None:
     import signal
     import time
 
+    from cuvil.verify.fleet.jobs import plan_jobs
+    from cuvil.verify.fleet.spec import load_fleet
+
+    if executor == "ray":
+        pytest.importorskip("ray", reason="Ray is not installed (pip install 'cuvil[ray]'; CI installs it)")
     write_fleet(tmp_path)
     (tmp_path / "fleet.toml").write_text('[defaults]\ntargets = ["native"]\nchecks = ["precision"]\n'
                                          '[[model]]\npath = "models/hangs.onnx"\nfaults = ["native-hang"]\n')
+    (job,) = plan_jobs(load_fleet(tmp_path / "fleet.toml"))
     env = {**os.environ, "CUVIL_CACHE_DIR": str(swept["cache"]), "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-m", "cuvil", "verify-fleet", "fleet.toml", "--report-dir", "out"],
+    proc = subprocess.Popen([sys.executable, "-m", "cuvil", "verify-fleet", "fleet.toml", "--executor", executor,
+                             "--jobs", "1", "--report-dir", "out"],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
-        while not _job_processes(tmp_path / "out") and time.monotonic() < deadline:
+        while not _job_processes(job.key) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert _job_processes(tmp_path / "out"), "the job never started"
+        assert _job_processes(job.key), "the job never started"
         time.sleep(1.0)
         proc.send_signal(signal.SIGINT)  # what Ctrl-C sends the command (the job runs in a session of its own)
         _, err = proc.communicate(timeout=60)
@@ -161,7 +170,8 @@ def test_ctrl_c_ends_the_running_jobs_and_reports_what_finished(swept: dict[str,
         proc.kill()
     assert proc.returncode == 130, err[-3000:]
     assert "cancelled: 0 of 1 jobs done" in err
-    assert not _job_processes(tmp_path / "out")  # the hanging job went with the sweep
+    time.sleep(0.5)
+    assert not _job_processes(job.key)  # the hanging job went with the sweep (on Ray: with its task)
     data = json.loads((tmp_path / "out" / "fleet.json").read_text())
     assert data["why_not_run"] == "the sweep was cancelled" and len(data["not_run"]) == 1
 
