@@ -34,9 +34,11 @@ class LocalExecutor:
     def __init__(self, jobs: int | None = None) -> None:
         self.jobs = jobs if jobs is not None else default_jobs()
 
-    @property
-    def parallel(self) -> int:
+    def start(self) -> int:
         return self.jobs
+
+    def stop(self) -> None:
+        pass
 
     def run(self, todo: Sequence[Job], store: ResultStore, cache_dir: str | None, sweep: Sweep) -> None:
         queue = deque(todo)

@@ -120,38 +120,30 @@ class RayExecutor:
         self.jobs = jobs
         self.resources = resources
         self._ray = _ray()
+        self._own = False  # this executor started the Ray connection (and a local cluster)
+        self._limit = 1
 
-    @property
-    def parallel(self) -> int:
-        if self.jobs is not None:
-            return self.jobs
-        if self._ray.is_initialized():
-            return max(1, int(self._ray.cluster_resources().get("CPU", 1)))
-        return 1
-
-    def _connect(self) -> bool:
-        """Connect (or start a local cluster); True when this call started the connection."""
+    def start(self) -> int:
+        """Connect (or start a local cluster, stopped by :meth:`stop`); returns the tasks kept in flight."""
         ray = self._ray
-        if ray.is_initialized():
-            return False
-        if self.address is None:
-            ray.init(resources=node_resources(), include_dashboard=False, log_to_driver=False)
-        else:
-            ray.init(address=self.address, log_to_driver=False)
-        return True
+        if not ray.is_initialized():
+            if self.address is None:
+                ray.init(resources=node_resources(), include_dashboard=False, log_to_driver=False)
+            else:
+                ray.init(address=self.address, log_to_driver=False)
+            self._own = True
+        self._limit = self.jobs if self.jobs is not None else max(1, int(ray.cluster_resources().get("CPU", 1)))
+        return self._limit
+
+    def stop(self) -> None:
+        if self._own:
+            self._ray.shutdown()
+            self._own = False
 
     def run(self, todo: Sequence[Job], store: ResultStore, cache_dir: str | None, sweep: Sweep) -> None:
         ray = self._ray
-        own = self._connect()
-        try:
-            self._run(ray, todo, store, cache_dir, sweep)
-        finally:
-            if own:
-                ray.shutdown()
-
-    def _run(self, ray: Any, todo: Sequence[Job], store: ResultStore, cache_dir: str | None, sweep: Sweep) -> None:
         task = ray.remote(run_remote)
-        limit = self.parallel
+        limit = self._limit
         models: dict[str, Any] = {}  # the model's bytes in the object store, once per model, for nodes without them
         for job in todo:
             if job.digest not in models:
@@ -177,8 +169,8 @@ class RayExecutor:
                     try:
                         data, archive = ray.get(ref)
                     except ray.exceptions.RayError as exc:  # the task or its worker died: the job's error, not the sweep's
-                        sweep.finished(failed_to_run(job, f"the Ray task failed: {type(exc).__name__}: "
-                                                          f"{str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else ''}"))
+                        last = (str(exc).strip().splitlines() or [""])[-1][:300]
+                        sweep.finished(failed_to_run(job, f"the Ray task failed: {type(exc).__name__}: {last}"))
                         continue
                     unpack(archive, store.job_dir(job.key))
                     sweep.finished(JobResult.from_json(data))

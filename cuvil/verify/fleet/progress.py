@@ -49,8 +49,8 @@ class FleetProgress:
         with self._lock:
             self.total, self.queued, self.parallel = total, to_run, max(1, parallel)
             self.done = total - to_run
-            self._line(f"{total} jobs: {to_run} to run, {total - to_run} from the results folder; {executor} executor, "
-                       f"{self.parallel} at a time")
+            how = f"{executor} executor, {parallel} at a time" if parallel else "nothing to run"
+            self._line(f"{total} jobs: {to_run} to run, {total - to_run} from the results folder; {how}")
 
     def resumed(self, result: JobResult) -> None:
         with self._lock:

@@ -245,7 +245,7 @@ def _entry(name: str, source: str, files: tuple[Path, ...], s: Mapping[str, Any]
         timeout=_number(s.get("timeout", DEFAULT_TIMEOUT), path, where, "timeout"), memory=mem, strict=strict,
         seed=seed, faults=faults,
         config=_existing(s["config"], base, path, where, "config") if "config" in s else None,
-        thresholds=_thresholds(s.get("thresholds", {}), base, path, where),
+        thresholds={k: dict(v) for k, v in s.get("thresholds", {}).items()},  # checked and resolved when read
         inputs=_existing(templated("inputs"), base, path, where, "inputs", folder=True) if "inputs" in s else None,
         baseline=_existing(templated("baseline"), base, path, where, "baseline") if "baseline" in s else None)
 

@@ -27,8 +27,13 @@ EXECUTORS = ("local", "ray")
 class Executor(Protocol):
     name: str
 
-    @property
-    def parallel(self) -> int: ...
+    def start(self) -> int:
+        """Make ready to run jobs (Ray: connect, or start a local cluster); returns how many run at a time."""
+        ...
+
+    def stop(self) -> None:
+        """Release what :meth:`start` took (a local Ray cluster it started)."""
+        ...
 
     def run(self, todo: Sequence[Job], store: ResultStore, cache_dir: str | None, sweep: Sweep) -> None: ...
 
@@ -112,18 +117,22 @@ def run_fleet(fleet_file: str | Path, *, executor: str = "local", jobs: int | No
             resumed[job.key] = stored
     t0 = time.monotonic()
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    shown.begin(len(planned), len(todo), run.name, run.parallel)
-    for r in resumed.values():
-        shown.resumed(r)
     sweep.failures = sum(not r.ok for r in resumed.values())
     cancelled = False
+    started_executor = bool(todo) and not sweep.stopping
     try:
+        shown.begin(len(planned), len(todo), run.name, run.start() if started_executor else 0)
+        for r in resumed.values():
+            shown.resumed(r)
         if sweep.stopping:
             sweep.dropped(list(todo))
-        else:
+        elif todo:
             run.run(todo, store, cache_dir, sweep)
     except KeyboardInterrupt:  # the executor ended its running jobs; what finished is stored and reported
         cancelled = True
+    finally:
+        if started_executor:
+            run.stop()
     results = {**resumed, **sweep.results}
     report = FleetReport(fleet=str(fleet.path), executor=run.name, started=started, seconds=time.monotonic() - t0,
                          jobs=planned, results=[results[j.key] for j in planned if j.key in results],
