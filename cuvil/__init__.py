@@ -42,6 +42,7 @@ _LAZY: dict[str, str] = {
     "set_log_level": "cuvil.log:set_log_level",
     "unregister_op": "cuvil.custom:unregister_op",
     "verify": "cuvil.verify:",
+    "verify_fleet": "cuvil.verify.fleet:verify_fleet",
 }
 
 
@@ -69,6 +70,7 @@ __all__ = [
     "set_log_level",
     "unregister_op",
     "verify",
+    "verify_fleet",
 ]
 if importlib.util.find_spec("cuvil.options") is not None:  # the options object (imports nothing to look)
     __all__.append("CompileOptions")
@@ -107,3 +109,4 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors (nothing 
     from cuvil.log import set_log_level
     from cuvil.runtime.artifact import load
     from cuvil.runtime.compiled import BuildInfo, CompiledModel, CompileInfo
+    from cuvil.verify.fleet import verify_fleet

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import hashlib
 import logging
@@ -143,6 +144,10 @@ def compile(  # noqa: A001  (the library's main verb)
         verify(graph)
     with stage(_log, "shape checks", times):
         signature = Signature.of(graph, opts.faults)
+    if backend.is_c and opts.faults:  # a planted call-path fault applies to C builds (cuvil/faults.py)
+        from cuvil.faults import call_fault
+
+        signature = dataclasses.replace(signature, call_fault=call_fault(opts.faults))
     if quantized and opts.quantization.reduce_range is None:
         opts = _reduce_range(opts, backend)
     from cuvil.pipeline import build_pipeline, precision_pass

@@ -14,7 +14,8 @@ from cuvil.errors import CuvilError
 
 #: The command modules (``cuvil/commands/``), each adding its parser with ``register(sub)``; after
 #: compile and run in ``--help`` (inspect comes first).
-COMMANDS = ("cuvil.commands.opt", "cuvil.commands.verify", "cuvil.commands.conformance", "cuvil.commands.reduce")
+COMMANDS = ("cuvil.commands.opt", "cuvil.commands.verify", "cuvil.commands.verify_fleet", "cuvil.commands.conformance",
+            "cuvil.commands.reduce")
 
 
 def _quant_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -39,7 +39,13 @@ FAULTS: dict[str, str] = {
     "shared-scratch": "a kernel keeps its scratch buffer in static storage shared by instances (check: concurrency)",
     "if-branch": "an If node runs the wrong branch for one condition (check: control-flow)",
     "drop-guard": "a symbolic dim's upper-bound guard is not emitted (check: dynamic-shapes)",
+    "native-crash": "a C build's call reads through a null pointer: the process dies of SIGSEGV "
+                    "(caught by: the job isolation of cuvil verify-fleet)",
+    "native-hang": "a C build's call never returns (caught by: the job time limit of cuvil verify-fleet)",
 }
+#: The faults planted in the call path of a C build (cuvil/runtime/compiled.py) rather than in the
+#: generated code: what they do to the process is the bug (:func:`trip`).
+CALL_FAULTS = ("native-crash", "native-hang")
 
 # The faults :func:`plant` asks for in this context: the default of ``CompileOptions.faults``.
 _planted: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar("cuvil_planted_faults",
@@ -63,6 +69,27 @@ def active(name: str, planted: Collection[str]) -> bool:
     if name not in FAULTS:
         raise CuvilError(f"unknown fault {name!r}; known: {', '.join(FAULTS)}")
     return name in planted
+
+
+def call_fault(planted: Collection[str]) -> str | None:
+    """The call-path fault among ``planted`` (:data:`CALL_FAULTS`; the first when both are), or None."""
+    return next((name for name in CALL_FAULTS if name in planted), None)
+
+
+def trip(name: str) -> None:
+    """What a call of a model built with call-path fault ``name`` does instead of running: a read
+    through a null pointer in native code (``native-crash``: SIGSEGV, as a wild pointer in a kernel
+    would), or a wait that never ends (``native-hang``: as a kernel's loop whose bound never comes)."""
+    if name == "native-crash":
+        import ctypes
+
+        ctypes.string_at(0)  # SIGSEGV: the process ends here
+    elif name == "native-hang":
+        import time
+
+        while True:
+            time.sleep(3600)
+    raise CuvilError(f"{name!r} is not a call-path fault (those are: {', '.join(CALL_FAULTS)})")
 
 
 def planted() -> frozenset[str]:

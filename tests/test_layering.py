@@ -75,6 +75,7 @@ LAYER_OF: dict[str, str] = {
     "cuvil": "api",  # the package root
     "cuvil.api": "api",
     "cuvil.verify": "verify",
+    "cuvil.verify.fleet": "verify",  # sweeps over many models: jobs of cuvil verify in processes of their own
     "cuvil.cli": "tools",
     "cuvil.commands": "tools",
     "cuvil.__main__": "tools",

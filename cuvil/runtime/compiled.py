@@ -100,6 +100,9 @@ class Signature:
     # A symbol whose upper bound is not checked: only a compile that plants the fault "drop-guard"
     # (cuvil/faults.py) sets it, so that its Python guard has the bug its C guard has.
     dropped_guard: str | None = None
+    # What a call does instead of running: only a C build that plants "native-crash" or "native-hang"
+    # (cuvil/faults.py) sets it; saved with an artifact, so the loaded model has the bug too.
+    call_fault: str | None = None
 
     @staticmethod
     def of(graph: Graph, planted: frozenset[str] = frozenset()) -> Signature:
@@ -123,6 +126,7 @@ class Signature:
             ],
             "checks": [c.to_json() for c in self.checks],
             **({"dropped_guard": self.dropped_guard} if self.dropped_guard is not None else {}),
+            **({"call_fault": self.call_fault} if self.call_fault is not None else {}),
         }
 
     @staticmethod
@@ -133,6 +137,7 @@ class Signature:
             {s["name"]: SymbolInfo(s["name"], s.get("min"), s.get("max"), s.get("multiple_of")) for s in d["symbols"]},
             tuple(Assumption.from_json(c) for c in d.get("checks", [])),
             d.get("dropped_guard"),
+            d.get("call_fault"),
         )
 
 
@@ -236,6 +241,10 @@ class CompiledModel:
 
         Outputs are torch tensors when any input was one (sharing memory with
         the backend's arrays), NumPy arrays otherwise."""
+        if self.signature.call_fault is not None:  # a planted fault (cuvil/faults.py): never set otherwise
+            from cuvil.faults import trip
+
+            trip(self.signature.call_fault)
         want = self.__dict__.get("_static_inputs")
         if want and len(arrays) == len(want):
             # the serving loop's call: NumPy arrays of exactly the static input types need no

@@ -139,7 +139,47 @@ CASES: dict[str, tuple[str, Callable[[], object], dict[str, object], Callable[[C
 
 
 def test_every_fault_has_a_case() -> None:
-    assert set(CASES) == set(cuvil.faults.FAULTS)
+    # the call-path faults end the process: the fleet's job isolation catches them (test_call_path_faults below,
+    # and tests/verify/fleet/test_sweep.py)
+    assert set(CASES) == set(cuvil.faults.FAULTS) - set(cuvil.faults.CALL_FAULTS)
+
+
+_CALL = """
+import sys, numpy as np, cuvil
+m = cuvil.compile(sys.argv[1], sys.argv[2], cache_dir=sys.argv[3], faults={sys.argv[4]})
+if sys.argv[5:] == ["compile-only"]:
+    sys.exit(0)
+if sys.argv[5:]:
+    m = cuvil.load(m.save(sys.argv[5]))  # the artifact keeps the bug
+m(np.ones((4, 64), np.float32))
+print("ran")
+"""
+
+
+@pytest.mark.slow
+def test_call_path_faults_crash_or_hang_a_c_build_only(tmp_path: Path, cache: str) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.support.paths import REPO
+
+    model = tmp_path / "m.onnx"
+    onnx.save(residual_softmax(), model)
+
+    def call(target: str, fault: str, *extra: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", _CALL, str(model), target, cache, fault, *extra],
+                              capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+
+    crashed = call("native", "native-crash")
+    assert crashed.returncode == -signal.SIGSEGV, crashed.stderr[-2000:]
+    assert call("native", "native-crash", str(tmp_path / "artifact")).returncode == -signal.SIGSEGV
+    assert call("ref", "native-crash").stdout.strip() == "ran"  # the reference interpreter has no C build
+    assert call("native", "native-hang", "compile-only").returncode == 0  # the build: the next call only runs it
+    with pytest.raises(subprocess.TimeoutExpired):
+        call("native", "native-hang", timeout=5)
 
 
 @pytest.mark.parametrize("fault", sorted(CASES))
