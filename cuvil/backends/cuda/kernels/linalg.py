@@ -23,15 +23,9 @@ TILE = 16
 _FLOATS = (DType.f32, DType.f16, DType.bf16)
 
 
-def faulted(k: CudaKernelCtx, name: str) -> bool:
-    """Whether the planted fault ``name`` (cuvil/backends/cuda/faults.py) is on for this compile."""
-    return name in k.options.faults
-
-
 def _tile_kernel(k: CudaKernelCtx, a: CVal, b: CVal, y: CVal, batch_rank: int, epilogue: str,
                  extra_params: list[str]) -> str:
-    sync = "" if faulted(k, "cuda-matmul-no-sync") else "__syncthreads();"
-    bound = "<=" if faulted(k, "cuda-matmul-tile-bound") else "<"
+    sync, bound = "__syncthreads();", "<"
     text = f"""__global__ void {{name}}(int64_t M, int64_t N, int64_t K, int64_t a_rs, int64_t a_cs, int64_t b_rs,
         int64_t b_cs, int64_t batches, cuvil_dims bd, cuvil_dims as, cuvil_dims bs, const {a.ctype} *a,
         const {b.ctype} *b, {y.ctype} *y{''.join(', ' + p for p in extra_params)}) {{

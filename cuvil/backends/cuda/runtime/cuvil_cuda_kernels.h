@@ -124,10 +124,8 @@ CUVIL_HD double cuvil_clamp_d(double x, double lo, double hi) { return cuvil_min
 #define CUVIL_WARP 32
 #define CUVIL_FULL_MASK 0xffffffffu
 
-/* The lane each step of the butterfly reads from: lane ^ offset (a planted fault changes it). */
-#ifndef CUVIL_SHFL_LANE
+/* The lane mask each step of the butterfly exchanges over: lane ^ offset. */
 #define CUVIL_SHFL_LANE(off) (off)
-#endif
 
 __device__ static inline float cuvil_warp_sum_f(float v) {
     for (int off = CUVIL_WARP / 2; off > 0; off >>= 1) v += __shfl_xor_sync(CUVIL_FULL_MASK, v, CUVIL_SHFL_LANE(off));
