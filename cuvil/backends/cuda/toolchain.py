@@ -29,8 +29,8 @@ ARCH_FLAGS: dict[str, tuple[str, ...]] = {
 }
 NVCC_FLAGS = ("-x", "cu", "-std=c++17", "-O3", "--shared", "-Xcompiler=-fPIC,-fvisibility=hidden", "-Werror=all-warnings",
               "-fmad=false")
-SIM_FLAGS = ("-std=c++17", "-O1", "-fPIC", "-shared", "-fvisibility=hidden", "-ffp-contract=off", "-DCUVIL_CUDA_SIM",
-             "-x", "c++")
+SIM_FLAGS = ("-std=c++17", "-O1", "-pthread", "-fPIC", "-shared", "-fvisibility=hidden", "-ffp-contract=off",
+             "-DCUVIL_CUDA_SIM", "-x", "c++")
 HIP_FLAGS = ("-std=c++17", "-O3", "-fPIC", "-shared", "-fvisibility=hidden", "-ffp-contract=off", "-x", "hip")
 
 
@@ -95,8 +95,7 @@ def command(target: str, compiler: str, source: Path, out: Path, *, artifact: bo
         flags = list(HIP_FLAGS)
     else:
         raise CuvilError(f"unknown CUDA target {target!r}")
-    tail = ["-lpthread"] if target == "cuda-sim" else []
-    return [compiler, *flags, *includes, str(source), "-o", str(out), *tail]
+    return [compiler, *flags, *includes, str(source), "-o", str(out)]
 
 
 def compiler_for(target: str) -> str:
