@@ -42,6 +42,33 @@ GRAPHS = {
   return %s, %l, %t, %u
 }
 """,
+    "movement": """graph main(%x: f32[n, 3, 4], %y: f32[n, 2, 4], %i: i64[5]) {
+  symbol n in 1..64
+  %t = transpose(%x) {perm = [2, 0, 1]} : f32[4, n, 3]
+  %c = concat(%x, %y) {axis = 1} : f32[n, 5, 4]
+  %s0 = constant() {value = dense<i64[2]> [1, -1]} : i64[2]
+  %e0 = constant() {value = dense<i64[2]> [5, -4]} : i64[2]
+  %a0 = constant() {value = dense<i64[2]> [1, 2]} : i64[2]
+  %p0 = constant() {value = dense<i64[2]> [1, -1]} : i64[2]
+  %s = slice(%c, %s0, %e0, %a0, %p0) : f32[n, 4, 3]
+  %g = gather(%x, %i) {axis = 2} : f32[n, 3, 5]
+  %pp = constant() {value = dense<i64[6]> [0, 1, 2, 0, 0, 1]} : i64[6]
+  %pd = pad(%x, %pp) {mode = "reflect"} : f32[n, 4, 7]
+  %sh = constant() {value = dense<i64[4]> [2, 1, 3, 4]} : i64[4]
+  %ex = expand(%x, %sh) : f32[2, n, 3, 4]
+  return %t, %s, %g, %pd, %ex
+}
+""",
+    "norm": """graph main(%x: f32[n, 6], %s: f32[6], %b: f32[6], %im: f32[n, 2, 5, 5]) {
+  symbol n in 1..64
+  %l = layer_norm(%x, %s, %b) {axis = -1, epsilon = 1e-05} : f32[n, 6]
+  %m = max_pool(%im) {kernel_shape = [2, 2], strides = [2, 2], pads = [0, 0, 1, 1]} : f32[n, 2, 3, 3]
+  %a = average_pool(%im) {kernel_shape = [3, 3], pads = [1, 1, 1, 1], count_include_pad = 1} : f32[n, 2, 5, 5]
+  %a2 = average_pool(%im) {kernel_shape = [3, 3], pads = [1, 1, 1, 1]} : f32[n, 2, 5, 5]
+  %g = global_average_pool(%im) : f32[n, 2, 1, 1]
+  return %l, %m, %a, %a2, %g
+}
+""",
 }
 
 

@@ -226,6 +226,22 @@ static CUVIL_UNUSED int cuvil_bcast_ok(const int64_t *in, int r, const int64_t *
     return 1;
 }
 
+/* The elements a slice takes of an axis of `dim` elements, its start clamped in place (ONNX Slice). */
+static inline CUVIL_UNUSED int64_t cuvil_slice_range(int64_t dim, int64_t *start, int64_t end, int64_t step) {
+    int64_t s = *start, e = end;
+    if (step > 0) {
+        if (s < 0) { s += dim; if (s < 0) s = 0; } else if (s > dim) { s = dim; }
+        if (e < 0) { e += dim; if (e < 0) e = 0; } else if (e > dim) { e = dim; }
+        *start = s;
+        return e > s ? (e - s - 1) / step + 1 : 0;
+    }
+    if (s < 0) { s += dim; if (s < 0) s = -1; } else if (s >= dim) { s = dim - 1; }
+    if (e < 0) { e += dim; if (e < 0) e = -1; } else if (e >= dim) { e = dim - 1; }
+    *start = s;
+    const int64_t mag = step == INT64_MIN ? INT64_MAX : -step;
+    return s > e ? (s - e - 1) / mag + 1 : 0;
+}
+
 /* ---- launch geometry -------------------------------------------------------------------- */
 
 #define CUVIL_MAX_DIMS 8
