@@ -75,9 +75,9 @@ NOT_YET_SUPPORTED = frozenset({
     # layouts and convolutions other than NCHW conv
     "conv_nhwc", "fused_conv_nhwc", "conv_transpose", "deform_conv", "col2im",
     # the rest, one by one
-    "arg_max", "arg_min", "attention", "bit_shift", "constant_of_shape", "cumprod", "cumsum", "depth_to_space",
+    "arg_max", "arg_min", "attention", "constant_of_shape", "cumprod", "cumsum", "depth_to_space",
     "det", "dft", "einsum", "eye_like", "full_like", "gather_elements", "gather_nd", "grid_sample", "group_norm",
-    "hardmax", "instance_norm", "lp_normalization", "max_roi_pool", "mean", "one_hot", "range", "resize",
+    "hardmax", "instance_norm", "lp_normalization", "max_roi_pool", "one_hot", "range", "resize",
     "roi_align", "scatter_elements", "scatter_nd", "space_to_depth", "split", "stft", "tile", "trilu", "size",
     "batch_norm", "reduce_l1", "reduce_l2", "reduce_log_sum", "reduce_log_sum_exp", "reduce_sum_square",
 })
