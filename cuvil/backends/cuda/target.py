@@ -67,7 +67,9 @@ class CudaBackend(Backend):
                                               faults=options.faults, options_key=build_key),
                       compile_it=self.compiles)
         unloadable = self.cannot_run_here()
-        if unloadable:
+        if unloadable and not self.compiles:
+            _log.info("%s: the source is written, not built: %s", self.name, unloadable)
+        elif unloadable:
             _log.warning("%s: built, not loaded: %s; save it (CompiledModel.save, cuvil compile -o) and run it on a "
                          "machine that has one", self.name, unloadable)
         with stage(_log, "load", times):
