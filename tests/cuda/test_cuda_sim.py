@@ -57,7 +57,7 @@ def test_kernel_family_matches_reference_at_every_batch(family: str, tmp_path: P
 def test_input_checks_run_before_any_copy(tmp_path: Path) -> None:
     m = cuvil.compile(graph("elementwise"), target="cuda-sim", cache_dir=str(tmp_path))
     xs = random_inputs(m, 65)  # n is at most 64
-    with pytest.raises(cuvil.errors.CuvilError, match="maximum 64|above"):
+    with pytest.raises(cuvil.errors.CuvilError, match=r"maximum 64|above"):
         m(*xs)
 
 

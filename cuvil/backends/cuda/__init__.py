@@ -20,6 +20,7 @@ from cuvil.backends.c import cache
 from cuvil.backends.c.codegen import GeneratedModule
 from cuvil.backends.c.library import NativeModel
 from cuvil.backends.c.toolchain import INCLUDE_RE
+from cuvil.backends.c.toolchain import RUNTIME_DIR as C_RUNTIME_DIR
 from cuvil.backends.cuda import toolchain
 from cuvil.backends.cuda.codegen import CudaCodegenOptions, generate
 from cuvil.errors import CuvilError, ModelError
@@ -63,7 +64,7 @@ def build(graph: Graph, options: CudaBuildOptions, *, compile_it: bool = True) -
     compiler = toolchain.compiler_for(options.target) if compile_it else "none"
     key_parts = (__version__, options.target, compiler, toolchain.compiler_version(compiler) if compile_it else "",
                  " ".join(toolchain.command(options.target, compiler, Path("model.c"), Path("model.so"))),
-                 cache.runtime_digest(toolchain.RUNTIME_DIR), cache.runtime_digest(toolchain.C_RUNTIME_DIR),
+                 cache.runtime_digest(toolchain.RUNTIME_DIR), cache.runtime_digest(C_RUNTIME_DIR),
                  *((options.options_key,) if options.options_key else ()))
 
     def compile_source(src: Path, folder: Path) -> str:

@@ -102,7 +102,8 @@ def _matmul(k: CudaKernelCtx, epilogue: tuple[object, list[CVal]] | None) -> Non
         batch_rank = a.rank - 2
     else:
         batch_rank = y.rank - 2
-    params, ptr_extra, leaves = [], [], []
+    params: list[str] = []
+    ptr_extra: list[str] = []
     expr = "acc"
     if epilogue is not None:
         body, extras = epilogue
@@ -136,7 +137,8 @@ def _gemm(k: CudaKernelCtx, epilogue: tuple[object, list[CVal]] | None) -> None:
     check_dtypes(k, [a, b, y])
     ta, tb = int(k.attrs.get("transA") or 0), int(k.attrs.get("transB") or 0)
     alpha, beta = float(k.attrs.get("alpha", 1.0)), float(k.attrs.get("beta", 1.0))
-    params, ptr_extra, leaves = [], [], []
+    params: list[str] = []
+    ptr_extra: list[str] = []
     expr = "acc" if alpha == 1.0 else f"({c_float(alpha)} * acc)"
     if c is not None and beta != 0.0:
         params.append(f"const {c.ctype} *cb")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from cuvil.backends.c import ctypes_map as ct
 from cuvil.backends.c.codegen import CodegenError
 from cuvil.backends.c.kernel import CVal
 from cuvil.backends.c.kernels.cast import literal
