@@ -15,6 +15,7 @@ from cuvil.backends.c.kernel import CVal
 from cuvil.backends.c.kernels.fused import compose
 from cuvil.backends.c.writer import c_float
 from cuvil.backends.cuda.kernel import CudaKernelCtx, cuda_kernel
+from cuvil.faults import active
 from cuvil.backends.cuda.kernels.common import check_dtypes, define_kernel
 from cuvil.ir.dtypes import DType
 from cuvil.ops.fused import extra_kind
@@ -25,7 +26,9 @@ _FLOATS = (DType.f32, DType.f16, DType.bf16)
 
 def _tile_kernel(k: CudaKernelCtx, a: CVal, b: CVal, y: CVal, batch_rank: int, epilogue: str,
                  extra_params: list[str]) -> str:
-    sync, bound = "__syncthreads();", "<"
+    faults = k.options.faults  # planted faults (cuvil/faults.py): the barrier and the inner bound live here
+    sync = "" if active("cuda-matmul-no-sync", faults) else "__syncthreads();"
+    bound = "<=" if active("cuda-matmul-tile-bound", faults) else "<"
     text = f"""__global__ void {{name}}(int64_t M, int64_t N, int64_t K, int64_t a_rs, int64_t a_cs, int64_t b_rs,
         int64_t b_cs, int64_t batches, cuvil_dims bd, cuvil_dims as, cuvil_dims bs, const {a.ctype} *a,
         const {b.ctype} *b, {y.ctype} *y{''.join(', ' + p for p in extra_params)}) {{

@@ -124,8 +124,11 @@ CUVIL_HD double cuvil_clamp_d(double x, double lo, double hi) { return cuvil_min
 #define CUVIL_WARP 32
 #define CUVIL_FULL_MASK 0xffffffffu
 
-/* The lane mask each step of the butterfly exchanges over: lane ^ offset. */
+/* The lane mask each step of the butterfly exchanges over: lane ^ offset (a build with the planted
+ * fault cuda-shuffle-lane defines it first). */
+#ifndef CUVIL_SHFL_LANE
 #define CUVIL_SHFL_LANE(off) (off)
+#endif
 
 __device__ static inline float cuvil_warp_sum_f(float v) {
     for (int off = CUVIL_WARP / 2; off > 0; off >>= 1) v += __shfl_xor_sync(CUVIL_FULL_MASK, v, CUVIL_SHFL_LANE(off));
