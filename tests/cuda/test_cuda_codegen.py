@@ -177,3 +177,10 @@ def test_cuda_without_a_gpu_builds_saves_and_says_it_cannot_run(tmp_path: Path) 
     with pytest.raises(cuvil.errors.CuvilError, match="cannot run here: this machine has no CUDA GPU"):
         m(*[__import__("numpy").zeros((2, 4), "f4"), __import__("numpy").zeros(4, "f4"),
             __import__("numpy").zeros((2, 1), "f4")])
+
+
+@needs_nvcc
+def test_fp16_source_compiles_with_nvcc_warnings_as_errors(tmp_path: Path) -> None:
+    m = cuvil.compile(EXAMPLES / "tiny_cnn.onnx", target="hip", precision="fp16", cache_dir=str(tmp_path / "cache"))
+    r = nvcc_check(m.build_info.source, tmp_path)  # type: ignore[union-attr]
+    assert r.returncode == 0, r.stderr[-3000:]

@@ -97,3 +97,26 @@ def test_zoo_model_with_symbolic_batch_matches_reference(zoo, name: str, tmp_pat
     m = cuvil.compile(em.path, target="cuda-sim", cache_dir=str(tmp_path))
     for b in (1, 3):
         assert_matches_ref(m, em.path, list(em.inputs(b)))
+
+
+def _reduced_error(model: object, m: cuvil.CompiledModel, xs: list[np.ndarray]) -> float:
+    got = m(*xs)
+    want = cuvil.compile(model, target="ref")(*xs)
+    got = list(got) if isinstance(got, (list, tuple)) else [got]
+    want = list(want) if isinstance(want, (list, tuple)) else [want]
+    return max(relative_l2(np.asarray(g), np.asarray(w)) for g, w in zip(got, want))
+
+
+def test_fp16_build_of_the_linear_layers_is_within_1e_2(tmp_path: Path) -> None:
+    g = graph("linalg")
+    m = cuvil.compile(g, target="cuda-sim", precision="fp16", cache_dir=str(tmp_path))
+    assert "cuvil_f32_to_f16" in m.build_info.source.read_text()  # type: ignore[union-attr]
+    assert _reduced_error(g, m, random_inputs(m, 5)) <= 1e-2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_reduced_precision_zoo_and_cnn_within_1e_2(zoo, precision: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    for model in (EXAMPLES / "tiny_cnn.onnx", zoo.get("mlp", dynamic=True).path):
+        m = cuvil.compile(model, target="cuda-sim", precision=precision, cache_dir=str(tmp_path))
+        assert _reduced_error(model, m, random_inputs(m, 2)) <= 1e-2

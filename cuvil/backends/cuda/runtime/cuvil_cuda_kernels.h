@@ -119,6 +119,69 @@ CUVIL_HD double cuvil_softplus_d(double x) { return cuvil_max_d(x, 0.0) + log1p(
 CUVIL_HD float cuvil_clamp_f(float x, float lo, float hi) { return cuvil_min_f(cuvil_max_f(x, lo), hi); }
 CUVIL_HD double cuvil_clamp_d(double x, double lo, double hi) { return cuvil_min_d(cuvil_max_d(x, lo), hi); }
 
+/* ---- half precision storage (uint16_t bits), as cuvil_rt.h converts it: round to nearest even ------- */
+
+CUVIL_HD float cuvil_f16_to_f32(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else { /* subnormal: normalise */
+            int e = -1;
+            do {
+                e++;
+                man <<= 1;
+            } while ((man & 0x400u) == 0);
+            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ffu) << 13);
+        }
+    } else if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+CUVIL_HD uint16_t cuvil_f32_to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    const uint32_t sign = (x >> 16) & 0x8000u, absx = x & 0x7fffffffu;
+    if (absx >= 0x7f800000u) return (uint16_t)(sign | 0x7c00u | (absx > 0x7f800000u ? 0x200u | ((absx >> 13) & 0x3ffu) : 0));
+    if (absx >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
+    if (absx < 0x38800000u) { /* subnormal or zero in f16: units of 2^-24 */
+        if (absx < 0x33000000u) return (uint16_t)sign;
+        const uint32_t e = absx >> 23, m = (absx & 0x7fffffu) | 0x800000u, shift = 126 - e;
+        uint32_t r = m >> shift;
+        const uint32_t rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (r & 1u))) r++;
+        return (uint16_t)(sign | r);
+    }
+    const uint32_t e = (absx >> 23) - 127 + 15, m = absx & 0x7fffffu, rem = m & 0x1fffu;
+    uint32_t r = (e << 10) | (m >> 13);
+    if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) r++;
+    return (uint16_t)(sign | r);
+}
+
+CUVIL_HD float cuvil_f16_round_f(float x) { return cuvil_f16_to_f32(cuvil_f32_to_f16(x)); }
+
+CUVIL_HD float cuvil_bf16_to_f32(uint16_t h) {
+    const uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+CUVIL_HD uint16_t cuvil_f32_to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u); /* quiet NaN */
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
 /* ---- reductions across a warp and a block ------------------------------------------------ */
 
 #define CUVIL_WARP 32
