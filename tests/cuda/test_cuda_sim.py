@@ -120,3 +120,31 @@ def test_reduced_precision_zoo_and_cnn_within_1e_2(zoo, precision: str, tmp_path
     for model in (EXAMPLES / "tiny_cnn.onnx", zoo.get("mlp", dynamic=True).path):
         m = cuvil.compile(model, target="cuda-sim", precision=precision, cache_dir=str(tmp_path))
         assert _reduced_error(model, m, random_inputs(m, 2)) <= 1e-2
+
+
+def test_threads_calling_one_model_agree_bitwise_with_single_calls(tmp_path: Path) -> None:
+    import threading
+
+    g = graph("linalg")
+    m = cuvil.compile(g, target="cuda-sim", cache_dir=str(tmp_path))
+    feeds = [random_inputs(m, n, seed=n) for n in (2, 5, 9, 13)]
+    alone = [[np.asarray(a) for a in m(*x)] for x in feeds]
+    got: dict[int, list[np.ndarray]] = {}
+    errors: list[BaseException] = []
+
+    def call(i: int) -> None:
+        try:
+            for _ in range(3):
+                got[i] = [np.asarray(a) for a in m(*feeds[i])]
+        except BaseException as exc:  # reported below, not lost in the thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(len(feeds))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for i, want in enumerate(alone):
+        for a, b in zip(got[i], want):
+            np.testing.assert_array_equal(a, b)
