@@ -37,7 +37,7 @@ from cuvil.backends.c.writer import CWriter, c_comment, c_string
 from cuvil.backends.cuda.kernel import CudaKernelCtx, find_cuda_kernel
 from cuvil.errors import UnsupportedOpError, UnsupportedUse
 from cuvil.faults import active
-from cuvil.ir.graph import Graph, Node
+from cuvil.ir.graph import Graph, Node, Value
 
 # The runtime headers every unit includes, in order (cuvil/backends/cuda/runtime/).
 HEADERS = ("cuvil_cuda.h", "cuvil_cuda_host.h", "cuvil_cuda_kernels.h")
@@ -68,6 +68,11 @@ class CudaFunctionEmitter(FunctionEmitter):
     weights_base = "m->dweights"
     kernel_ctx = CudaKernelCtx
     kernel_kind = "CUDA kernel"
+
+    def __init__(self, graph: Graph, options: CudaCodegenOptions, weight_offsets: dict[Value, int]) -> None:
+        super().__init__(graph, options, weight_offsets)  # type: ignore[arg-type]
+        # each kernel's text (its name a placeholder) -> its name: nodes with the same text share it
+        self.kernel_names: dict[str, str] = {}
 
     def find_kernel(self, op: str) -> Kernel | None:
         return find_cuda_kernel(op)
@@ -125,7 +130,7 @@ def generate(graph: Graph, options: CudaCodegenOptions) -> GeneratedModule:
         if v.type.rank > 8:
             raise CodegenError(f"{v.name!r} has rank {v.type.rank}; the C API supports rank 8 at most")
     offsets, weights = _layout_weights(graph)
-    fn = CudaFunctionEmitter(graph, options, offsets)  # type: ignore[arg-type]
+    fn = CudaFunctionEmitter(graph, options, offsets)
     body = fn.w
     n_out = len(graph.outputs)
     with body.indented():

@@ -94,6 +94,15 @@ class CudaKernelCtx(KernelCtx):
         """A fresh name for a kernel of this node (from ``hint``, never from the model's names)."""
         return self.tmp(f"k_{hint}")
 
+    def define_kernel(self, hint: str, template: str) -> str:
+        """Define the device code ``template`` (``{name}`` standing for the kernel's name) once per
+        text, so nodes whose kernels are the same text share one kernel; returns its name."""
+        names: dict[str, str] = self._fn.kernel_names  # type: ignore[attr-defined]
+        if template not in names:
+            names[template] = self.kernel_name(hint)
+            self.device(f"cuda-kernel:{names[template]}", template.replace("{name}", names[template]))
+        return names[template]
+
     def launch(self, kernel: str, grid: str, block: str, args: list[str], shmem: str = "0") -> None:
         """Launch ``kernel`` on the call's stream; a launch error fails the call naming the node."""
         self.w.line(f"CUVIL_LAUNCH({kernel}, {grid}, {block}, {shmem}, call->stream, {', '.join(args)});")

@@ -24,12 +24,7 @@ def check_dtypes(k: CudaKernelCtx, vals: Sequence[CVal]) -> None:
 def define_kernel(k: CudaKernelCtx, hint: str, template: str) -> str:
     """Define the device code ``template`` (``{name}`` standing for the kernel's name) once per text:
     nodes whose kernels are the same text share one kernel.  Returns its name."""
-    key = f"cuda-kernel:{template}"
-    names: dict[str, str] = k._fn.__dict__.setdefault("cuda_kernel_names", {})
-    if key not in names:
-        names[key] = k.kernel_name(hint)
-        k.device(key, template.replace("{name}", names[key]))
-    return names[key]
+    return k.define_kernel(hint, template)
 
 
 def grid_stride(index: str = "i", count: str = "n") -> str:

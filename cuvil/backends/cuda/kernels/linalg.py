@@ -15,8 +15,8 @@ from cuvil.backends.c.kernel import CVal
 from cuvil.backends.c.kernels.fused import compose
 from cuvil.backends.c.writer import c_float
 from cuvil.backends.cuda.kernel import CudaKernelCtx, cuda_kernel
-from cuvil.faults import active
 from cuvil.backends.cuda.kernels.common import check_dtypes, define_kernel
+from cuvil.faults import active
 from cuvil.ir.dtypes import DType
 from cuvil.ops.fused import extra_kind
 
