@@ -110,7 +110,8 @@ def _reduced_error(model: object, m: cuvil.CompiledModel, xs: list[np.ndarray]) 
 def test_fp16_build_of_the_linear_layers_is_within_1e_2(tmp_path: Path) -> None:
     g = graph("linalg")
     m = cuvil.compile(g, target="cuda-sim", precision="fp16", cache_dir=str(tmp_path))
-    assert "cuvil_f32_to_f16" in m.build_info.source.read_text()  # type: ignore[union-attr]
+    src = m.build_info.source.read_text()  # type: ignore[union-attr]
+    assert "cuvil_f32_to_f16" in src and "wmma::mma_sync" in src  # the products run on tensor cores
     assert _reduced_error(g, m, random_inputs(m, 5)) <= 1e-2
 
 

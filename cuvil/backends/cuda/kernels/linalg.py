@@ -68,6 +68,70 @@ def _tile_kernel(k: CudaKernelCtx, a: CVal, b: CVal, y: CVal, batch_rank: int, e
     return define_kernel(k, k.node.op, text)
 
 
+def _wmma_kernel(k: CudaKernelCtx, y: CVal, batch_rank: int, epilogue: str, extra_params: list[str]) -> str:
+    """The f16 product on tensor cores: one warp per TILE x TILE tile of the output, the operand
+    tiles staged through shared memory as halves, 16 x 16 x 16 WMMA products accumulated in float32,
+    the epilogue applied to the accumulator tile (read back through shared memory) before the store.
+    Under HIP (no nvcuda::wmma) the unit has no such kernel and launches the scalar one."""
+    text = f"""#if CUVIL_HAS_WMMA
+__global__ void {{name}}(int64_t M, int64_t N, int64_t K, int64_t a_rs, int64_t a_cs, int64_t b_rs,
+        int64_t b_cs, int64_t batches, cuvil_dims bd, cuvil_dims as, cuvil_dims bs, const cuvil_f16 *a16,
+        const cuvil_f16 *b16, {y.ctype} *y{''.join(', ' + p for p in extra_params)}) {{
+    using namespace nvcuda;
+    __shared__ __half ta[{TILE} * {TILE}];
+    __shared__ __half tb[{TILE} * {TILE}];
+    __shared__ float tc[{TILE} * {TILE}];
+    const __half *a = reinterpret_cast<const __half *>(a16), *b = reinterpret_cast<const __half *>(b16);
+    const int lane = (int)threadIdx.x;
+    (void)bd; (void)as; (void)bs;
+    for (int64_t z = blockIdx.z; z < batches; z += gridDim.z) {{
+        int64_t ao = 0, bo = 0;
+        {{
+            int64_t r = z;
+            for (int j = {batch_rank - 1}; j >= 0; j--) {{
+                const int64_t c = r % bd.d[j];
+                r /= bd.d[j];
+                ao += c * as.d[j];
+                bo += c * bs.d[j];
+            }}
+        }}
+        const int64_t r0 = (int64_t)blockIdx.y * {TILE}, c0 = (int64_t)blockIdx.x * {TILE};
+        wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
+        wmma::fill_fragment(fc, 0.0f);
+        for (int64_t k0 = 0; k0 < K; k0 += {TILE}) {{
+            for (int e = lane; e < {TILE * TILE}; e += 32) {{
+                const int64_t i = e / {TILE}, j = e % {TILE};
+                const int64_t row = r0 + i, ka = k0 + j, kb = k0 + i, col = c0 + j;
+                ta[e] = (row < M && ka < K) ? a[ao + row * a_rs + ka * a_cs] : __float2half(0.0f);
+                tb[e] = (kb < K && col < N) ? b[bo + kb * b_rs + col * b_cs] : __float2half(0.0f);
+            }}
+            __syncwarp();
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa;
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> fb;
+            wmma::load_matrix_sync(fa, ta, {TILE});
+            wmma::load_matrix_sync(fb, tb, {TILE});
+            wmma::mma_sync(fc, fa, fb, fc);
+            __syncwarp();
+        }}
+        wmma::store_matrix_sync(tc, fc, {TILE}, wmma::mem_row_major);
+        __syncwarp();
+        for (int e = lane; e < {TILE * TILE}; e += 32) {{
+            const int64_t row = r0 + e / {TILE}, col = c0 + e % {TILE};
+            if (row < M && col < N) {{
+                const int64_t idx = (z * M + row) * N + col;
+                (void)idx;
+                const float acc = tc[e];
+                const float v = {epilogue};
+                {ct.store(y.dtype, 'y', 'idx', 'v')}
+            }}
+        }}
+        __syncwarp();
+    }}
+}}
+#endif"""
+    return define_kernel(k, f"{k.node.op}_wmma", text)
+
+
 def _extras(k: CudaKernelCtx, y: CVal, extras: list[CVal], n_leaf: int) -> tuple[list[str], list[str], list[str]]:
     """Each epilogue operand as a kernel parameter, the argument passed and the leaf it reads."""
     params, args, leaves = [], [], []
@@ -84,11 +148,27 @@ def _extras(k: CudaKernelCtx, y: CVal, extras: list[CVal], n_leaf: int) -> tuple
 
 
 def _launch(k: CudaKernelCtx, name: str, m: str, n: str, kk: str, strides: list[str], batches: str,
-            batch: tuple[str, str, str], ptrs: list[str]) -> None:
+            batch: tuple[str, str, str], ptrs: list[str], wmma: str | None = None) -> None:
+    """Launch the tiled kernel ``name`` (or, where the compiler has WMMA, ``wmma``: one warp a tile)."""
     with k.w.block(f"if ({m} > 0 && {n} > 0 && {batches} > 0)"):
         grid = (f"dim3((unsigned)(({n} + {TILE - 1}) / {TILE}), (unsigned)(({m} + {TILE - 1}) / {TILE}), "
                 f"(unsigned)({batches} < 65535 ? {batches} : 65535))")
-        k.launch(name, grid, f"dim3({TILE}, {TILE})", [m, n, kk, *strides, batches, *batch, *ptrs])
+        args = [m, n, kk, *strides, batches, *batch, *ptrs]
+        if wmma is None:
+            k.launch(name, grid, f"dim3({TILE}, {TILE})", args)
+            return
+        k.w.line("#if CUVIL_HAS_WMMA")
+        k.launch(wmma, grid, "dim3(32)", args)
+        k.w.line("#else")
+        k.launch(name, grid, f"dim3({TILE}, {TILE})", args)
+        k.w.line("#endif")
+
+
+def _on_tensor_cores(k: CudaKernelCtx, a: CVal, b: CVal) -> bool:
+    """f16 operands run on tensor cores (WMMA), unless a planted fault lives in the scalar kernel."""
+    faults = k.options.faults
+    return (a.dtype is DType.f16 and b.dtype is DType.f16 and not active("cuda-matmul-no-sync", faults)
+            and not active("cuda-matmul-tile-bound", faults))
 
 
 def _matmul(k: CudaKernelCtx, epilogue: tuple[object, list[CVal]] | None) -> None:
@@ -113,6 +193,7 @@ def _matmul(k: CudaKernelCtx, epilogue: tuple[object, list[CVal]] | None) -> Non
         params, ptr_extra, leaves = _extras(k, y, extras, 0)
         expr = compose(body, ["acc", *leaves])  # type: ignore[arg-type]
     name = _tile_kernel(k, a, b, y, batch_rank, expr, params)
+    wmma = _wmma_kernel(k, y, batch_rank, expr, params) if _on_tensor_cores(k, a, b) else None
     with k.w.block(""):
         m, n, kk = k.tmp("M"), k.tmp("N"), k.tmp("K")
         m_e = "(int64_t)1" if a.rank == 1 else f"(int64_t){a.dim(a.rank - 2)}"
@@ -131,7 +212,7 @@ def _matmul(k: CudaKernelCtx, epilogue: tuple[object, list[CVal]] | None) -> Non
         prod = " * ".join(f"(int64_t){y.dim(j)}" for j in range(batch_rank)) or "(int64_t)1"
         k.w.line(f"const int64_t {batches} = {prod};")
         strides = [kk, "(int64_t)1", n, "(int64_t)1"] if b.rank > 1 else [kk, "(int64_t)1", "(int64_t)1", "(int64_t)0"]
-        _launch(k, name, m, n, kk, strides, batches, (bd, as_, bs), [a.ptr, b.ptr, y.ptr, *ptr_extra])
+        _launch(k, name, m, n, kk, strides, batches, (bd, as_, bs), [a.ptr, b.ptr, y.ptr, *ptr_extra], wmma)
 
 
 def _gemm(k: CudaKernelCtx, epilogue: tuple[object, list[CVal]] | None) -> None:
@@ -154,6 +235,7 @@ def _gemm(k: CudaKernelCtx, epilogue: tuple[object, list[CVal]] | None) -> None:
         params += p2
         expr = compose(body, [expr, *leaves])  # type: ignore[arg-type]
     name = _tile_kernel(k, a, b, y, 0, expr, params)
+    wmma = _wmma_kernel(k, y, 0, expr, params) if _on_tensor_cores(k, a, b) else None
     with k.w.block(""):
         m, n, kk = k.tmp("M"), k.tmp("N"), k.tmp("K")
         k.w.line(f"const int64_t {m} = {a.dim(1 if ta else 0)}, {kk} = {a.dim(0 if ta else 1)}, "
@@ -168,7 +250,8 @@ def _gemm(k: CudaKernelCtx, epilogue: tuple[object, list[CVal]] | None) -> None:
             cs = k.tmp("cs")
             k.w.line(f"const cuvil_dims {cs} = cuvil_bcast_strides({c.shape}, {c.rank}, 2);")
             cargs = [c.ptr, f"{cs}.d[0]", f"{cs}.d[1]"]
-        _launch(k, name, m, n, kk, strides, "(int64_t)1", (zero, zero, zero), [a.ptr, b.ptr, y.ptr, *cargs, *ptr_extra])
+        _launch(k, name, m, n, kk, strides, "(int64_t)1", (zero, zero, zero), [a.ptr, b.ptr, y.ptr, *cargs, *ptr_extra],
+                wmma)
 
 
 @cuda_kernel("matmul")
