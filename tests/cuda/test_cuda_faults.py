@@ -48,6 +48,7 @@ def test_every_cuda_fault_has_a_case() -> None:
     assert set(GRAPH_OF) == set(CUDA_FAULTS)
 
 
+@pytest.mark.slow  # two builds each (with and without the fault)
 @pytest.mark.parametrize("fault", sorted(GRAPH_OF))
 def test_planted_fault_is_caught_and_the_clean_build_passes(fault: str, tmp_path: Path) -> None:
     assert error_with(GRAPH_OF[fault], frozenset(), tmp_path) <= 1e-5
