@@ -322,8 +322,9 @@ inline const char* cuvilSimLastErrorDetail() { return cuvil_sim::t_errors.detail
 /* ------------------------------------------------------------------------------------------------ */
 #if defined(__x86_64__)
 extern "C" void cuvil_sim_switch(void** save_sp, void* to_sp);
-/* Saves the callee-saved registers and the x87/SSE control words on the current stack, stores the
-   stack pointer in *save_sp and resumes the context whose stack pointer is to_sp. */
+/* Saves the callee-saved registers on the current stack, stores the stack pointer in *save_sp and
+   resumes the context whose stack pointer is to_sp. The x87 and SSE control words are not switched
+   (saving them costs more than the rest of the switch): kernels must not change rounding modes. */
 __asm__(
     ".text\n"
     ".weak cuvil_sim_switch\n"
@@ -336,14 +337,8 @@ __asm__(
     "  pushq %r13\n"
     "  pushq %r14\n"
     "  pushq %r15\n"
-    "  subq $8, %rsp\n"
-    "  stmxcsr (%rsp)\n"
-    "  fnstcw 4(%rsp)\n"
     "  movq %rsp, (%rdi)\n"
     "  movq %rsi, %rsp\n"
-    "  ldmxcsr (%rsp)\n"
-    "  fldcw 4(%rsp)\n"
-    "  addq $8, %rsp\n"
     "  popq %r15\n"
     "  popq %r14\n"
     "  popq %r13\n"
@@ -383,6 +378,7 @@ struct Fiber {
     char* stack_lo = nullptr;
     size_t stack_size = 0;
     void* asan_fake = nullptr;
+    size_t colour = 0;
     uint3 tid{0, 0, 0};
     unsigned linear = 0;
     TState state = TState::Ready;
@@ -453,7 +449,7 @@ inline int worker_count() {
     std::abort();
 }
 
-inline void raw_switch(void** save, void* to, Fiber* from_f, Fiber* to_f, Worker* w) {
+__attribute__((always_inline)) inline void raw_switch(void** save, void* to, Fiber* from_f, Fiber* to_f, Worker* w) {
 #ifdef CUVIL_SIM_ASAN
     void** fake = from_f ? &from_f->asan_fake : &w->sched_fake;
     if (to_f)
@@ -493,16 +489,14 @@ inline void fiber_reset(Fiber* f, Worker* w) {
 #endif
 #if defined(__x86_64__)
     (void)w;
-    uintptr_t top = (reinterpret_cast<uintptr_t>(f->stack_lo) + f->stack_size) & ~uintptr_t(15);
-    void** s = reinterpret_cast<void**>(top - 16 - 56);
-    /* [0] mxcsr | fpu cw, [1..6] r15 r14 r13 r12 rbx rbp, [7] return address, [8] padding */
-    unsigned mxcsr = 0x1F80;
-    unsigned short fcw = 0x037F;
-    std::memcpy(&s[0], &mxcsr, 4);
-    std::memcpy(reinterpret_cast<char*>(&s[0]) + 4, &fcw, 2);
-    for (int i = 1; i <= 6; ++i) s[i] = nullptr;
-    s[7] = reinterpret_cast<void*>(&cuvil_sim_fiber_entry);
-    s[8] = nullptr;
+    /* The stack tops are staggered across fibers (f->colour) so that the hot top-of-stack lines of
+       a block's fibers do not all fall into the same cache sets. */
+    uintptr_t top = (reinterpret_cast<uintptr_t>(f->stack_lo) + f->stack_size - f->colour) & ~uintptr_t(15);
+    void** s = reinterpret_cast<void**>(top - 16 - 48);
+    /* [0..5] r15 r14 r13 r12 rbx rbp, [6] return address, [7] padding */
+    for (int i = 0; i <= 5; ++i) s[i] = nullptr;
+    s[6] = reinterpret_cast<void*>(&cuvil_sim_fiber_entry);
+    s[7] = nullptr;
     f->sp = s;
 #else
     if (getcontext(&f->uc) != 0) fatal("getcontext failed");
@@ -522,6 +516,7 @@ inline Fiber* fiber_new(Worker* w) {
     if (mprotect(base, page, PROT_NONE) != 0) fatal("cannot protect a fiber stack guard page");
     f->stack_lo = static_cast<char*>(base) + page;
     f->stack_size = size;
+    f->colour = (w->fibers.size() * 17 % 64) * 64;
     fiber_reset(f, w);
     return f;
 }
@@ -572,7 +567,7 @@ inline Fiber* queue_pop(Worker* w) {
 
 /* The current fiber has stopped (blocked or done): run the next ready fiber, or return to the
    scheduler when none is ready or the block failed. Returns when this fiber is resumed. */
-inline void park(Worker* w, Fiber* f) {
+__attribute__((always_inline)) inline void park(Worker* w, Fiber* f) {
     Fiber* next = w->failed ? nullptr : queue_pop(w);
     if (next == f) return;  // released by its own arrival
     if (next) {
@@ -585,7 +580,7 @@ inline void park(Worker* w, Fiber* f) {
 }
 
 /* Stops the block from inside a fiber: the scheduler reports the error and resets the fibers. */
-[[noreturn]] inline void fail_block(cudaError_t code, const std::string& msg) {
+[[noreturn]] __attribute__((noinline, cold)) inline void fail_block(cudaError_t code, const std::string& msg) {
     Worker* w = t_tls.w;
     Fiber* f = t_tls.cur;
     if (!w->failed) {
@@ -777,6 +772,12 @@ inline void execute(Job& job) {
 }
 
 /* ---- barriers ---------------------------------------------------------------------------------- */
+[[noreturn]] __attribute__((noinline, cold)) inline void divergent_barrier(Worker* w, Fiber* f, int line) {
+    fail_block(cudaErrorLaunchFailure,
+               block_name(w) + format(": divergent __syncthreads(): thread %u waits at line %d while %u threads "
+                                      "wait at line %d",
+                                      f->linear, line, w->bar_count, w->bar_line));
+}
 inline int barrier(int line, int pred) {
     Worker* w = t_tls.w;
     Fiber* f = t_tls.cur;
@@ -784,24 +785,23 @@ inline int barrier(int line, int pred) {
         w->bar_line = line;
         w->bar_sum = 0;
     } else if (line != w->bar_line) {
-        fail_block(cudaErrorLaunchFailure,
-                   block_name(w) + format(": divergent __syncthreads(): thread %u waits at line %d while %u threads "
-                                          "wait at line %d",
-                                          f->linear, line, w->bar_count, w->bar_line));
+        divergent_barrier(w, f, line);
     }
     f->state = TState::Barrier;
     w->bar_sum += pred ? 1 : 0;
     if (++w->bar_count == w->nthreads) {
         w->bar_count = 0;
         w->bar_count_result = w->bar_sum;
-        for (unsigned i = 0; i < w->nthreads; ++i) {
-            Fiber* g = w->fibers[i];
-            if (g != f) {
-                g->state = TState::Ready;
-                queue_push(w, static_cast<int>(i));
-            }
+        /* Every thread waits here, so the ready queue is empty: refill it in thread order. */
+        Fiber* const* fibers = w->fibers.data();
+        int* q = w->queue.data();
+        unsigned n = w->nthreads, k = 0, self = f->linear;
+        for (unsigned i = 0; i < n; ++i) {
+            fibers[i]->state = TState::Ready;
+            if (i != self) q[k++] = static_cast<int>(i);
         }
-        f->state = TState::Ready;
+        w->qhead = 0;
+        w->qcount = k;
         return w->bar_count_result;
     }
     park(w, f);
@@ -1814,12 +1814,13 @@ inline cudaError_t do_free(void* p, bool device) {
         if (device) state().device_used -= a.size;
     }
     bool intact = guard_intact(p, a.size);
+    std::string where = format("%p", p);
     std::free(p);
     if (!intact)
         return api_error(cudaErrorIllegalAddress,
-                         format("cudaFree(%p): memory just past the end of the %zu-byte allocation was written "
+                         format("cudaFree(%s): memory just past the end of the %zu-byte allocation was written "
                                 "(out-of-bounds write)",
-                                p, a.size));
+                                where.c_str(), a.size));
     return cudaSuccess;
 }
 
