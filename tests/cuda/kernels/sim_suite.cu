@@ -2,11 +2,13 @@
 // with -DCUVIL_CUDA_SIM against the CPU harness. Each check prints "PASS name" or "FAIL name: why".
 //
 // Planted bugs (compile-time, one source):
-//   -DPLANT_MISSING_SYNC     the tiled matmul and the block reduction lose a __syncthreads()
-//   -DPLANT_SHFL_WRONG_LANE  the warp reduction shuffles from the wrong lane
+//   -DPLANT_MISSING_SYNC     the tiled matmul (between compute and the next tile's load) and the row
+//                            softmax (between writing the warp sums and reading them) lose a
+//                            __syncthreads()
+//   -DPLANT_SHFL_WRONG_LANE  the block reduction's warp sum shuffles from the wrong lane
 //   -DPLANT_TILE_OFF_BY_ONE  the tiled matmul's tile bound reads one element past the matrix
 //
-// Usage: sim_suite [checks|convert IN OUT|bench BLOCKS|matmul]
+// Usage: sim_suite [checks|all-but-matmul|matmul|convert IN OUT|bench BLOCKS]
 #include "cuvil_cuda.h"
 
 #include <cmath>
@@ -107,9 +109,7 @@ __global__ void block_reduce(const float* x, float* out, int n) {
     v = warp_sum(v);
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     if (lane == 0) partial[warp] = v;
-#ifndef PLANT_MISSING_SYNC
     __syncthreads();
-#endif
     if (warp == 0) {
         v = lane < (int)(blockDim.x / 32) ? partial[lane] : 0.0f;
         v = warp_sum(v);
@@ -135,7 +135,9 @@ __global__ void row_softmax(const float* x, float* y, int cols) {
     for (int c = threadIdx.x; c < cols; c += blockDim.x) s += __expf(xr[c] - m);
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
     if (lane == 0) red[warp] = s;
+#ifndef PLANT_MISSING_SYNC
     __syncthreads();
+#endif
     s = 0.0f;
     for (int w = 0; w < nw; ++w) s += red[w];
     float inv = 1.0f / s;
@@ -767,7 +769,7 @@ int main(int argc, char** argv) {
         return g_failures != 0;
     }
     check_vadd();
-    check_matmul();
+    if (std::strcmp(mode, "all-but-matmul") != 0) check_matmul();
     check_reduce();
     check_softmax();
     check_atomics();

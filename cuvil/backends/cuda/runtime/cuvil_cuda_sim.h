@@ -45,8 +45,9 @@
  *     them in order with the argument values captured.
  *   - Device memory is host memory (any pointer works in any copy direction). Fresh cudaMalloc memory
  *     is filled with 0xFF bytes. Without AddressSanitizer each allocation is followed by a 64-byte
- *     guard zone checked by cudaFree (a write past the end is reported as cudaErrorIllegalAddress);
- *     under -fsanitize=address the guard zones are left out so ASan reports out-of-bounds reads and
+ *     guard zone of 0xFF bytes: a float read just past the end is NaN (and poisons what it feeds),
+ *     and cudaFree checks the zone (a write past the end is reported as cudaErrorIllegalAddress).
+ *     Under -fsanitize=address the guard zones are left out so ASan reports out-of-bounds reads and
  *     writes exactly where they happen. cudaMemGetInfo reports CUVIL_SIM_TOTAL_MEM minus the live
  *     allocations.
  *   - Math: the fast intrinsics (__expf, __logf, __fdividef, ...) are computed with the accurate
@@ -579,19 +580,29 @@ __attribute__((always_inline)) inline void park(Worker* w, Fiber* f) {
     }
 }
 
-/* Stops the block from inside a fiber: the scheduler reports the error and resets the fibers. */
-[[noreturn]] __attribute__((noinline, cold)) inline void fail_block(cudaError_t code, const std::string& msg) {
+/* Stops the block from inside a fiber: the scheduler reports the error and resets the fibers. The
+   fiber's frames are abandoned, never unwound, so the message is recorded by a call that returns
+   (its temporaries are destroyed) before the switch: see CUVIL_SIM_FAIL. */
+__attribute__((noinline, cold)) inline void record_failure(cudaError_t code, const std::string& msg) {
     Worker* w = t_tls.w;
-    Fiber* f = t_tls.cur;
     if (!w->failed) {
         w->failed = true;
         w->fail_code = code;
         w->fail_msg = msg;
     }
+}
+[[noreturn]] __attribute__((noinline, cold)) inline void abandon_fiber() {
+    Worker* w = t_tls.w;
+    Fiber* f = t_tls.cur;
     t_tls.cur = nullptr;
     raw_switch(&f->sp, w->sched_sp, f, nullptr, w);
     fatal("a failed block's fiber was resumed");
 }
+#define CUVIL_SIM_FAIL(code, msg)                \
+    do {                                          \
+        ::cuvil_sim::record_failure((code), msg); \
+        ::cuvil_sim::abandon_fiber();             \
+    } while (0)
 
 inline void fiber_main() {
 #ifdef CUVIL_SIM_ASAN
@@ -773,7 +784,7 @@ inline void execute(Job& job) {
 
 /* ---- barriers ---------------------------------------------------------------------------------- */
 [[noreturn]] __attribute__((noinline, cold)) inline void divergent_barrier(Worker* w, Fiber* f, int line) {
-    fail_block(cudaErrorLaunchFailure,
+    CUVIL_SIM_FAIL(cudaErrorLaunchFailure,
                block_name(w) + format(": divergent __syncthreads(): thread %u waits at line %d while %u threads "
                                       "wait at line %d",
                                       f->linear, line, w->bar_count, w->bar_line));
@@ -855,7 +866,7 @@ inline void warp_compute(Worker* w, unsigned warp, unsigned eff, int kind) {
             if (!r) continue;
             int width = r->width;
             if (width <= 0 || width > 32 || (width & (width - 1)))
-                fail_block(cudaErrorLaunchFailure,
+                CUVIL_SIM_FAIL(cudaErrorLaunchFailure,
                            block_name(w) + format(": %s with width %d (must be a power of two up to 32)",
                                                   collective_name(kind), width));
             int lane = static_cast<int>(l), base = lane / width * width, src;
@@ -931,7 +942,7 @@ inline void warp_compute(Worker* w, unsigned warp, unsigned eff, int kind) {
         for (unsigned l = 0; l < 32; ++l)
             if (recs[l]) list[n++] = recs[l];
         if (const char* err = list[0]->fn(list, n))
-            fail_block(cudaErrorLaunchFailure, block_name(w) + format(" warp %u: %s", warp, err));
+            CUVIL_SIM_FAIL(cudaErrorLaunchFailure, block_name(w) + format(" warp %u: %s", warp, err));
         break;
     }
     }
@@ -944,7 +955,7 @@ inline unsigned long long warp_collective(unsigned mask, int kind, WarpRec rec) 
     Fiber* f = t_tls.cur;
     unsigned lane = f->linear & 31, warp = f->linear >> 5;
     if (!(mask >> lane & 1))
-        fail_block(cudaErrorLaunchFailure,
+        CUVIL_SIM_FAIL(cudaErrorLaunchFailure,
                    block_name(w) + format(": thread %u (lane %u) calls %s with mask 0x%08x, which excludes it",
                                           f->linear, lane, collective_name(kind), mask));
     unsigned eff = mask & warp_existing(w, warp);
@@ -960,7 +971,7 @@ inline unsigned long long warp_collective(unsigned mask, int kind, WarpRec rec) 
             const WarpRec& o = w->fibers[warp * 32 + l]->wr;
             if (o.mask != mask) same = false;
             else if (o.kind != kind)
-                fail_block(cudaErrorLaunchFailure,
+                CUVIL_SIM_FAIL(cudaErrorLaunchFailure,
                            block_name(w) + format(": lanes of warp %u with mask 0x%08x call different collectives "
                                                   "(%s and %s)",
                                                   warp, mask, collective_name(kind), collective_name(o.kind)));
@@ -1025,7 +1036,7 @@ inline void* dynamic_shared() {
     Worker* w = t_tls.w;
     Fiber* f = t_tls.cur;
     if (!w || !f) fatal(what);
-    fail_block(cudaErrorLaunchFailure, block_name(w) + format(" thread (%u,%u,%u): %s", f->tid.x, f->tid.y,
+    CUVIL_SIM_FAIL(cudaErrorLaunchFailure, block_name(w) + format(" thread (%u,%u,%u): %s", f->tid.x, f->tid.y,
                                                               f->tid.z, what));
 }
 
@@ -1764,7 +1775,7 @@ inline void* raw_alloc(size_t size) {
     void* p = nullptr;
     if (posix_memalign(&p, 256, size + guard) != 0) return nullptr;
     std::memset(p, 0xFF, size);
-    if (guard) std::memset(static_cast<char*>(p) + size, 0xA5, guard);
+    if (guard) std::memset(static_cast<char*>(p) + size, 0xFF, guard);
     return p;
 }
 inline bool guard_intact(const void* p, size_t size) {
@@ -1775,7 +1786,7 @@ inline bool guard_intact(const void* p, size_t size) {
 #else
     const unsigned char* g = static_cast<const unsigned char*>(p) + size;
     for (int i = 0; i < CUVIL_SIM_GUARD_BYTES; ++i)
-        if (g[i] != 0xA5) return false;
+        if (g[i] != 0xFF) return false;
     return true;
 #endif
 }
