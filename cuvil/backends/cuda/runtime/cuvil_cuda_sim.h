@@ -16,6 +16,8 @@
  *     elsewhere); fiber stacks are CUVIL_SIM_STACK_BYTES (64 KiB; 256 KiB under ASan, settable with
  *     cuvilSimSetStackSize before the first launch), reused across blocks and launches, with a
  *     PROT_NONE guard page below each so a stack overflow faults instead of corrupting memory.
+ *     threadIdx, blockIdx, blockDim and gridDim read the running fiber, found from the stack
+ *     pointer: they are valid in device code only.
  *   - `__shared__` is `static thread_local`: one array per worker thread, i.e. per running block. Its
  *     contents carry over from the previous block run by that worker (stale data, never zeroed);
  *     dynamic shared memory (CUVIL_DYNAMIC_SHARED) is filled with 0xFF bytes (NaN as float) for
@@ -380,6 +382,7 @@ struct Fiber {
     size_t stack_size = 0;
     void* asan_fake = nullptr;
     size_t colour = 0;
+    Worker* w = nullptr;
     uint3 tid{0, 0, 0};
     unsigned linear = 0;
     TState state = TState::Ready;
@@ -422,16 +425,29 @@ struct Worker {
     size_t dyn_bytes = 0;
 };
 
-struct Tls {
-    Fiber* cur = nullptr;
-    Worker* w = nullptr;
-};
-inline thread_local Tls t_tls;
-
 struct Config {
     std::atomic<int> workers{0};
     std::atomic<size_t> stack_bytes{CUVIL_SIM_STACK_BYTES};
+    std::once_flag span_once;
 };
+/* Every fiber stack lives in its own span of g_span bytes (a power of two) aligned to g_span: the
+   running fiber is found from the stack pointer, with no thread-local access (thread-locals of a
+   shared library cost a __tls_get_addr call). The top 64 bytes of a span hold its Fiber*. Fixed
+   when the first fiber is made. */
+inline size_t g_span = 0;
+constexpr size_t kSpanHeader = 64;
+
+/* The fiber running on this stack (device code only: host code has no current thread). */
+__attribute__((always_inline)) inline Fiber* current_fiber() {
+    uintptr_t sp;
+#if defined(__x86_64__)
+    __asm__("movq %%rsp, %0" : "=r"(sp));
+#else
+    sp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+#endif
+    size_t span = g_span;
+    return *reinterpret_cast<Fiber**>((sp & ~(span - 1)) + span - kSpanHeader);
+}
 inline Config& config() {
     static Config* c = new Config();
     return *c;
@@ -510,14 +526,29 @@ inline void fiber_reset(Fiber* f, Worker* w) {
 
 inline Fiber* fiber_new(Worker* w) {
     Fiber* f = new Fiber();
+    f->w = w;
     size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    size_t size = (config().stack_bytes.load() + page - 1) / page * page;
-    void* base = mmap(nullptr, size + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (base == MAP_FAILED) fatal("cannot map a fiber stack");
-    if (mprotect(base, page, PROT_NONE) != 0) fatal("cannot protect a fiber stack guard page");
-    f->stack_lo = static_cast<char*>(base) + page;
-    f->stack_size = size;
-    f->colour = (w->fibers.size() * 17 % 64) * 64;
+    std::call_once(config().span_once, [page] {
+        size_t want = config().stack_bytes.load() + page + kSpanHeader, span = page;
+        while (span < want) span *= 2;
+        g_span = span;
+    });
+    size_t span = g_span;
+    /* Map twice the span and keep the aligned span inside it. */
+    void* raw = mmap(nullptr, 2 * span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) fatal("cannot map a fiber stack");
+    uintptr_t lo = reinterpret_cast<uintptr_t>(raw), base = (lo + span - 1) & ~(span - 1);
+    if (base > lo) munmap(raw, base - lo);
+    if (base + span < lo + 2 * span) munmap(reinterpret_cast<void*>(base + span), lo + 2 * span - (base + span));
+    if (mprotect(reinterpret_cast<void*>(base), page, PROT_NONE) != 0)
+        fatal("cannot protect a fiber stack guard page");
+    *reinterpret_cast<Fiber**>(base + span - kSpanHeader) = f;
+    f->stack_lo = reinterpret_cast<char*>(base + page);
+    f->stack_size = span - page - kSpanHeader;
+    /* The span is a power of two: the room above the requested size staggers the stack tops. */
+    size_t spare = f->stack_size - std::min(f->stack_size, config().stack_bytes.load());
+    size_t spread = std::min<size_t>(4096, spare & ~size_t(63));
+    f->colour = spread ? (w->fibers.size() * 1088) % spread : 0;
     fiber_reset(f, w);
     return f;
 }
@@ -571,20 +602,17 @@ inline Fiber* queue_pop(Worker* w) {
 __attribute__((always_inline)) inline void park(Worker* w, Fiber* f) {
     Fiber* next = w->failed ? nullptr : queue_pop(w);
     if (next == f) return;  // released by its own arrival
-    if (next) {
-        t_tls.cur = next;
+    if (next)
         raw_switch(&f->sp, next->sp, f, next, w);
-    } else {
-        t_tls.cur = nullptr;
+    else
         raw_switch(&f->sp, w->sched_sp, f, nullptr, w);
-    }
 }
 
 /* Stops the block from inside a fiber: the scheduler reports the error and resets the fibers. The
    fiber's frames are abandoned, never unwound, so the message is recorded by a call that returns
    (its temporaries are destroyed) before the switch: see CUVIL_SIM_FAIL. */
 __attribute__((noinline, cold)) inline void record_failure(cudaError_t code, const std::string& msg) {
-    Worker* w = t_tls.w;
+    Worker* w = current_fiber()->w;
     if (!w->failed) {
         w->failed = true;
         w->fail_code = code;
@@ -592,9 +620,8 @@ __attribute__((noinline, cold)) inline void record_failure(cudaError_t code, con
     }
 }
 [[noreturn]] __attribute__((noinline, cold)) inline void abandon_fiber() {
-    Worker* w = t_tls.w;
-    Fiber* f = t_tls.cur;
-    t_tls.cur = nullptr;
+    Fiber* f = current_fiber();
+    Worker* w = f->w;
     raw_switch(&f->sp, w->sched_sp, f, nullptr, w);
     fatal("a failed block's fiber was resumed");
 }
@@ -609,8 +636,8 @@ inline void fiber_main() {
     __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
 #endif
     for (;;) {
-        Worker* w = t_tls.w;
-        Fiber* f = t_tls.cur;
+        Fiber* f = current_fiber();
+        Worker* w = f->w;
         w->job->invoke(w->job->closure);
         f->state = TState::Done;
         ++w->done_count;
@@ -682,10 +709,7 @@ inline void run_block(Worker* w, const Job& job, unsigned long long linear_block
     }
     w->qcount = n;
     Fiber* first = queue_pop(w);
-    t_tls.w = w;
-    t_tls.cur = first;
     raw_switch(&w->sched_sp, first->sp, nullptr, first, w);
-    t_tls.cur = nullptr;
     if (!w->failed && w->done_count != n) {
         w->failed = true;
         w->fail_code = cudaErrorLaunchFailure;
@@ -706,14 +730,12 @@ inline void run_block(Worker* w, const Job& job, unsigned long long linear_block
 
 inline void run_blocks(Job& job) {
     Worker* w = this_worker();
-    Tls saved = t_tls;
     for (;;) {
         if (job.abort.load(std::memory_order_relaxed)) break;
         unsigned long long b = job.next.fetch_add(1, std::memory_order_relaxed);
         if (b >= job.nblocks) break;
         run_block(w, job, b);
     }
-    t_tls = saved;
 }
 
 /* Worker threads, started on first use and kept for the life of the process. */
@@ -790,8 +812,8 @@ inline void execute(Job& job) {
                                       f->linear, line, w->bar_count, w->bar_line));
 }
 inline int barrier(int line, int pred) {
-    Worker* w = t_tls.w;
-    Fiber* f = t_tls.cur;
+    Fiber* f = current_fiber();
+    Worker* w = f->w;
     if (w->bar_count == 0) {
         w->bar_line = line;
         w->bar_sum = 0;
@@ -951,8 +973,8 @@ inline void warp_compute(Worker* w, unsigned warp, unsigned eff, int kind) {
 /* The calling lane takes part in collective `kind` over `mask`; returns its result once every lane
    of the mask has arrived. */
 inline unsigned long long warp_collective(unsigned mask, int kind, WarpRec rec) {
-    Worker* w = t_tls.w;
-    Fiber* f = t_tls.cur;
+    Fiber* f = current_fiber();
+    Worker* w = f->w;
     unsigned lane = f->linear & 31, warp = f->linear >> 5;
     if (!(mask >> lane & 1))
         CUVIL_SIM_FAIL(cudaErrorLaunchFailure,
@@ -1028,28 +1050,27 @@ inline T reduce(unsigned mask, T v, int kind) {
 }
 
 inline void* dynamic_shared() {
-    Worker* w = t_tls.w;
+    Worker* w = current_fiber()->w;
     return w->dyn_smem.empty() ? nullptr : static_cast<void*>(w->dyn_smem.data());
 }
 
 [[noreturn]] inline void trap(const char* what) {
-    Worker* w = t_tls.w;
-    Fiber* f = t_tls.cur;
-    if (!w || !f) fatal(what);
+    Fiber* f = current_fiber();
+    Worker* w = f->w;
     CUVIL_SIM_FAIL(cudaErrorLaunchFailure, block_name(w) + format(" thread (%u,%u,%u): %s", f->tid.x, f->tid.y,
                                                               f->tid.z, what));
 }
 
 } // namespace cuvil_sim
 
-#define threadIdx (::cuvil_sim::t_tls.cur->tid)
-#define blockIdx (::cuvil_sim::t_tls.w->bidx)
-#define blockDim (::cuvil_sim::t_tls.w->bdim)
-#define gridDim (::cuvil_sim::t_tls.w->gdim)
+#define threadIdx (::cuvil_sim::current_fiber()->tid)
+#define blockIdx (::cuvil_sim::current_fiber()->w->bidx)
+#define blockDim (::cuvil_sim::current_fiber()->w->bdim)
+#define gridDim (::cuvil_sim::current_fiber()->w->gdim)
 
 #define __syncthreads() ((void)::cuvil_sim::barrier(__LINE__, 0))
 #define __syncthreads_count(p) ::cuvil_sim::barrier(__LINE__, (p))
-#define __syncthreads_and(p) (::cuvil_sim::barrier(__LINE__, (p)) == static_cast<int>(::cuvil_sim::t_tls.w->nthreads))
+#define __syncthreads_and(p) (::cuvil_sim::barrier(__LINE__, (p)) == static_cast<int>(::cuvil_sim::current_fiber()->w->nthreads))
 #define __syncthreads_or(p) (::cuvil_sim::barrier(__LINE__, (p)) != 0)
 
 template <class T>
@@ -1073,8 +1094,9 @@ inline int __any_sync(unsigned mask, int pred) { return static_cast<int>(cuvil_s
 inline int __all_sync(unsigned mask, int pred) { return static_cast<int>(cuvil_sim::vote(mask, pred, cuvil_sim::K_ALL)); }
 inline void __syncwarp(unsigned mask = 0xFFFFFFFFu) { (void)cuvil_sim::vote(mask, 0, cuvil_sim::K_SYNCWARP); }
 inline unsigned __activemask() {
-    cuvil_sim::Worker* w = cuvil_sim::t_tls.w;
-    unsigned warp = cuvil_sim::t_tls.cur->linear >> 5;
+    cuvil_sim::Fiber* f = cuvil_sim::current_fiber();
+    cuvil_sim::Worker* w = f->w;
+    unsigned warp = f->linear >> 5;
     return cuvil_sim::warp_existing(w, warp) & ~w->warp_exited[warp];
 }
 inline unsigned __reduce_add_sync(unsigned mask, unsigned v) { return cuvil_sim::reduce(mask, v, cuvil_sim::K_REDUCE_ADD); }
@@ -2265,6 +2287,9 @@ inline cudaError_t cuvilSimSetWorkerCount(int n) {
 inline int cuvilSimWorkerCount() { return cuvil_sim::worker_count(); }
 inline cudaError_t cuvilSimSetStackSize(size_t bytes) {
     if (bytes < 16384) return cuvil_sim::api_error(cudaErrorInvalidValue, "cuvilSimSetStackSize: under 16 KiB");
+    if (cuvil_sim::g_span != 0)
+        return cuvil_sim::api_error(cudaErrorInvalidValue, "cuvilSimSetStackSize: fiber stacks already exist "
+                                                           "(call it before the first launch)");
     cuvil_sim::config().stack_bytes.store(bytes);
     return cudaSuccess;
 }
