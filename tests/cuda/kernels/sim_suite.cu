@@ -201,6 +201,36 @@ __global__ void warp_ops(unsigned* out) {
     __syncwarp();
 }
 
+// Block-wide barrier votes and the sm_80 warp reductions; out: 6 words per block.
+__global__ void barrier_votes(int* out) {
+    int t = threadIdx.x, lane = t % 32;
+    int count = __syncthreads_count(t % 3 == 0);
+    int all = __syncthreads_and(t < 1000);
+    int any = __syncthreads_or(t == 77);
+    int none = __syncthreads_or(0);
+    unsigned rsum = __reduce_add_sync(0xffffffffu, (unsigned)lane);
+    int rmax = __reduce_max_sync(0xffffffffu, lane == 9 ? 1000 : -lane);
+    if (t == 0) {
+        out[0] = count;
+        out[1] = all;
+        out[2] = any;
+        out[3] = none;
+        out[4] = (int)rsum;
+        out[5] = rmax;
+    }
+}
+
+// A thread with a 16 KiB local array (on its fiber's stack in the simulator).
+__global__ void local_array(const float* x, float* y) {
+    float buf[4096];
+    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    for (int i = 0; i < 4096; ++i) buf[i] = x[t] + (float)i;
+    __syncthreads();
+    float s = 0.0f;
+    for (int i = 4095; i >= 0; i -= 7) s += buf[i];
+    y[t] = s;
+}
+
 __global__ void scale_add(const float* x, float* y, float a, float b, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = a * x[i] + b;
@@ -513,6 +543,34 @@ static void check_warp_ops() {
     CK(cudaFree(d));
 }
 
+static void check_barrier_votes_and_locals() {
+    int* d;
+    CK(cudaMalloc(&d, 6 * sizeof(int)));
+    CUVIL_LAUNCH(barrier_votes, 1, 160, 0, 0, d);
+    CK(cudaGetLastError());
+    std::vector<int> o = to_host(d, 6);
+    report("barrier_votes_and_warp_reduce",
+           o[0] == 54 && o[1] == 1 && o[2] == 1 && o[3] == 0 && o[4] == 496 && o[5] == 1000, "wrong vote results");
+    CK(cudaFree(d));
+    const int threads = 64, blocks = 3, n = threads * blocks;
+    std::vector<float> x(n);
+    for (int i = 0; i < n; ++i) x[i] = (float)(i % 5);
+    float *dx = to_device(x), *dy;
+    CK(cudaMalloc(&dy, n * sizeof(float)));
+    CUVIL_LAUNCH(local_array, blocks, threads, 0, 0, dx, dy);
+    CK(cudaGetLastError());
+    std::vector<float> y = to_host(dy, n);
+    int bad = 0;
+    for (int t = 0; t < n; ++t) {
+        float s = 0.0f;
+        for (int i = 4095; i >= 0; i -= 7) s += x[t] + (float)i;
+        bad += y[t] != s;
+    }
+    report("large_local_arrays", bad == 0, "wrong sums");
+    CK(cudaFree(dx));
+    CK(cudaFree(dy));
+}
+
 static void check_graph() {
     const int n = 1000;
     std::vector<float> hx(n, 1.0f), hy(n, -7.0f);
@@ -779,6 +837,7 @@ int main(int argc, char** argv) {
     check_wmma("wmma_half", wmma_half, h_from, h_to);
     check_wmma("wmma_bf16", wmma_bf16, b_from, b_to);
 #endif
+    check_barrier_votes_and_locals();
     check_graph();
     check_launch_errors();
     check_execution_errors();

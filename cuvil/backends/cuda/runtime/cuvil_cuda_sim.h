@@ -1202,10 +1202,22 @@ inline long min(long a, long b) { return a < b ? a : b; }
 inline long max(long a, long b) { return a > b ? a : b; }
 inline unsigned long min(unsigned long a, unsigned long b) { return a < b ? a : b; }
 inline unsigned long max(unsigned long a, unsigned long b) { return a > b ? a : b; }
+inline unsigned long min(long a, unsigned long b) { return min(static_cast<unsigned long>(a), b); }
+inline unsigned long max(long a, unsigned long b) { return max(static_cast<unsigned long>(a), b); }
+inline unsigned long min(unsigned long a, long b) { return min(a, static_cast<unsigned long>(b)); }
+inline unsigned long max(unsigned long a, long b) { return max(a, static_cast<unsigned long>(b)); }
+inline unsigned long long min(long long a, unsigned long long b) { return min(static_cast<unsigned long long>(a), b); }
+inline unsigned long long max(long long a, unsigned long long b) { return max(static_cast<unsigned long long>(a), b); }
+inline unsigned long long min(unsigned long long a, long long b) { return min(a, static_cast<unsigned long long>(b)); }
+inline unsigned long long max(unsigned long long a, long long b) { return max(a, static_cast<unsigned long long>(b)); }
 inline float min(float a, float b) { return fminf(a, b); }
 inline float max(float a, float b) { return fmaxf(a, b); }
 inline double min(double a, double b) { return fmin(a, b); }
 inline double max(double a, double b) { return fmax(a, b); }
+inline double min(float a, double b) { return fmin(a, b); }
+inline double max(float a, double b) { return fmax(a, b); }
+inline double min(double a, float b) { return fmin(a, b); }
+inline double max(double a, float b) { return fmax(a, b); }
 
 inline float __expf(float x) { return expf(x); }
 inline float __exp10f(float x) { return powf(10.0f, x); }
