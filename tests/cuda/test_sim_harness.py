@@ -29,7 +29,7 @@ RUN_TIMEOUT = 120
 CHECKS = (
     "vadd", "matmul_tiled", "deterministic_across_workers", "block_reduce", "row_softmax", "atomics_histogram",
     "atomics_mix", "dynamic_shared_needs_attribute", "dynamic_shared", "warp_votes_and_shuffles", "wmma_half",
-    "wmma_bf16", "barrier_votes_and_warp_reduce", "large_local_arrays", "graph_capture_records_without_running", "graph_replay", "launch_config_errors",
+    "wmma_bf16", "barrier_votes_and_warp_reduce", "large_local_arrays", "graph_capture_records_without_running", "graph_replay", "host_threads_with_streams", "launch_config_errors",
     "launch_after_errors", "reports_barrier_after_exit", "reports_barrier_divergent", "reports_shuffle_partial",
     "memory_events_properties",
 )

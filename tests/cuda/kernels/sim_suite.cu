@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #if CUVIL_HAS_WMMA
@@ -571,6 +572,41 @@ static void check_barrier_votes_and_locals() {
     CK(cudaFree(dy));
 }
 
+// Several host threads, each with its own stream and buffers, launching at once.
+static void check_host_threads() {
+    const int n = 20000, nthreads = 4;
+    std::vector<int> ok(nthreads, 0);
+    std::vector<std::thread> pool;
+    for (int t = 0; t < nthreads; ++t)
+        pool.emplace_back([t, &ok] {
+            cudaStream_t s;
+            if (cudaStreamCreate(&s) != cudaSuccess) return;
+            std::vector<float> hx(n);
+            for (int i = 0; i < n; ++i) hx[i] = (float)(i + t);
+            float *dx, *dy;
+            cudaMalloc(&dx, n * sizeof(float));
+            cudaMalloc(&dy, n * sizeof(float));
+            bool good = true;
+            for (int rep = 0; rep < 5; ++rep) {
+                cudaMemcpyAsync(dx, hx.data(), n * sizeof(float), cudaMemcpyHostToDevice, s);
+                CUVIL_LAUNCH(scale_add, (n + 255) / 256, 256, 0, s, dx, dy, (float)(t + 1), (float)rep, n);
+                good = good && cudaGetLastError() == cudaSuccess;
+                std::vector<float> hy(n);
+                cudaMemcpyAsync(hy.data(), dy, n * sizeof(float), cudaMemcpyDeviceToHost, s);
+                good = good && cudaStreamSynchronize(s) == cudaSuccess;
+                for (int i = 0; i < n; ++i) good = good && hy[i] == (float)(t + 1) * hx[i] + (float)rep;
+            }
+            cudaFree(dx);
+            cudaFree(dy);
+            cudaStreamDestroy(s);
+            ok[t] = good;
+        });
+    for (auto& th : pool) th.join();
+    int good = 0;
+    for (int v : ok) good += v;
+    report("host_threads_with_streams", good == nthreads, "a host thread's results differ");
+}
+
 static void check_graph() {
     const int n = 1000;
     std::vector<float> hx(n, 1.0f), hy(n, -7.0f);
@@ -839,6 +875,7 @@ int main(int argc, char** argv) {
 #endif
     check_barrier_votes_and_locals();
     check_graph();
+    check_host_threads();
     check_launch_errors();
     check_execution_errors();
     check_memory_api();

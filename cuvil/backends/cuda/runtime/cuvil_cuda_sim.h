@@ -1935,10 +1935,11 @@ inline cudaError_t check_config(const void* kernel, const char* name, dim3 g, di
 }
 
 /* CUVIL_LAUNCH: checks the configuration as the driver does, then runs the grid (or records it when
-   the stream captures). The arguments are converted to the kernel's parameter types once. */
+   the stream captures). The arguments are taken by value, as <<<>>> does, and converted to the kernel's
+   parameter types once. */
 template <class... P, class... A>
 inline void launch(void (*kernel)(P...), const char* name, dim3 g, dim3 b, size_t shmem, cudaStream_t stream,
-                   A&&... args) {
+                   A... args) {
     static_assert(sizeof...(P) == sizeof...(A), "CUVIL_LAUNCH: the argument count differs from the kernel's");
     if (!kernel) {
         api_error(cudaErrorInvalidDeviceFunction, format("launch of %s: null kernel", name));
@@ -1950,7 +1951,7 @@ inline void launch(void (*kernel)(P...), const char* name, dim3 g, dim3 b, size_
         return;
     }
     auto cl = std::make_shared<const Closure<P...>>(
-        Closure<P...>{kernel, std::tuple<std::decay_t<P>...>(std::forward<A>(args)...)});
+        Closure<P...>{kernel, std::tuple<std::decay_t<P>...>(args...)});
     if (CUstream_st* s = capturing(stream)) {
         s->graph->ops.push_back(Op{[cl, name, g, b, shmem] { run_launch<P...>(cl, name, g, b, shmem); }});
         return;
