@@ -60,6 +60,22 @@
  *     the tile size): element-wise loops over x[] give the right result, code that depends on which
  *     element a lane holds on a GPU does not port and is not emulated. load/store/mma are warp
  *     rendezvous; every lane must pass the same pointer, ldm and layout (else a launch error).
+ *   - Launches are serialised: host threads may launch at once (each on its own stream), one grid
+ *     runs at a time.
+ *
+ * Not emulated (by design, or not yet)
+ *   - Preemption: a fiber runs until it blocks. A thread that spins waiting for another thread of
+ *     its block, or for a block that has not started (grid-wide barriers, cooperative groups'
+ *     grid.sync()), never finishes; write kernels that synchronise with barriers and collectives.
+ *   - cudaLaunchKernel (untyped arguments), cooperative launches, dynamic parallelism, textures,
+ *     surfaces, cuda::pipeline/memcpy_async, mma.h shapes beyond what the fragment template covers,
+ *     the fragment element mapping of real tensor cores.
+ *   - A fault inside a kernel (a null pointer, a stack overflow into the guard page) ends the process
+ *     as it would a C program; build with -fsanitize=address for a report.
+ *
+ * Build: `g++ -std=c++17 -O2 -pthread -DCUVIL_CUDA_SIM` (-O1 compiles faster; kernels then run
+ * about 2.5x slower). Inside a shared library add -fvisibility=hidden; the harness's own symbols are
+ * hidden in any case, so every library has its own worker pool and device state.
  */
 #ifndef CUVIL_CUDA_SIM_H
 #define CUVIL_CUDA_SIM_H
