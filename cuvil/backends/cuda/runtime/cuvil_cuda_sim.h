@@ -16,6 +16,8 @@
  *     elsewhere); fiber stacks are CUVIL_SIM_STACK_BYTES (64 KiB; 256 KiB under ASan, settable with
  *     cuvilSimSetStackSize before the first launch), reused across blocks and launches, with a
  *     PROT_NONE guard page below each so a stack overflow faults instead of corrupting memory.
+ *     threadIdx, blockIdx, blockDim and gridDim read the running fiber, found from the stack
+ *     pointer: they are valid in device code only.
  *   - `__shared__` is `static thread_local`: one array per worker thread, i.e. per running block. Its
  *     contents carry over from the previous block run by that worker (stale data, never zeroed);
  *     dynamic shared memory (CUVIL_DYNAMIC_SHARED) is filled with 0xFF bytes (NaN as float) for
@@ -45,8 +47,9 @@
  *     them in order with the argument values captured.
  *   - Device memory is host memory (any pointer works in any copy direction). Fresh cudaMalloc memory
  *     is filled with 0xFF bytes. Without AddressSanitizer each allocation is followed by a 64-byte
- *     guard zone checked by cudaFree (a write past the end is reported as cudaErrorIllegalAddress);
- *     under -fsanitize=address the guard zones are left out so ASan reports out-of-bounds reads and
+ *     guard zone of 0xFF bytes: a float read just past the end is NaN (and poisons what it feeds),
+ *     and cudaFree checks the zone (a write past the end is reported as cudaErrorIllegalAddress).
+ *     Under -fsanitize=address the guard zones are left out so ASan reports out-of-bounds reads and
  *     writes exactly where they happen. cudaMemGetInfo reports CUVIL_SIM_TOTAL_MEM minus the live
  *     allocations.
  *   - Math: the fast intrinsics (__expf, __logf, __fdividef, ...) are computed with the accurate
@@ -57,6 +60,22 @@
  *     the tile size): element-wise loops over x[] give the right result, code that depends on which
  *     element a lane holds on a GPU does not port and is not emulated. load/store/mma are warp
  *     rendezvous; every lane must pass the same pointer, ldm and layout (else a launch error).
+ *   - Launches are serialised: host threads may launch at once (each on its own stream), one grid
+ *     runs at a time.
+ *
+ * Not emulated (by design, or not yet)
+ *   - Preemption: a fiber runs until it blocks. A thread that spins waiting for another thread of
+ *     its block, or for a block that has not started (grid-wide barriers, cooperative groups'
+ *     grid.sync()), never finishes; write kernels that synchronise with barriers and collectives.
+ *   - cudaLaunchKernel (untyped arguments), cooperative launches, dynamic parallelism, textures,
+ *     surfaces, cuda::pipeline/memcpy_async, mma.h shapes beyond what the fragment template covers,
+ *     the fragment element mapping of real tensor cores.
+ *   - A fault inside a kernel (a null pointer, a stack overflow into the guard page) ends the process
+ *     as it would a C program; build with -fsanitize=address for a report.
+ *
+ * Build: `g++ -std=c++17 -O2 -pthread -DCUVIL_CUDA_SIM` (-O1 compiles faster; kernels then run
+ * about 2.5x slower). Inside a shared library add -fvisibility=hidden; the harness's own symbols are
+ * hidden in any case, so every library has its own worker pool and device state.
  */
 #ifndef CUVIL_CUDA_SIM_H
 #define CUVIL_CUDA_SIM_H
@@ -322,8 +341,9 @@ inline const char* cuvilSimLastErrorDetail() { return cuvil_sim::t_errors.detail
 /* ------------------------------------------------------------------------------------------------ */
 #if defined(__x86_64__)
 extern "C" void cuvil_sim_switch(void** save_sp, void* to_sp);
-/* Saves the callee-saved registers and the x87/SSE control words on the current stack, stores the
-   stack pointer in *save_sp and resumes the context whose stack pointer is to_sp. */
+/* Saves the callee-saved registers on the current stack, stores the stack pointer in *save_sp and
+   resumes the context whose stack pointer is to_sp. The x87 and SSE control words are not switched
+   (saving them costs more than the rest of the switch): kernels must not change rounding modes. */
 __asm__(
     ".text\n"
     ".weak cuvil_sim_switch\n"
@@ -336,14 +356,8 @@ __asm__(
     "  pushq %r13\n"
     "  pushq %r14\n"
     "  pushq %r15\n"
-    "  subq $8, %rsp\n"
-    "  stmxcsr (%rsp)\n"
-    "  fnstcw 4(%rsp)\n"
     "  movq %rsp, (%rdi)\n"
     "  movq %rsi, %rsp\n"
-    "  ldmxcsr (%rsp)\n"
-    "  fldcw 4(%rsp)\n"
-    "  addq $8, %rsp\n"
     "  popq %r15\n"
     "  popq %r14\n"
     "  popq %r13\n"
@@ -383,6 +397,8 @@ struct Fiber {
     char* stack_lo = nullptr;
     size_t stack_size = 0;
     void* asan_fake = nullptr;
+    size_t colour = 0;
+    Worker* w = nullptr;
     uint3 tid{0, 0, 0};
     unsigned linear = 0;
     TState state = TState::Ready;
@@ -425,16 +441,29 @@ struct Worker {
     size_t dyn_bytes = 0;
 };
 
-struct Tls {
-    Fiber* cur = nullptr;
-    Worker* w = nullptr;
-};
-inline thread_local Tls t_tls;
-
 struct Config {
     std::atomic<int> workers{0};
     std::atomic<size_t> stack_bytes{CUVIL_SIM_STACK_BYTES};
+    std::once_flag span_once;
 };
+/* Every fiber stack lives in its own span of g_span bytes (a power of two) aligned to g_span: the
+   running fiber is found from the stack pointer, with no thread-local access (thread-locals of a
+   shared library cost a __tls_get_addr call). The top 64 bytes of a span hold its Fiber*. Fixed
+   when the first fiber is made. */
+inline size_t g_span = 0;
+constexpr size_t kSpanHeader = 64;
+
+/* The fiber running on this stack (device code only: host code has no current thread). */
+__attribute__((always_inline)) inline Fiber* current_fiber() {
+    uintptr_t sp;
+#if defined(__x86_64__)
+    __asm__("movq %%rsp, %0" : "=r"(sp));
+#else
+    sp = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+#endif
+    size_t span = g_span;
+    return *reinterpret_cast<Fiber**>((sp & ~(span - 1)) + span - kSpanHeader);
+}
 inline Config& config() {
     static Config* c = new Config();
     return *c;
@@ -453,7 +482,7 @@ inline int worker_count() {
     std::abort();
 }
 
-inline void raw_switch(void** save, void* to, Fiber* from_f, Fiber* to_f, Worker* w) {
+__attribute__((always_inline)) inline void raw_switch(void** save, void* to, Fiber* from_f, Fiber* to_f, Worker* w) {
 #ifdef CUVIL_SIM_ASAN
     void** fake = from_f ? &from_f->asan_fake : &w->sched_fake;
     if (to_f)
@@ -493,16 +522,14 @@ inline void fiber_reset(Fiber* f, Worker* w) {
 #endif
 #if defined(__x86_64__)
     (void)w;
-    uintptr_t top = (reinterpret_cast<uintptr_t>(f->stack_lo) + f->stack_size) & ~uintptr_t(15);
-    void** s = reinterpret_cast<void**>(top - 16 - 56);
-    /* [0] mxcsr | fpu cw, [1..6] r15 r14 r13 r12 rbx rbp, [7] return address, [8] padding */
-    unsigned mxcsr = 0x1F80;
-    unsigned short fcw = 0x037F;
-    std::memcpy(&s[0], &mxcsr, 4);
-    std::memcpy(reinterpret_cast<char*>(&s[0]) + 4, &fcw, 2);
-    for (int i = 1; i <= 6; ++i) s[i] = nullptr;
-    s[7] = reinterpret_cast<void*>(&cuvil_sim_fiber_entry);
-    s[8] = nullptr;
+    /* The stack tops are staggered across fibers (f->colour) so that the hot top-of-stack lines of
+       a block's fibers do not all fall into the same cache sets. */
+    uintptr_t top = (reinterpret_cast<uintptr_t>(f->stack_lo) + f->stack_size - f->colour) & ~uintptr_t(15);
+    void** s = reinterpret_cast<void**>(top - 16 - 48);
+    /* [0..5] r15 r14 r13 r12 rbx rbp, [6] return address, [7] padding */
+    for (int i = 0; i <= 5; ++i) s[i] = nullptr;
+    s[6] = reinterpret_cast<void*>(&cuvil_sim_fiber_entry);
+    s[7] = nullptr;
     f->sp = s;
 #else
     if (getcontext(&f->uc) != 0) fatal("getcontext failed");
@@ -515,13 +542,29 @@ inline void fiber_reset(Fiber* f, Worker* w) {
 
 inline Fiber* fiber_new(Worker* w) {
     Fiber* f = new Fiber();
+    f->w = w;
     size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    size_t size = (config().stack_bytes.load() + page - 1) / page * page;
-    void* base = mmap(nullptr, size + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (base == MAP_FAILED) fatal("cannot map a fiber stack");
-    if (mprotect(base, page, PROT_NONE) != 0) fatal("cannot protect a fiber stack guard page");
-    f->stack_lo = static_cast<char*>(base) + page;
-    f->stack_size = size;
+    std::call_once(config().span_once, [page] {
+        size_t want = config().stack_bytes.load() + page + kSpanHeader, span = page;
+        while (span < want) span *= 2;
+        g_span = span;
+    });
+    size_t span = g_span;
+    /* Map twice the span and keep the aligned span inside it. */
+    void* raw = mmap(nullptr, 2 * span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) fatal("cannot map a fiber stack");
+    uintptr_t lo = reinterpret_cast<uintptr_t>(raw), base = (lo + span - 1) & ~(span - 1);
+    if (base > lo) munmap(raw, base - lo);
+    if (base + span < lo + 2 * span) munmap(reinterpret_cast<void*>(base + span), lo + 2 * span - (base + span));
+    if (mprotect(reinterpret_cast<void*>(base), page, PROT_NONE) != 0)
+        fatal("cannot protect a fiber stack guard page");
+    *reinterpret_cast<Fiber**>(base + span - kSpanHeader) = f;
+    f->stack_lo = reinterpret_cast<char*>(base + page);
+    f->stack_size = span - page - kSpanHeader;
+    /* The span is a power of two: the room above the requested size staggers the stack tops. */
+    size_t spare = f->stack_size - std::min(f->stack_size, config().stack_bytes.load());
+    size_t spread = std::min<size_t>(4096, spare & ~size_t(63));
+    f->colour = spread ? (w->fibers.size() * 1088) % spread : 0;
     fiber_reset(f, w);
     return f;
 }
@@ -572,39 +615,45 @@ inline Fiber* queue_pop(Worker* w) {
 
 /* The current fiber has stopped (blocked or done): run the next ready fiber, or return to the
    scheduler when none is ready or the block failed. Returns when this fiber is resumed. */
-inline void park(Worker* w, Fiber* f) {
+__attribute__((always_inline)) inline void park(Worker* w, Fiber* f) {
     Fiber* next = w->failed ? nullptr : queue_pop(w);
     if (next == f) return;  // released by its own arrival
-    if (next) {
-        t_tls.cur = next;
+    if (next)
         raw_switch(&f->sp, next->sp, f, next, w);
-    } else {
-        t_tls.cur = nullptr;
+    else
         raw_switch(&f->sp, w->sched_sp, f, nullptr, w);
-    }
 }
 
-/* Stops the block from inside a fiber: the scheduler reports the error and resets the fibers. */
-[[noreturn]] inline void fail_block(cudaError_t code, const std::string& msg) {
-    Worker* w = t_tls.w;
-    Fiber* f = t_tls.cur;
+/* Stops the block from inside a fiber: the scheduler reports the error and resets the fibers. The
+   fiber's frames are abandoned, never unwound, so the message is recorded by a call that returns
+   (its temporaries are destroyed) before the switch: see CUVIL_SIM_FAIL. */
+__attribute__((noinline, cold)) inline void record_failure(cudaError_t code, const std::string& msg) {
+    Worker* w = current_fiber()->w;
     if (!w->failed) {
         w->failed = true;
         w->fail_code = code;
         w->fail_msg = msg;
     }
-    t_tls.cur = nullptr;
+}
+[[noreturn]] __attribute__((noinline, cold)) inline void abandon_fiber() {
+    Fiber* f = current_fiber();
+    Worker* w = f->w;
     raw_switch(&f->sp, w->sched_sp, f, nullptr, w);
     fatal("a failed block's fiber was resumed");
 }
+#define CUVIL_SIM_FAIL(code, msg)                \
+    do {                                          \
+        ::cuvil_sim::record_failure((code), msg); \
+        ::cuvil_sim::abandon_fiber();             \
+    } while (0)
 
 inline void fiber_main() {
 #ifdef CUVIL_SIM_ASAN
     __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
 #endif
     for (;;) {
-        Worker* w = t_tls.w;
-        Fiber* f = t_tls.cur;
+        Fiber* f = current_fiber();
+        Worker* w = f->w;
         w->job->invoke(w->job->closure);
         f->state = TState::Done;
         ++w->done_count;
@@ -676,10 +725,7 @@ inline void run_block(Worker* w, const Job& job, unsigned long long linear_block
     }
     w->qcount = n;
     Fiber* first = queue_pop(w);
-    t_tls.w = w;
-    t_tls.cur = first;
     raw_switch(&w->sched_sp, first->sp, nullptr, first, w);
-    t_tls.cur = nullptr;
     if (!w->failed && w->done_count != n) {
         w->failed = true;
         w->fail_code = cudaErrorLaunchFailure;
@@ -700,14 +746,12 @@ inline void run_block(Worker* w, const Job& job, unsigned long long linear_block
 
 inline void run_blocks(Job& job) {
     Worker* w = this_worker();
-    Tls saved = t_tls;
     for (;;) {
         if (job.abort.load(std::memory_order_relaxed)) break;
         unsigned long long b = job.next.fetch_add(1, std::memory_order_relaxed);
         if (b >= job.nblocks) break;
         run_block(w, job, b);
     }
-    t_tls = saved;
 }
 
 /* Worker threads, started on first use and kept for the life of the process. */
@@ -777,31 +821,36 @@ inline void execute(Job& job) {
 }
 
 /* ---- barriers ---------------------------------------------------------------------------------- */
+[[noreturn]] __attribute__((noinline, cold)) inline void divergent_barrier(Worker* w, Fiber* f, int line) {
+    CUVIL_SIM_FAIL(cudaErrorLaunchFailure,
+               block_name(w) + format(": divergent __syncthreads(): thread %u waits at line %d while %u threads "
+                                      "wait at line %d",
+                                      f->linear, line, w->bar_count, w->bar_line));
+}
 inline int barrier(int line, int pred) {
-    Worker* w = t_tls.w;
-    Fiber* f = t_tls.cur;
+    Fiber* f = current_fiber();
+    Worker* w = f->w;
     if (w->bar_count == 0) {
         w->bar_line = line;
         w->bar_sum = 0;
     } else if (line != w->bar_line) {
-        fail_block(cudaErrorLaunchFailure,
-                   block_name(w) + format(": divergent __syncthreads(): thread %u waits at line %d while %u threads "
-                                          "wait at line %d",
-                                          f->linear, line, w->bar_count, w->bar_line));
+        divergent_barrier(w, f, line);
     }
     f->state = TState::Barrier;
     w->bar_sum += pred ? 1 : 0;
     if (++w->bar_count == w->nthreads) {
         w->bar_count = 0;
         w->bar_count_result = w->bar_sum;
-        for (unsigned i = 0; i < w->nthreads; ++i) {
-            Fiber* g = w->fibers[i];
-            if (g != f) {
-                g->state = TState::Ready;
-                queue_push(w, static_cast<int>(i));
-            }
+        /* Every thread waits here, so the ready queue is empty: refill it in thread order. */
+        Fiber* const* fibers = w->fibers.data();
+        int* q = w->queue.data();
+        unsigned n = w->nthreads, k = 0, self = f->linear;
+        for (unsigned i = 0; i < n; ++i) {
+            fibers[i]->state = TState::Ready;
+            if (i != self) q[k++] = static_cast<int>(i);
         }
-        f->state = TState::Ready;
+        w->qhead = 0;
+        w->qcount = k;
         return w->bar_count_result;
     }
     park(w, f);
@@ -855,7 +904,7 @@ inline void warp_compute(Worker* w, unsigned warp, unsigned eff, int kind) {
             if (!r) continue;
             int width = r->width;
             if (width <= 0 || width > 32 || (width & (width - 1)))
-                fail_block(cudaErrorLaunchFailure,
+                CUVIL_SIM_FAIL(cudaErrorLaunchFailure,
                            block_name(w) + format(": %s with width %d (must be a power of two up to 32)",
                                                   collective_name(kind), width));
             int lane = static_cast<int>(l), base = lane / width * width, src;
@@ -931,7 +980,7 @@ inline void warp_compute(Worker* w, unsigned warp, unsigned eff, int kind) {
         for (unsigned l = 0; l < 32; ++l)
             if (recs[l]) list[n++] = recs[l];
         if (const char* err = list[0]->fn(list, n))
-            fail_block(cudaErrorLaunchFailure, block_name(w) + format(" warp %u: %s", warp, err));
+            CUVIL_SIM_FAIL(cudaErrorLaunchFailure, block_name(w) + format(" warp %u: %s", warp, err));
         break;
     }
     }
@@ -940,11 +989,11 @@ inline void warp_compute(Worker* w, unsigned warp, unsigned eff, int kind) {
 /* The calling lane takes part in collective `kind` over `mask`; returns its result once every lane
    of the mask has arrived. */
 inline unsigned long long warp_collective(unsigned mask, int kind, WarpRec rec) {
-    Worker* w = t_tls.w;
-    Fiber* f = t_tls.cur;
+    Fiber* f = current_fiber();
+    Worker* w = f->w;
     unsigned lane = f->linear & 31, warp = f->linear >> 5;
     if (!(mask >> lane & 1))
-        fail_block(cudaErrorLaunchFailure,
+        CUVIL_SIM_FAIL(cudaErrorLaunchFailure,
                    block_name(w) + format(": thread %u (lane %u) calls %s with mask 0x%08x, which excludes it",
                                           f->linear, lane, collective_name(kind), mask));
     unsigned eff = mask & warp_existing(w, warp);
@@ -960,7 +1009,7 @@ inline unsigned long long warp_collective(unsigned mask, int kind, WarpRec rec) 
             const WarpRec& o = w->fibers[warp * 32 + l]->wr;
             if (o.mask != mask) same = false;
             else if (o.kind != kind)
-                fail_block(cudaErrorLaunchFailure,
+                CUVIL_SIM_FAIL(cudaErrorLaunchFailure,
                            block_name(w) + format(": lanes of warp %u with mask 0x%08x call different collectives "
                                                   "(%s and %s)",
                                                   warp, mask, collective_name(kind), collective_name(o.kind)));
@@ -1017,28 +1066,27 @@ inline T reduce(unsigned mask, T v, int kind) {
 }
 
 inline void* dynamic_shared() {
-    Worker* w = t_tls.w;
+    Worker* w = current_fiber()->w;
     return w->dyn_smem.empty() ? nullptr : static_cast<void*>(w->dyn_smem.data());
 }
 
 [[noreturn]] inline void trap(const char* what) {
-    Worker* w = t_tls.w;
-    Fiber* f = t_tls.cur;
-    if (!w || !f) fatal(what);
-    fail_block(cudaErrorLaunchFailure, block_name(w) + format(" thread (%u,%u,%u): %s", f->tid.x, f->tid.y,
+    Fiber* f = current_fiber();
+    Worker* w = f->w;
+    CUVIL_SIM_FAIL(cudaErrorLaunchFailure, block_name(w) + format(" thread (%u,%u,%u): %s", f->tid.x, f->tid.y,
                                                               f->tid.z, what));
 }
 
 } // namespace cuvil_sim
 
-#define threadIdx (::cuvil_sim::t_tls.cur->tid)
-#define blockIdx (::cuvil_sim::t_tls.w->bidx)
-#define blockDim (::cuvil_sim::t_tls.w->bdim)
-#define gridDim (::cuvil_sim::t_tls.w->gdim)
+#define threadIdx (::cuvil_sim::current_fiber()->tid)
+#define blockIdx (::cuvil_sim::current_fiber()->w->bidx)
+#define blockDim (::cuvil_sim::current_fiber()->w->bdim)
+#define gridDim (::cuvil_sim::current_fiber()->w->gdim)
 
 #define __syncthreads() ((void)::cuvil_sim::barrier(__LINE__, 0))
 #define __syncthreads_count(p) ::cuvil_sim::barrier(__LINE__, (p))
-#define __syncthreads_and(p) (::cuvil_sim::barrier(__LINE__, (p)) == static_cast<int>(::cuvil_sim::t_tls.w->nthreads))
+#define __syncthreads_and(p) (::cuvil_sim::barrier(__LINE__, (p)) == static_cast<int>(::cuvil_sim::current_fiber()->w->nthreads))
 #define __syncthreads_or(p) (::cuvil_sim::barrier(__LINE__, (p)) != 0)
 
 template <class T>
@@ -1062,8 +1110,9 @@ inline int __any_sync(unsigned mask, int pred) { return static_cast<int>(cuvil_s
 inline int __all_sync(unsigned mask, int pred) { return static_cast<int>(cuvil_sim::vote(mask, pred, cuvil_sim::K_ALL)); }
 inline void __syncwarp(unsigned mask = 0xFFFFFFFFu) { (void)cuvil_sim::vote(mask, 0, cuvil_sim::K_SYNCWARP); }
 inline unsigned __activemask() {
-    cuvil_sim::Worker* w = cuvil_sim::t_tls.w;
-    unsigned warp = cuvil_sim::t_tls.cur->linear >> 5;
+    cuvil_sim::Fiber* f = cuvil_sim::current_fiber();
+    cuvil_sim::Worker* w = f->w;
+    unsigned warp = f->linear >> 5;
     return cuvil_sim::warp_existing(w, warp) & ~w->warp_exited[warp];
 }
 inline unsigned __reduce_add_sync(unsigned mask, unsigned v) { return cuvil_sim::reduce(mask, v, cuvil_sim::K_REDUCE_ADD); }
@@ -1169,10 +1218,22 @@ inline long min(long a, long b) { return a < b ? a : b; }
 inline long max(long a, long b) { return a > b ? a : b; }
 inline unsigned long min(unsigned long a, unsigned long b) { return a < b ? a : b; }
 inline unsigned long max(unsigned long a, unsigned long b) { return a > b ? a : b; }
+inline unsigned long min(long a, unsigned long b) { return min(static_cast<unsigned long>(a), b); }
+inline unsigned long max(long a, unsigned long b) { return max(static_cast<unsigned long>(a), b); }
+inline unsigned long min(unsigned long a, long b) { return min(a, static_cast<unsigned long>(b)); }
+inline unsigned long max(unsigned long a, long b) { return max(a, static_cast<unsigned long>(b)); }
+inline unsigned long long min(long long a, unsigned long long b) { return min(static_cast<unsigned long long>(a), b); }
+inline unsigned long long max(long long a, unsigned long long b) { return max(static_cast<unsigned long long>(a), b); }
+inline unsigned long long min(unsigned long long a, long long b) { return min(a, static_cast<unsigned long long>(b)); }
+inline unsigned long long max(unsigned long long a, long long b) { return max(a, static_cast<unsigned long long>(b)); }
 inline float min(float a, float b) { return fminf(a, b); }
 inline float max(float a, float b) { return fmaxf(a, b); }
 inline double min(double a, double b) { return fmin(a, b); }
 inline double max(double a, double b) { return fmax(a, b); }
+inline double min(float a, double b) { return fmin(a, b); }
+inline double max(float a, double b) { return fmax(a, b); }
+inline double min(double a, float b) { return fmin(a, b); }
+inline double max(double a, float b) { return fmax(a, b); }
 
 inline float __expf(float x) { return expf(x); }
 inline float __exp10f(float x) { return powf(10.0f, x); }
@@ -1764,7 +1825,7 @@ inline void* raw_alloc(size_t size) {
     void* p = nullptr;
     if (posix_memalign(&p, 256, size + guard) != 0) return nullptr;
     std::memset(p, 0xFF, size);
-    if (guard) std::memset(static_cast<char*>(p) + size, 0xA5, guard);
+    if (guard) std::memset(static_cast<char*>(p) + size, 0xFF, guard);
     return p;
 }
 inline bool guard_intact(const void* p, size_t size) {
@@ -1775,7 +1836,7 @@ inline bool guard_intact(const void* p, size_t size) {
 #else
     const unsigned char* g = static_cast<const unsigned char*>(p) + size;
     for (int i = 0; i < CUVIL_SIM_GUARD_BYTES; ++i)
-        if (g[i] != 0xA5) return false;
+        if (g[i] != 0xFF) return false;
     return true;
 #endif
 }
@@ -1814,12 +1875,13 @@ inline cudaError_t do_free(void* p, bool device) {
         if (device) state().device_used -= a.size;
     }
     bool intact = guard_intact(p, a.size);
+    std::string where = format("%p", p);
     std::free(p);
     if (!intact)
         return api_error(cudaErrorIllegalAddress,
-                         format("cudaFree(%p): memory just past the end of the %zu-byte allocation was written "
+                         format("cudaFree(%s): memory just past the end of the %zu-byte allocation was written "
                                 "(out-of-bounds write)",
-                                p, a.size));
+                                where.c_str(), a.size));
     return cudaSuccess;
 }
 
@@ -1889,10 +1951,11 @@ inline cudaError_t check_config(const void* kernel, const char* name, dim3 g, di
 }
 
 /* CUVIL_LAUNCH: checks the configuration as the driver does, then runs the grid (or records it when
-   the stream captures). The arguments are converted to the kernel's parameter types once. */
+   the stream captures). The arguments are taken by value, as <<<>>> does, and converted to the kernel's
+   parameter types once. */
 template <class... P, class... A>
 inline void launch(void (*kernel)(P...), const char* name, dim3 g, dim3 b, size_t shmem, cudaStream_t stream,
-                   A&&... args) {
+                   A... args) {
     static_assert(sizeof...(P) == sizeof...(A), "CUVIL_LAUNCH: the argument count differs from the kernel's");
     if (!kernel) {
         api_error(cudaErrorInvalidDeviceFunction, format("launch of %s: null kernel", name));
@@ -1904,7 +1967,7 @@ inline void launch(void (*kernel)(P...), const char* name, dim3 g, dim3 b, size_
         return;
     }
     auto cl = std::make_shared<const Closure<P...>>(
-        Closure<P...>{kernel, std::tuple<std::decay_t<P>...>(std::forward<A>(args)...)});
+        Closure<P...>{kernel, std::tuple<std::decay_t<P>...>(args...)});
     if (CUstream_st* s = capturing(stream)) {
         s->graph->ops.push_back(Op{[cl, name, g, b, shmem] { run_launch<P...>(cl, name, g, b, shmem); }});
         return;
@@ -2253,6 +2316,9 @@ inline cudaError_t cuvilSimSetWorkerCount(int n) {
 inline int cuvilSimWorkerCount() { return cuvil_sim::worker_count(); }
 inline cudaError_t cuvilSimSetStackSize(size_t bytes) {
     if (bytes < 16384) return cuvil_sim::api_error(cudaErrorInvalidValue, "cuvilSimSetStackSize: under 16 KiB");
+    if (cuvil_sim::g_span != 0)
+        return cuvil_sim::api_error(cudaErrorInvalidValue, "cuvilSimSetStackSize: fiber stacks already exist "
+                                                           "(call it before the first launch)");
     cuvil_sim::config().stack_bytes.store(bytes);
     return cudaSuccess;
 }
