@@ -22,19 +22,33 @@ from cuvil.ops.fused import extra_kind
 TILE = 16
 
 
-def conv_geometry(k: CudaKernelCtx, x: CVal, spatial_attrs: bool = True) -> tuple[list[int], list[int], list[int]]:
-    """(pads begin+end over H, W; strides; dilations) as 2-D lists (1-D: H is a unit dim)."""
+def conv_geometry(k: CudaKernelCtx, x: CVal, kernel: list[int | None]) -> tuple[list[int], list[int], list[int]]:
+    """(pads begin+end over H, W; strides; dilations) as 2-D lists (1-D: H is a unit dim).
+
+    ``kernel``: the window's spatial size (None where only known at run time); SAME_UPPER and
+    SAME_LOWER pads are computed here from it and the input's static spatial dims."""
     sp = x.rank - 2
     if sp not in (1, 2):
         raise CodegenError(f"node {k.node.name!r} ({k.node.op}): {sp}-D has no CUDA kernel yet (1-D and 2-D do)")
     auto = str(k.attrs.get("auto_pad") or "NOTSET")
-    if auto not in ("NOTSET", "VALID"):
-        raise CodegenError(f"node {k.node.name!r} ({k.node.op}): auto_pad {auto} has no CUDA kernel yet")
     pads = list(k.attrs.get("pads") or [0] * (2 * sp))
-    if auto == "VALID":
-        pads = [0] * (2 * sp)
     strides = list(k.attrs.get("strides") or [1] * sp)
     dil = list(k.attrs.get("dilations") or [1] * sp)
+    if auto == "VALID":
+        pads = [0] * (2 * sp)
+    elif auto in ("SAME_UPPER", "SAME_LOWER"):
+        sizes = [x.static_dim(2 + j) for j in range(sp)]
+        if any(v is None for v in [*sizes, *kernel]):
+            raise CodegenError(f"node {k.node.name!r} ({k.node.op}): auto_pad {auto} over dims known only at run "
+                               "time has no CUDA kernel yet")
+        pads = [0] * (2 * sp)
+        for j in range(sp):
+            n, s, d, kk = int(sizes[j]), int(strides[j]), int(dil[j]), int(kernel[j])  # type: ignore[arg-type]
+            total = max(0, (-(-n // s) - 1) * s + (kk - 1) * d + 1 - n)
+            small, big = total // 2, total - total // 2
+            pads[j], pads[sp + j] = (small, big) if auto == "SAME_UPPER" else (big, small)
+    elif auto != "NOTSET":
+        raise CodegenError(f"node {k.node.name!r} ({k.node.op}): auto_pad {auto} is not an ONNX padding mode")
     if sp == 1:
         pads = [0, pads[0], 0, pads[1]]
         strides = [1, *strides]
@@ -73,7 +87,7 @@ def _conv(k: CudaKernelCtx, epilogue: tuple[object, list[CVal]] | None) -> None:
     for v in (x, w, y):
         if v.dtype not in (DType.f32, DType.f16, DType.bf16):
             raise CodegenError(f"node {k.node.name!r} ({k.node.op}): the CUDA kernel takes f32, f16 or bf16, not {v.dtype}")
-    pads, strides, dil = conv_geometry(k, x)
+    pads, strides, dil = conv_geometry(k, x, [w.static_dim(j) for j in range(2, w.rank)])
     group = int(k.attrs.get("group") or 1)
     ih, iw = hw(x)
     oh, ow = hw(y)

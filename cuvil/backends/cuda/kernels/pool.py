@@ -28,8 +28,8 @@ def _pool(k: CudaKernelCtx) -> None:
         raise CodegenError(f"node {k.node.name!r} (max_pool): the indices output has no CUDA kernel yet")
     if int(k.attrs.get("storage_order") or 0):
         raise CodegenError(f"node {k.node.name!r} ({k.node.op}): storage_order 1 has no CUDA kernel yet")
-    pads, strides, dil = conv_geometry(k, x)
     ks = [int(v) for v in k.attrs["kernel_shape"]]
+    pads, strides, dil = conv_geometry(k, x, list(ks))
     if len(ks) == 1:
         ks = [1, *ks]
     is_max = k.node.op == "max_pool"
