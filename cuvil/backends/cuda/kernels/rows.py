@@ -86,8 +86,8 @@ def _layer_norm(k: CudaKernelCtx) -> None:
     x, scale, y = k.inp(0), k.inp(1), k.out(0)
     bias = k.inp(2) if k.has(2) else None
     _float_only(k, [x, scale, y, *([bias] if bias else [])])
-    if len(k.outs) > 1:
-        raise CodegenError(f"node {k.node.name!r} (layer_norm): the mean and inverse std outputs have no CUDA kernel yet")
+    stats = k.outs[1:3]  # the optional Mean and InvStdDev outputs, one float per row
+    _float_only(k, list(stats))
     axis = _axis(k, x.rank, int(k.attrs.get("axis", -1)))
     eps = c_float(float(k.attrs.get("epsilon", 1e-5)))
     outer, _, _ = _split(x, axis)
@@ -95,9 +95,10 @@ def _layer_norm(k: CudaKernelCtx) -> None:
     # scale and bias broadcast over the normalized dims: read at j modulo their element count
     b_load = ct.load(bias.dtype, "b", "j % nb") if bias else "0.0f"
     text = f"""__global__ void {{name}}(int64_t rows, int64_t n, int64_t ns, int64_t nb, const {x.ctype} *x,
-        const {scale.ctype} *s, const {bias.ctype if bias else 'float'} *b, {y.ctype} *y) {{
+        const {scale.ctype} *s, const {bias.ctype if bias else 'float'} *b, {y.ctype} *y,
+        {stats[0].ctype if len(stats) > 0 else 'float'} *mean_out, {stats[1].ctype if len(stats) > 1 else 'float'} *inv_out) {{
     __shared__ float scratch[32];
-    (void)b; (void)nb;
+    (void)b; (void)nb; (void)mean_out; (void)inv_out;
     for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {{
         const int64_t base = row * n;
         float part = 0.0f;
@@ -109,6 +110,10 @@ def _layer_norm(k: CudaKernelCtx) -> None:
             sq += d * d;
         }}
         const float inv = 1.0f / sqrtf(cuvil_block_sum_f(sq, scratch) / (float)n + {eps});
+        if (threadIdx.x == 0) {{
+            {ct.store(stats[0].dtype, 'mean_out', 'row', 'mean') if len(stats) > 0 else ''}
+            {ct.store(stats[1].dtype, 'inv_out', 'row', 'inv') if len(stats) > 1 else ''}
+        }}
         for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {{
             const float v = ({ct.load(x.dtype, 'x', 'base + j')} - mean) * inv * {ct.load(scale.dtype, 's', 'j % ns')} + {b_load};
             {ct.store(y.dtype, 'y', 'base + j', 'v')}
@@ -121,7 +126,9 @@ def _layer_norm(k: CudaKernelCtx) -> None:
         k.w.line(f"const int64_t {rows} = {outer}, {nn} = {n};")
         k.require(f"{nn} % {scale.numel()}", "0", "scale does not tile the normalized dims")
         _launch_rows(k, name, rows, [nn, scale.numel(), bias.numel() if bias else "(int64_t)1", x.ptr, scale.ptr,
-                                     bias.ptr if bias else "(const float *)NULL", y.ptr])
+                                     bias.ptr if bias else "(const float *)NULL", y.ptr,
+                                     stats[0].ptr if len(stats) > 0 else "(float *)NULL",
+                                     stats[1].ptr if len(stats) > 1 else "(float *)NULL"])
 
 
 # op -> (block combine, identity, per-element term, finish given the combined value and count)
