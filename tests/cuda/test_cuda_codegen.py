@@ -184,3 +184,10 @@ def test_fp16_source_compiles_with_nvcc_warnings_as_errors(tmp_path: Path) -> No
     m = cuvil.compile(EXAMPLES / "tiny_cnn.onnx", target="hip", precision="fp16", cache_dir=str(tmp_path / "cache"))
     r = nvcc_check(m.build_info.source, tmp_path)  # type: ignore[union-attr]
     assert r.returncode == 0, r.stderr[-3000:]
+
+
+def test_cross_target_compares_the_cuda_targets_only_when_asked() -> None:
+    from cuvil.verify.checks.cross_target import default_targets
+
+    assert not {"cuda", "cuda:sm_80", "cuda:sm_90", "cuda-sim", "hip"} & set(default_targets())
+    assert "native" in default_targets()

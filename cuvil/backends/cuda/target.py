@@ -28,6 +28,9 @@ class CudaBackend(Backend):
     summary: ClassVar[str] = "runs CUDA built by nvcc on an NVIDIA GPU"
     saves_artifacts: ClassVar[bool] = True
     toolchain: ClassVar[str] = "builds with the CUDA toolkit's nvcc"
+    # cross-target compares the CUDA targets when asked (--targets ref,cuda-sim): their kernels do not
+    # yet cover every model (docs/cuda.md), and a model they refuse is not a drift
+    compared_by_default: ClassVar[bool] = False
 
     def kernel_ops(self) -> frozenset[str]:
         from cuvil.backends.cuda.kernel import device_ops, host_ops
@@ -37,7 +40,7 @@ class CudaBackend(Backend):
     def unsupported_ops(self) -> frozenset[str]:
         from cuvil.backends.cuda.kernel import NOT_YET_SUPPORTED
 
-        return NOT_YET_SUPPORTED - {"if", "loop"}  # If and Loop: the completeness test's own exclusions
+        return NOT_YET_SUPPORTED
 
     def default_pipeline(self, *, enable_fusion: bool = True) -> str:
         from cuvil.backends.pipelines import standard_pipeline
