@@ -399,6 +399,7 @@ struct Fiber {
     void* asan_fake = nullptr;
     size_t colour = 0;
     Worker* w = nullptr;
+    void* span_base = nullptr;
     uint3 tid{0, 0, 0};
     unsigned linear = 0;
     TState state = TState::Ready;
@@ -559,6 +560,7 @@ inline Fiber* fiber_new(Worker* w) {
     if (mprotect(reinterpret_cast<void*>(base), page, PROT_NONE) != 0)
         fatal("cannot protect a fiber stack guard page");
     *reinterpret_cast<Fiber**>(base + span - kSpanHeader) = f;
+    f->span_base = reinterpret_cast<void*>(base);
     f->stack_lo = reinterpret_cast<char*>(base + page);
     f->stack_size = span - page - kSpanHeader;
     /* The span is a power of two: the room above the requested size staggers the stack tops. */
@@ -569,8 +571,25 @@ inline Fiber* fiber_new(Worker* w) {
     return f;
 }
 
+/* A thread's worker state and fiber stacks, released when the thread exits. */
+struct WorkerHolder {
+    Worker* w = nullptr;
+    ~WorkerHolder() {
+        if (!w) return;
+        for (Fiber* f : w->fibers) {
+#ifdef CUVIL_SIM_ASAN
+            __asan_unpoison_memory_region(f->stack_lo, f->stack_size);
+#endif
+            munmap(f->span_base, g_span);
+            delete f;
+        }
+        delete w;
+    }
+};
+
 inline Worker* this_worker() {
-    static thread_local Worker* w = nullptr;
+    static thread_local WorkerHolder holder;
+    Worker*& w = holder.w;
     if (!w) {
         w = new Worker();
         pthread_attr_t attr;
