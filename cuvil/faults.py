@@ -106,3 +106,17 @@ def plant(*names: str) -> Iterator[None]:
         yield
     finally:
         _planted.reset(token)
+
+
+# ---- the CUDA kernels' faults -----------------------------------------------------------------------------
+# Planted in the CUDA code generator (cuvil/backends/cuda) and caught by the emulated tests under the
+# execution harness (tests/cuda/test_cuda_faults.py: cuda-sim against the reference), not by a verify check.
+CUDA_FAULTS: dict[str, str] = {
+    "cuda-matmul-no-sync": "the tiled matmul loads its next tiles without a barrier after the last use of the "
+                           "previous ones (check: tests/cuda, cuda-sim against ref)",
+    "cuda-matmul-tile-bound": "the tiled matmul's bound on the inner dim is off by one, reading one element past "
+                              "each row (check: tests/cuda, cuda-sim against ref)",
+    "cuda-shuffle-lane": "the warp reduction's last butterfly step reads the wrong lane (check: tests/cuda, "
+                         "cuda-sim against ref)",
+}
+FAULTS.update(CUDA_FAULTS)

@@ -32,3 +32,16 @@ def wasm_cache(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A private build cache for wasm32 compiles (zig's library cache is the machine's: see
     ``cuvil.backends.wasm.toolchain.zig_global_cache``)."""
     return str(tmp_path_factory.mktemp("wasm-cache"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``gpu`` skip, with the reason, on a machine without a CUDA GPU or without nvcc."""
+    marked = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not marked:
+        return
+    from cuvil.backends.cuda.toolchain import find_nvcc, gpu_missing, missing_nvcc
+
+    why = gpu_missing() or (None if find_nvcc() else missing_nvcc())
+    if why:
+        for item in marked:
+            item.add_marker(pytest.mark.skip(reason=why))

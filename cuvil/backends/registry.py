@@ -9,7 +9,7 @@ checks' questions ("is it a C target?", "can its build be saved and run in anoth
 answered from the table too, never from a list of names.
 
 The built-in backends register themselves when their packages' ``target`` modules are imported
-(``cuvil/backends/ref/target.py``, ``c/target.py``, ``wasm/target.py``); the table imports those on
+(``cuvil/backends/ref/target.py``, ``c/target.py``, ``wasm/target.py``, ``cuda/target.py``); the table imports those on
 first use.  A new target is one more registered backend: docs/adding-a-target.md.
 """
 
@@ -53,6 +53,9 @@ class Backend:
     uses_system_cc: ClassVar[bool] = False
     #: What builds it, for messages about ``cc=`` on targets that do not use the system compiler.
     toolchain: ClassVar[str] = ""
+    #: ``cross-target`` compares it by default wherever it is available (False: only when asked for,
+    #: a target whose kernels do not yet cover the models every check is run on).
+    compared_by_default: ClassVar[bool] = True
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -80,6 +83,12 @@ class Backend:
     def kernel_ops(self) -> frozenset[str] | None:
         """The ops it has kernels for (None: every op the IR declares, as the reference interpreter)."""
         return None
+
+    def unsupported_ops(self) -> frozenset[str]:
+        """The declared ops it has no kernel for yet, listed on purpose beside its kernel table (a
+        compile of a graph using one fails naming it); the completeness test requires exactly these
+        to be the missing ones, so the list can only shrink deliberately."""
+        return frozenset()
 
     def required_features(self) -> frozenset[str]:
         """The CPU features (as /proc/cpuinfo names them) its code needs on every machine; empty for
@@ -118,7 +127,8 @@ _lock = threading.RLock()
 _table: dict[str, Backend] = {}
 _loaded = False
 # The built-in backends' registration modules, imported on the table's first use.
-_BUILTIN = ("cuvil.backends.ref.target", "cuvil.backends.c.target", "cuvil.backends.wasm.target")
+_BUILTIN = ("cuvil.backends.ref.target", "cuvil.backends.c.target", "cuvil.backends.wasm.target",
+            "cuvil.backends.cuda.target")
 
 
 def _ensure_builtin() -> None:

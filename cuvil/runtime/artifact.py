@@ -46,7 +46,7 @@ FORMAT_VERSION = 1
 META = "meta.json"
 
 # The backend named in meta.json, and the module whose ``load_executor(folder, meta)`` opens it.
-BACKENDS = {"c": "cuvil.backends.c", "wasm": "cuvil.backends.wasm"}
+BACKENDS = {"c": "cuvil.backends.c", "wasm": "cuvil.backends.wasm", "cuda": "cuvil.backends.cuda"}
 # Every artifact has these; a backend may add roles of its own (all listed in meta.json "files").
 REQUIRED_ROLES = ("library", "weights")
 

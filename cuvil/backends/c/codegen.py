@@ -26,7 +26,7 @@ import numpy as np
 
 from cuvil._version import __version__
 from cuvil.backends.c import ctypes_map as ct
-from cuvil.backends.c.kernel import CVal, KernelCtx, find_kernel
+from cuvil.backends.c.kernel import CVal, Kernel, KernelCtx, find_kernel
 from cuvil.backends.c.memplan import MemoryPlan, MemoryPlanError, PlannedValue
 from cuvil.backends.c.toolchain import header_closure
 from cuvil.backends.c.writer import CWriter, Names, c_comment, c_string
@@ -101,7 +101,19 @@ def _layout_weights(graph: Graph) -> tuple[dict[Value, int], bytes]:
 
 
 class FunctionEmitter:
-    """Emits the body of ``cuvil_run``."""
+    """Emits the body of ``cuvil_run``.
+
+    A code generator that runs the kernels elsewhere (the CUDA backend: ``cuvil/backends/cuda``)
+    subclasses it and changes where constants live (:attr:`weights_base`), which kernel table it
+    reads (:meth:`find_kernel`, :attr:`kernel_ctx`) and how memory is filled (:meth:`fill_bytes`);
+    input binding, shape checks and the memory plan's arithmetic are shared."""
+
+    #: The C expression of the loaded weights' first byte, which constants point into.
+    weights_base = "m->weights"
+    #: The context each kernel emitter is given.
+    kernel_ctx: type[KernelCtx] = KernelCtx
+    #: What the kernels of this emitter are called in messages.
+    kernel_kind = "C kernel"
 
     def __init__(self, graph: Graph, options: CodegenOptions, weight_offsets: dict[Value, int]) -> None:
         self.graph = graph
@@ -159,6 +171,14 @@ class FunctionEmitter:
             self.w.line(f"{c.ctype} *{c.ptr} = NULL; int64_t {c.shape}[{max(c.rank, 1)}] = {{0}};")
             self.w.line(f"(void){c.ptr}; (void){c.shape};")
 
+    def find_kernel(self, op: str) -> Kernel | None:
+        """The emitter of ``op``'s kernel, from this generator's kernel table."""
+        return find_kernel(op)
+
+    def fill_bytes(self, ptr: str, size: str) -> str:
+        """A C statement setting ``size`` bytes at ``ptr`` to 0xFF (a poisoned memory plan)."""
+        return f"memset({ptr}, 0xFF, (size_t){size});"
+
     def render(self, d: Dim) -> str:
         def symbol(name: str) -> str:
             if name in self.rt_syms:
@@ -211,7 +231,7 @@ class FunctionEmitter:
         w.line(f'if (!{self.arena}) {{ cuvil_fail(call, "out of memory for the %lld-byte arena", (long long){size}); '
                "goto fail; }")
         if plan.poison:  # every byte not yet written reads as NaN (or -1, or true)
-            w.line(f"if ({size} > 0) memset({self.arena}, 0xFF, (size_t){size});")
+            w.line(f"if ({size} > 0) {self.fill_bytes(self.arena, size)}")
 
     def place_value(self, c: CVal, node: Node) -> None:
         """Point a value at its arena offset when the plan holds it, else allocate it on its own."""
@@ -233,7 +253,7 @@ class FunctionEmitter:
             return
         for k, b in enumerate(plan.buffers):
             if b.end == i:
-                self.w.line(f"memset({self.arena} + {self.buf_off[k]}, 0xFF, (size_t){self.buf_size[k]});")
+                self.w.line(self.fill_bytes(f"{self.arena} + {self.buf_off[k]}", self.buf_size[k]))
 
     def alloc_value(self, c: CVal, node: Node | None) -> None:
         size = f"cuvil_nbytes((int64_t)sizeof({c.ctype}), {c.shape}, {c.rank})"
@@ -372,7 +392,7 @@ class FunctionEmitter:
         outs = [self.cval(o) for o in node.outputs]
         if node.op == "constant":
             c = outs[0]
-            w.line(f"{c.ptr} = ({c.ctype} *)(m->weights + {self.offsets[c.value]});")
+            w.line(f"{c.ptr} = ({c.ctype} *)({self.weights_base} + {self.offsets[c.value]});")
             for j, d in enumerate(c.value.type.shape):
                 w.line(f"{c.shape}[{j}] = {d};")
             return
@@ -388,10 +408,11 @@ class FunctionEmitter:
             with w.block(""):
                 control.emit(self, node, ins, outs)
             return
-        k = find_kernel(node.op)
+        k = self.find_kernel(node.op)
         if k is None:
-            raise CodegenError(f"op {node.op} has no C kernel")
-        _log.debug("node %r (%s): C kernel %s from %s, for %s", node.name, node.op, k.emit.__name__, k.emit.__module__,
+            raise CodegenError(f"op {node.op} has no {self.kernel_kind}")
+        _log.debug("node %r (%s): %s %s from %s, for %s", node.name, node.op, self.kernel_kind, k.emit.__name__,
+                   k.emit.__module__,
                    ", ".join(str(v.type) for v in node.inputs if v is not None) or "no inputs")
         dims = self.out_dims(node)
         allocated: list[bool] = []
@@ -403,7 +424,7 @@ class FunctionEmitter:
                     elif not k.computes_shape:
                         raise CodegenError(
                             f"node {node.name!r} ({node.op}): output dim {j} is only known at run time, "
-                            "and this op's C kernel cannot compute it"
+                            f"and this op's {self.kernel_kind} cannot compute it"
                         )
                 checks = [f"{c.shape}[{j}] < 0" for j, e in enumerate(ds) if e is not None and not e.isdigit()]
                 if checks:
@@ -412,7 +433,7 @@ class FunctionEmitter:
                 allocated.append(all(e is not None for e in ds))
                 if allocated[-1]:
                     self.place_value(c, node)
-            k.emit(KernelCtx(self, node, ins, outs, allocated))
+            k.emit(self.kernel_ctx(self, node, ins, outs, allocated))
 
     def emit_graph(self, g: Graph, keep: set[Value]) -> None:
         """Emit ``g``'s nodes, releasing each value it defines after its last use (except ``keep``)."""

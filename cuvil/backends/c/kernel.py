@@ -148,7 +148,7 @@ class KernelCtx:
     def derive(self, node: Node, ins: Sequence[CVal | None], outs: Sequence[CVal],
                allocated: Sequence[bool] | None = None) -> KernelCtx:
         """A context for ``node`` emitted into the same C function (a fused kernel running its base op's emitter)."""
-        return KernelCtx(self._fn, node, ins, outs, allocated)
+        return type(self)(self._fn, node, ins, outs, allocated)
 
     def inp(self, i: int) -> CVal:
         v = self.ins[i] if i < len(self.ins) else None

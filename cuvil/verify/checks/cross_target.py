@@ -36,10 +36,11 @@ REFERENCE_LABEL = "float64 reference"
 
 def default_targets() -> tuple[str, ...]:
     """The targets compared by default: every registered one whose code runs on any machine of its
-    kind or on this one (the backend table; not the x86 targets with fixed CPU features)."""
+    kind or on this one (the backend table; not the x86 targets with fixed CPU features, nor those
+    that are compared only when asked for: ``Backend.compared_by_default``)."""
     from cuvil.backends.registry import backends
 
-    return tuple(b.name for b in backends() if not b.required_features())
+    return tuple(b.name for b in backends() if not b.required_features() and b.compared_by_default)
 
 
 @register_check
@@ -61,9 +62,14 @@ class CrossTarget(Check):
         wanted = [str(t) for t in self.settings(ctx).get("targets", default_targets())]
         targets: list[str] = []
         skipped: dict[str, str] = {}
+        used = {n.op for n in ctx.graph.walk()}
         for t in dict.fromkeys([*wanted, *ctx.targets]):
             backend = find_backend(t)  # None: a subject that is no target (onnxruntime), or a name compile refuses
             why = backend.unavailable() if backend is not None and t not in ctx.targets else None
+            if why is None and backend is not None and t not in ctx.targets:
+                lacking = sorted(used & backend.unsupported_ops())
+                if lacking:  # a limitation the target declares, not a drift: compared once it has them
+                    why = f"no {backend.family_label or t} kernel yet for {', '.join(lacking)}"
             if why is None:
                 targets.append(t)
             else:

@@ -44,8 +44,10 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Inlined even where a model calls them from many loops: a call left in a loop stops its vectorisation. */
-#if defined(__GNUC__) || defined(__clang__)
+/* Inlined even where a model calls them from many loops: a call left in a loop stops its vectorisation.
+ * A file that defines CUVIL_VM_INLINE first chooses the qualifiers itself (CUDA source: host and device). */
+#if defined(CUVIL_VM_INLINE)
+#elif defined(__GNUC__) || defined(__clang__)
 #define CUVIL_VM_INLINE static inline __attribute__((always_inline))
 #else
 #define CUVIL_VM_INLINE static inline
