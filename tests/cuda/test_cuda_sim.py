@@ -11,6 +11,7 @@ import pytest
 
 import cuvil
 from cuvil.metrics import relative_l2
+from cuvil.ir.parser import parse_graph
 from tests.cuda.support import GRAPHS, graph, harness_missing
 
 pytestmark = pytest.mark.skipif(harness_missing() is not None, reason=str(harness_missing()))
@@ -149,3 +150,25 @@ def test_threads_calling_one_model_agree_bitwise_with_single_calls(tmp_path: Pat
     for i, want in enumerate(alone):
         for a, b in zip(got[i], want):
             np.testing.assert_array_equal(a, b)
+
+
+GATHER = """graph main(%x: f32[n, 3, 4], %i: i64[k]) {
+  symbol n in 1..64
+  symbol k in 1..16
+  %g = gather(%x, %i) {axis = 2} : f32[n, 3, k] loc("embed/Gather")
+  %r = relu(%g) : f32[n, 3, k]
+  return %r
+}
+"""
+
+
+def test_gather_index_out_of_range_fails_the_call_naming_the_node(tmp_path: Path) -> None:
+    g = parse_graph(GATHER)
+    m = cuvil.compile(g, target="cuda-sim", cache_dir=str(tmp_path))
+    x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    assert_matches_ref(m, g, [x, np.array([3, -4, 0, -1], dtype=np.int64)])  # in range, negatives wrap
+    for bad in (4, -5):
+        with pytest.raises(cuvil.errors.CuvilError,
+                           match=rf"node embed/Gather \(gather\): index {bad} is out of range for axis 2 of size 4"):
+            m(x, np.array([0, bad, 1], dtype=np.int64))
+    assert_matches_ref(m, g, [x, np.array([1, 2], dtype=np.int64)])  # a failed call leaves nothing behind

@@ -73,6 +73,9 @@ class CudaFunctionEmitter(FunctionEmitter):
         super().__init__(graph, options, weight_offsets)  # type: ignore[arg-type]
         # each kernel's text (its name a placeholder) -> its name: nodes with the same text share it
         self.kernel_names: dict[str, str] = {}
+        # the index checks of the kernels that read at indices held in tensors, numbered from 1:
+        # (node name, op, message), the call failing with the first one a kernel records
+        self.index_checks: list[tuple[str, str, str]] = []
 
     def find_kernel(self, op: str) -> Kernel | None:
         return find_cuda_kernel(op)
@@ -109,8 +112,26 @@ class CudaFunctionEmitter(FunctionEmitter):
             w.line(f"outputs[{i}].rank = {c.rank}; outputs[{i}].dtype = {ct.code(v.type.dtype)};")
             for j in range(c.rank):
                 w.line(f"outputs[{i}].shape[{j}] = {c.shape}[{j}];")
+        if self.index_checks:
+            w.line("if (cuvil_status_download(call)) goto fail_outputs;")
         w.line('if (cuvil_cuda_failed(call, cudaStreamSynchronize(call->stream), "running the model")) '
                "goto fail_outputs;")
+        if self.index_checks:
+            self.emit_index_checks()
+
+    def emit_index_checks(self) -> None:
+        """Fail the call with the index out of range a kernel recorded, naming its node (as the C
+        target does when it checks the index itself)."""
+        w = self.w
+        with w.block(""):
+            w.line("long long index_ = 0, size_ = 0;")
+            w.line("const unsigned long long check_ = cuvil_status_check(call, &index_, &size_);")
+            for i, (node, op, message) in enumerate(self.index_checks, start=1):
+                fmt = c_string(f"node %s ({op}): {message}")
+                w.line(f"if (check_ == {i}ull) {{ cuvil_fail(call, {fmt}, {c_string(node)}, index_, size_); "
+                       "goto fail_outputs; }")
+            w.line('if (check_ != 0) { cuvil_fail(call, "an index out of range (unknown check %llu)", check_); '
+                   "goto fail_outputs; }")
 
 
 def _check_node(node: Node) -> None:

@@ -108,6 +108,17 @@ class CudaKernelCtx(KernelCtx):
         self.w.line(f"CUVIL_LAUNCH({kernel}, {grid}, {block}, {shmem}, call->stream, {', '.join(args)});")
         self.w.line(f"if (cuvil_launched(call, {c_string(self.node.name)}, {c_string(self.node.op)})) goto fail;")
 
+    def index_check(self, message: str) -> tuple[str, str]:
+        """The two kernel arguments (the call's status words, this check's number) with which a
+        kernel that reads at an index held in a tensor reports the first one out of range
+        (``cuvil_index_fault``); the call then fails with ``message`` (a printf format written by
+        Cuvil taking the index and the size as ``long long``), named by the node, after the kernels.
+        The status words are allocated at the first check a call reaches."""
+        checks: list[tuple[str, str, str]] = self._fn.index_checks  # type: ignore[attr-defined]
+        checks.append((self.node.name, self.node.op, message))
+        self.w.line("if (!call->status && cuvil_status_begin(call) != 0) goto fail;")
+        return "call->status", f"{len(checks)}ull"
+
     def alias(self, src: str) -> None:
         """Output 0 is a view of ``src``'s memory (a shape-only op): no copy, no allocation."""
         out = self.out(0)

@@ -147,13 +147,18 @@ def _gather(k: CudaKernelCtx) -> None:
     check_dtypes(k, [x, y])
     axis = _axis(k, int(k.attrs.get("axis", 0)), x.rank)
     text = f"""__global__ void {{name}}(int64_t n, int64_t dim, int64_t count, int64_t inner, const {x.ctype} *x,
-        const {idx.ctype} *ix, {y.ctype} *y) {{
+        const {idx.ctype} *ix, {y.ctype} *y, unsigned long long *status, unsigned long long check) {{
     {grid_stride()} {{
         const int64_t r = i % inner, q = (i / inner) % count, o = i / (inner * count);
-        int64_t j = (int64_t)ix[q];
-        if (j < 0) j += dim;
-        /* an index out of range reads nothing: the element is 0 (a GPU cannot fail the call here) */
-        y[i] = (j >= 0 && j < dim) ? x[(o * dim + j) * inner + r] : ({x.ctype})0;
+        const int64_t given = (int64_t)ix[q];
+        const int64_t j = given < 0 ? given + dim : given;
+        if (j < 0 || j >= dim) {{
+            /* read nothing; the call fails naming the node and the index once the kernels have run */
+            cuvil_index_fault(status, check, given, dim);
+            y[i] = ({x.ctype})0;
+        }} else {{
+            y[i] = x[(o * dim + j) * inner + r];
+        }}
     }}
 }}"""
     name = define_kernel(k, "gather", text)
@@ -163,8 +168,9 @@ def _gather(k: CudaKernelCtx) -> None:
         n, cnt, inn = k.tmp("n"), k.tmp("count"), k.tmp("inner")
         k.w.line(f"const int64_t {cnt} = {idx.numel()}, {inn} = {inner}, {n} = {outer} * {cnt} * {inn};")
         with k.w.block(f"if ({n} > 0)"):
+            status, check = k.index_check(f"index %lld is out of range for axis {axis} of size %lld")
             k.launch(name, f"dim3(cuvil_blocks({n}, {BLOCK}))", f"dim3({BLOCK})",
-                     [n, f"(int64_t){x.dim(axis)}", cnt, inn, x.ptr, idx.ptr, y.ptr])
+                     [n, f"(int64_t){x.dim(axis)}", cnt, inn, x.ptr, idx.ptr, y.ptr, status, check])
 
 
 @cuda_kernel("pad")

@@ -45,6 +45,11 @@ typedef struct cuvil_call {
     void *arena; /* the memory plan's arena (device) */
     cudaStream_t stream;
     int has_stream;
+    /* Where kernels that index by data record the first index out of range ({check + 1, index,
+     * size}; device memory, zeroed at the start of the call, NULL in a graph without such a kernel),
+     * and its host copy, read back with the outputs: see cuvil_status_failed. */
+    unsigned long long *status;
+    unsigned long long status_host[3];
 } cuvil_call;
 
 static CUVIL_UNUSED int cuvil_fail(cuvil_call *c, const char *fmt, ...) {
@@ -139,6 +144,29 @@ static CUVIL_UNUSED void cuvil_call_end(cuvil_call *c) {
     c->arena = NULL;
     if (c->has_stream) (void)cudaStreamDestroy(c->stream);
     c->has_stream = 0;
+}
+
+/* The call's status words (zeroed device memory); 0 when they are allocated. */
+static CUVIL_UNUSED int cuvil_status_begin(cuvil_call *c) {
+    c->status = (unsigned long long *)cuvil_alloc(c, (int64_t)sizeof(c->status_host));
+    if (!c->status) return cuvil_fail(c, "out of device memory for the call's status");
+    return 0;
+}
+
+/* Queue the copy of the status words to the host (after the kernels, before the stream is synchronised). */
+static CUVIL_UNUSED int cuvil_status_download(cuvil_call *c) {
+    if (!c->status) return 0;
+    return cuvil_cuda_failed(c, cudaMemcpyAsync(c->status_host, c->status, sizeof(c->status_host),
+                                                cudaMemcpyDeviceToHost, c->stream), "copying the call's status");
+}
+
+/* After the stream is synchronised: the check a kernel recorded (1-based, as generated code numbers
+ * them; the index and the size it saw in *index and *size), or 0 when every index was in range. */
+static CUVIL_UNUSED unsigned long long cuvil_status_check(const cuvil_call *c, long long *index, long long *size) {
+    if (!c->status) return 0;
+    *index = (long long)c->status_host[1];
+    *size = (long long)c->status_host[2];
+    return c->status_host[0];
 }
 
 /* Copy a host input to new device memory of the call; NULL (and the call failed) on an error. */

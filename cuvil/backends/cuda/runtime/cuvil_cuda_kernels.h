@@ -182,6 +182,19 @@ CUVIL_HD uint16_t cuvil_f32_to_bf16(float f) {
     return (uint16_t)(x >> 16);
 }
 
+/* ---- indices read from tensors ------------------------------------------------------------ */
+
+/* A kernel that reads at an index held in a tensor records the first index out of range in the
+ * call's status words ({check, index, size}; check is the 1-based number generated code gives the
+ * node); the host fails the call with it once the kernels have run (cuvil_cuda_host.h). */
+__device__ static inline void cuvil_index_fault(unsigned long long *status, unsigned long long check, int64_t index,
+                                                int64_t size) {
+    if (atomicCAS(status, 0ull, check) == 0ull) {
+        status[1] = (unsigned long long)index;
+        status[2] = (unsigned long long)size;
+    }
+}
+
 /* ---- reductions across a warp and a block ------------------------------------------------ */
 
 #define CUVIL_WARP 32
