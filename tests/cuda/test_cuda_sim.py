@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import cuvil
-from cuvil.metrics import relative_l2
 from cuvil.ir.parser import parse_graph
+from cuvil.metrics import relative_l2
 from tests.cuda.support import GRAPHS, graph, harness_missing
 
 pytestmark = pytest.mark.skipif(harness_missing() is not None, reason=str(harness_missing()))
