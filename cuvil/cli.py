@@ -8,7 +8,15 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from cuvil.commands.common import DIM_HELP, SPEC_HELP, compile_model, compiled_note, describe, input_spec
+from cuvil.commands.common import (
+    DIM_HELP,
+    SPEC_HELP,
+    compile_model,
+    compiled_note,
+    configure_toolkits,
+    describe,
+    input_spec,
+)
 from cuvil.commands.common import parse_dim as parse_dim
 from cuvil.errors import CuvilError
 
@@ -208,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        configure_toolkits()
         code: int = args.fn(args)
         return code
     except CuvilError as exc:

@@ -1,5 +1,5 @@
 """What the commands share: the one place the environment is read (CC, the C compiler;
-CUVIL_CACHE_DIR, the build cache; LD_PRELOAD for the sanitizer runtimes), ``--dim`` and
+CUVIL_CACHE_DIR, the build cache; CUDA_HOME, the CUDA toolkit; LD_PRELOAD for the sanitizer runtimes), ``--dim`` and
 ``--input-spec`` parsing, and how a compiled model is described."""
 
 from __future__ import annotations
@@ -29,6 +29,15 @@ def cache_dir() -> str | None:
 def c_compiler() -> str | None:
     """The system C compiler CC names (None, unset or empty: the default)."""
     return os.environ.get("CC") or None
+
+
+def configure_toolkits() -> None:
+    """Where the CUDA toolkit lives when nvcc is not on PATH: CUDA_HOME (unset or empty: the default folders)."""
+    home = os.environ.get("CUDA_HOME")
+    if home:
+        from cuvil.backends.cuda.toolchain import add_toolkit_home
+
+        add_toolkit_home(home)
 
 
 def reexec_with_sanitizers() -> bool:

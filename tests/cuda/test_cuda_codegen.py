@@ -130,21 +130,24 @@ def test_hostile_names_stay_in_comments_and_strings(tmp_path: Path) -> None:
         assert r.returncode == 0, r.stderr[-3000:]
 
 
-def test_nvcc_is_found_on_path_else_under_cuda_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nvcc_is_found_on_path_else_in_a_toolkit_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.setattr(toolchain, "TOOLKIT_HOMES", [str(tmp_path / "none")])
     assert toolchain.find_nvcc() is None
     assert "nvcc" in (get_backend("cuda").unavailable() or "")
     fake = tmp_path / "cuda" / "bin" / "nvcc"
     fake.parent.mkdir(parents=True)
     fake.write_text("#!/bin/sh\n")
     monkeypatch.setenv("CUDA_HOME", str(tmp_path / "cuda"))
+    from cuvil.commands.common import configure_toolkits
+
+    configure_toolkits()  # what the command line does first: CUDA_HOME joins the folders
     assert toolchain.find_nvcc() == str(fake)
 
 
 def test_cuda_without_nvcc_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.setattr(toolchain, "TOOLKIT_HOMES", [])
     with pytest.raises(cuvil.errors.CuvilError, match="nvcc was not found"):
         cuvil.compile(graph("elementwise"), target="cuda", cache_dir=str(tmp_path))
 

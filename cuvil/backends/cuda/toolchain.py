@@ -1,15 +1,15 @@
-"""The CUDA targets' toolchains: nvcc (found on PATH, else under CUDA_HOME), the host C++ compiler
-for the CPU execution harness, hipcc for ROCm; their flags; and whether this machine has a GPU.
+"""The CUDA targets' toolchains: nvcc (found on PATH, else under a toolkit folder), the host C++
+compiler for the CPU execution harness, hipcc for ROCm; their flags; and whether this machine has a GPU.
 
-This module is the one place besides ``cuvil/commands/common.py`` that reads the environment:
-``CUDA_HOME`` names the toolkit where nvcc is not on PATH, so that ``cuvil.compile`` from Python
-finds the toolkit the CLI would."""
+Where nvcc is not on PATH it is looked for in the toolkit folders of :data:`TOOLKIT_HOMES`:
+``/usr/local/cuda`` (where NVIDIA's installers put it), after any folder added with
+:func:`add_toolkit_home` (the command line adds ``$CUDA_HOME``: ``cuvil/commands/common.py``, the
+one place the environment is read)."""
 
 from __future__ import annotations
 
 import ctypes
 import functools
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -39,18 +39,32 @@ class CudaBuildError(CuvilError):
     """nvcc, hipcc or the host compiler rejected generated CUDA code (a Cuvil bug: please report it)."""
 
 
+# Toolkit folders searched for bin/nvcc, first to last, where nvcc is not on PATH.
+TOOLKIT_HOMES: list[str] = ["/usr/local/cuda"]
+
+
+def add_toolkit_home(path: str) -> None:
+    """Search the CUDA toolkit folder ``path`` for nvcc before the others (PATH still comes first)."""
+    if path and path not in TOOLKIT_HOMES:
+        TOOLKIT_HOMES.insert(0, path)
+
+
 def find_nvcc() -> str | None:
-    """nvcc on PATH, else ``$CUDA_HOME/bin/nvcc``; None when neither exists."""
+    """nvcc on PATH, else ``<toolkit>/bin/nvcc`` of the first of :data:`TOOLKIT_HOMES` that has it;
+    None when none does."""
     found = shutil.which("nvcc")
     if found:
         return found
-    home = os.environ.get("CUDA_HOME") or ""
-    candidate = Path(home) / "bin" / "nvcc" if home else None
-    return str(candidate) if candidate is not None and candidate.is_file() else None
+    for home in TOOLKIT_HOMES:
+        candidate = Path(home) / "bin" / "nvcc"
+        if candidate.is_file():
+            return str(candidate)
+    return None
 
 
 def missing_nvcc() -> str:
-    return "the CUDA toolkit's nvcc was not found (neither on PATH nor as $CUDA_HOME/bin/nvcc)"
+    where = "on PATH" + "".join(f" or in {h}/bin" for h in TOOLKIT_HOMES)
+    return f"the CUDA toolkit's nvcc was not found ({where}; the command line also looks in $CUDA_HOME/bin)"
 
 
 def find_host_cxx() -> str | None:
