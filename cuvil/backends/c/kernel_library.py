@@ -20,12 +20,11 @@ split changes no result.
 from __future__ import annotations
 
 import hashlib
-import subprocess
 from pathlib import Path
 
 from cuvil._version import __version__
 from cuvil.backends.c import cache
-from cuvil.backends.c.toolchain import RUNTIME_DIR, BuildError, Compiler
+from cuvil.backends.c.toolchain import RUNTIME_DIR, Compiler, run_compiler
 
 # The headers whose functions the library defines (CUVIL_LIB in them), in include order.
 LIBRARY_HEADERS = ("cuvil_rt.h", "cuvil_threads.h", "cuvil_gemm.h", "cuvil_index.h", "cuvil_attention.h",
@@ -60,13 +59,8 @@ def kernel_object(compiler: Compiler, flags: list[str], root: Path) -> Path:
         src = folder / "cuvil_kernels.c"
         src.write_text(library_source(), encoding="utf-8")
         cmd = [*compiler.argv, *lib_flags, "-c", str(src), "-o", str(folder / OBJECT)]
-        try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise BuildError(f"C compiler failed to run on the kernel library: {exc}") from None
-        if r.returncode != 0:
-            raise BuildError(f"C compilation of the kernel library failed ({' '.join(cmd[:2])} ...):\n{r.stderr[-4000:]}")
-        (folder / "build.log").write_text(r.stderr, encoding="utf-8")
+        log = run_compiler(cmd, "the kernel library")
+        (folder / "build.log").write_text(log, encoding="utf-8")
 
     key = h.hexdigest()
     # A library is a function of its key alone, so one that the default cache already holds serves

@@ -196,6 +196,19 @@ MODEL_UNIT_FLAGS = ("-DCUVIL_KERNEL_LIBRARY=1",)
 LINK_FLAGS = ("-Wl,--gc-sections",)
 
 
+def run_compiler(cmd: list[str], what: str, *, timeout: float = 900,
+                 error: type[CuvilError] = BuildError) -> str:
+    """Run one compiler command line; returns what it printed (its warnings).  A compiler that cannot
+    run, runs past ``timeout`` or fails raises ``error`` naming ``what`` it was compiling."""
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise error(f"{Path(cmd[0]).name} failed to run on {what}: {exc}") from None
+    if r.returncode != 0:
+        raise error(f"compiling {what} failed ({' '.join(cmd[:2])} ...):\n{r.stderr[-4000:]}")
+    return r.stderr
+
+
 def build_library(compiler: Compiler, source: Path, out: Path, target: str, *, sanitize: bool = False,
                   variant: Variant | None = None, kernels: Path | None = None) -> str:
     """Compile one generated source file into a shared library, linked with the kernel library's
@@ -204,10 +217,4 @@ def build_library(compiler: Compiler, source: Path, out: Path, target: str, *, s
     link = (str(kernels), *LINK_FLAGS) if kernels else ()
     cmd = [*compiler.argv, *compile_flags(target, sanitize=sanitize, variant=variant), *unit, str(source), *link,
            "-o", str(out), "-lm"]
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise BuildError(f"C compiler failed to run: {exc}") from None
-    if r.returncode != 0:
-        raise BuildError(f"C compilation failed ({' '.join(cmd[:2])} ...):\n{r.stderr[-4000:]}")
-    return r.stderr
+    return run_compiler(cmd, "the generated C")

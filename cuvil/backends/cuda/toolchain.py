@@ -15,6 +15,7 @@ import subprocess
 from pathlib import Path
 
 from cuvil.backends.c.toolchain import RUNTIME_DIR as C_RUNTIME_DIR
+from cuvil.backends.c.toolchain import run_compiler
 from cuvil.errors import CuvilError
 
 RUNTIME_DIR = Path(__file__).parent / "runtime"
@@ -143,10 +144,4 @@ def compiler_version(compiler: str) -> str:
 def build_library(target: str, source: Path, out: Path) -> str:
     """Compile one generated CUDA source into a shared library; returns the compiler's warnings."""
     cmd = command(target, compiler_for(target), source, out)
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise CudaBuildError(f"{cmd[0]} failed to run: {exc}") from None
-    if r.returncode != 0:
-        raise CudaBuildError(f"{target}: compiling the generated CUDA failed ({Path(cmd[0]).name} ...):\n{r.stderr[-4000:]}")
-    return r.stderr
+    return run_compiler(cmd, f"the generated CUDA for {target}", timeout=1800, error=CudaBuildError)

@@ -256,4 +256,4 @@ def _relocate(text: str, source: str, op: str) -> str:
         return f"c_source:{line - start}:" if start < line <= start + n else m.group(0)
 
     text = re.sub(r"\S*model\.c:(\d+):", sub, text)
-    return "\n".join(ln for ln in text.splitlines() if not ln.startswith("C compilation failed"))[-4000:]
+    return "\n".join(ln for ln in text.splitlines() if not ln.startswith("compiling the generated C failed"))[-4000:]
