@@ -53,6 +53,9 @@ class Backend:
     uses_system_cc: ClassVar[bool] = False
     #: What builds it, for messages about ``cc=`` on targets that do not use the system compiler.
     toolchain: ClassVar[str] = ""
+    #: GPUs one run of its code occupies (a fleet's Ray task asks for them: ``num_gpus``); 0 for code
+    #: that runs on the CPU, emulated GPU code included.
+    gpus: ClassVar[int] = 0
     #: ``cross-target`` compares it by default wherever it is available (False: only when asked for,
     #: a target whose kernels do not yet cover the models every check is run on).
     compared_by_default: ClassVar[bool] = True

@@ -28,6 +28,7 @@ class CudaBackend(Backend):
     summary: ClassVar[str] = "runs CUDA built by nvcc on an NVIDIA GPU"
     saves_artifacts: ClassVar[bool] = True
     toolchain: ClassVar[str] = "builds with the CUDA toolkit's nvcc"
+    gpus: ClassVar[int] = 1
     # cross-target compares the CUDA targets when asked (--targets ref,cuda-sim): their kernels do not
     # yet cover every model (docs/cuda.md), and a model they refuse is not a drift
     compared_by_default: ClassVar[bool] = False
@@ -90,6 +91,7 @@ class CudaSimBackend(CudaBackend):
     summary: ClassVar[str] = "runs the CUDA target's source on the CPU under the execution harness"
     toolchain: ClassVar[str] = "builds with the host C++ compiler against the CUDA execution harness"
     runs_as: ClassVar[str] = "the CUDA execution harness (emulated)"
+    gpus: ClassVar[int] = 0
 
     def cannot_run_here(self) -> str | None:
         return None
@@ -111,6 +113,7 @@ class HipBackend(CudaBackend):
     summary: ClassVar[str] = "writes the CUDA source for ROCm with its hipcc build command"
     toolchain: ClassVar[str] = "is built by hipcc from the saved artifact"
     compiles: ClassVar[bool] = False
+    gpus: ClassVar[int] = 0
 
     def cannot_run_here(self) -> str | None:
         return "hip builds are written with their hipcc command, not built or run by Cuvil (untested on AMD GPUs)"

@@ -1,8 +1,8 @@
 """``--executor ray``: the sweep's jobs as Ray tasks on a cluster (``pip install 'cuvil[ray]'``).
 
 Each job is one task that declares what it needs: ``num_cpus=1`` (or the fleet file's
-``[resources.TARGET]``), ``num_gpus`` from there for GPU targets, and one custom resource per CPU
-feature its target's code needs (``Backend.required_features()``: ``avx512f`` ... for
+``[resources.TARGET]``), ``num_gpus`` from there or from the target (``Backend.gpus``: 1 for
+``cuda``), and one custom resource per CPU feature its target's code needs (``Backend.required_features()``: ``avx512f`` ... for
 ``x86_avx512``), so it is placed only on a node that advertises them (``ray start --resources``;
 :func:`node_resources` says what this machine can advertise).  On its node the task runs the
 job's process exactly as the local executor does (cuvil/verify/fleet/isolation.py) in a
@@ -65,11 +65,14 @@ def node_resources() -> dict[str, float]:
 
 def task_options(target: str, resources: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """The ``.options()`` of a job's task on ``target``: CPUs, GPUs, custom resources."""
+    from cuvil.backends.registry import get_backend
+
     own = resources.get(target, {})
     custom = {**required_resources(target), **{str(k): float(v) for k, v in (own.get("resources") or {}).items()}}
     opts: dict[str, Any] = {"num_cpus": float(own.get("num_cpus", 1)), "max_retries": 0}
-    if own.get("num_gpus"):
-        opts["num_gpus"] = float(own["num_gpus"])
+    gpus = own.get("num_gpus", get_backend(target).gpus)
+    if gpus:
+        opts["num_gpus"] = float(gpus)
     if custom:
         opts["resources"] = custom
     return opts

@@ -32,3 +32,10 @@ def test_a_node_without_the_model_file_gets_the_drivers_bytes(tmp_path: Path) ->
     assert moved.source == str(tmp_path / "copy" / "m.onnx") and Path(moved.source).read_bytes() == b"onnx bytes"
     factory = Job("f", "/nowhere/nets.py:tiny", "ref", "compat", "k" * 24, "d", 60.0, None, {})
     assert local_source(factory, b"def tiny(): ...", tmp_path / "f").source == f"{tmp_path / 'f' / 'nets.py'}:tiny"
+
+
+def test_a_gpu_target_asks_for_a_gpu_and_its_emulation_does_not() -> None:
+    assert task_options("cuda", {})["num_gpus"] == 1.0
+    assert task_options("cuda:sm_90", {})["num_gpus"] == 1.0
+    assert "num_gpus" not in task_options("cuda-sim", {})
+    assert task_options("cuda", {"cuda": {"num_gpus": 2}})["num_gpus"] == 2.0  # the fleet file's word wins
