@@ -99,6 +99,16 @@ def corpus_names() -> list[str]:
     return list(MODELS)
 
 
+def real_names() -> list[str]:
+    from real_models import MODELS
+
+    return list(MODELS)
+
+
+SETS = {"tiny": lambda: [*corpus_names(), *ZOO_MODELS], "real": real_names,
+        "all": lambda: [*corpus_names(), *ZOO_MODELS, *real_names()]}
+
+
 def export_model(name: str, batch: int, route: str) -> tuple[Path, list[np.ndarray]]:
     """The ONNX file of ``name`` at ``batch`` (static shapes) and its inputs."""
     if name in ZOO_MODELS:
@@ -112,10 +122,11 @@ def export_model(name: str, batch: int, route: str) -> tuple[Path, list[np.ndarr
                                  lambda f: zoo.export_onnx(net.build(), inputs, f / "model.onnx"))
         return folder / "model.onnx", [t.numpy() for t in inputs]
     from cuvil.backends.c.cache import get_or_build
+    from real_models import MODELS as REAL
     from tests.support.corpus.models import MODELS, Shape
     from tests.support.corpus.routes import cache_root, export_onnx
 
-    model = MODELS[name]
+    model = REAL[name] if name in REAL else MODELS[name]
     at = dataclasses.replace(model, example=Shape(batch, model.example.seq))
     folder, _ = get_or_build(cache_root() / "bench", f"{name}-{route}-b{batch}",
                              lambda f: export_onnx(at, route, "fixed", f / "model.onnx"))
@@ -329,7 +340,10 @@ def print_summary(rows: list[Row]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", help="comma-separated; default: every corpus model and the five zoo models")
+    parser.add_argument("--models", help="comma-separated; default: every model of --set")
+    parser.add_argument("--set", default="all", choices=sorted(SETS),
+                        help="tiny: the test corpus (hidden ~32) and the five zoo models; real: the same "
+                             "architectures and more at deployed sizes (benchmarks/real_models.py); all: both")
     parser.add_argument("--batch", default="1,16")
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--route", default="onnx_dynamo", choices=("onnx_dynamo", "onnx_torchscript"))
@@ -362,11 +376,11 @@ def main(argv: list[str] | None = None) -> int:
             peers.append(p)
     if "onnxruntime" not in peers:
         print("note: without onnxruntime no output is checked", flush=True)
-    models = args.models.split(",") if args.models else [*corpus_names(), *ZOO_MODELS]
-    known = set(ZOO_MODELS) | (set(corpus_names()) if any(m not in ZOO_MODELS for m in models) else set())
+    models = args.models.split(",") if args.models else SETS[args.set]()
+    known = set(ZOO_MODELS) | (set(SETS["all"]()) if any(m not in ZOO_MODELS for m in models) else set())
     unknown = [m for m in models if m not in known]
     if unknown:
-        print(f"unknown model(s) {', '.join(unknown)}; the corpus has {', '.join([*corpus_names(), *ZOO_MODELS])}",
+        print(f"unknown model(s) {', '.join(unknown)}; the corpus has {', '.join(SETS['all']())}",
               file=sys.stderr)
         return 2
 

@@ -16,6 +16,7 @@ from typing import ClassVar
 import numpy as np
 
 from cuvil.errors import CuvilError
+from cuvil.ir.dtypes import DType
 from cuvil.ir.graph import Graph, Node, Value
 from cuvil.ir.symbolic import is_unknown
 from cuvil.passes.base import Pass, PassResult, register_pass
@@ -33,6 +34,7 @@ _RESHAPES = frozenset({"reshape", "flatten", "squeeze", "unsqueeze"})
 # Ops that return their first input unchanged whenever their output type equals its type.
 _NOOP_WHEN_SAME_TYPE = frozenset({"identity", "reshape", "flatten", "squeeze", "expand", "cast", "concat"})
 _INVOLUTIONS = frozenset({"neg", "not"})
+_FLOAT_BASES = frozenset({DType.f16, DType.bf16, DType.f32, DType.f64})
 
 
 @register_pass
@@ -57,6 +59,12 @@ class Canonicalize(Pass):
        ``transA`` or ``transB`` flipped: the kernel reads either layout, where the transpose
        would copy its operand on every call (``torch.export`` gives every ``nn.Linear`` as
        ``addmm(bias, x, permute(weight))``).
+    7. ``pow(x, c)`` of a float ``x`` by a constant exponent whose every element is 1, 2 or 3
+       (and that does not widen ``x``) is ``x``, ``x * x`` or ``(x * x) * x``: exporters write
+       squares and cubes (RMSNorm's ``x.pow(2)``, GPT-2's tanh GELU) as ``Pow``, which the
+       targets would compute with a general power function, one element at a time.  A square is
+       exactly ``powf``'s correctly rounded result; a cube rounds twice (within one unit in the
+       last place of the power).
 
     A replacement never changes the graph's signature: a graph (or region) output is only
     replaced by a value defined by a node of the same graph, which then takes the output's name;
@@ -97,6 +105,10 @@ def _sweep(graph: Graph, subst: Substitution) -> bool:
             changed = True
             continue
         changed |= _rewrite_in_place(node, graph)
+        square = _power_as_products(node)
+        if square is not None:
+            kept.append(square)
+            changed = True
         kept.append(node)
     graph.nodes = kept
     return changed
@@ -134,6 +146,8 @@ def _forwarded(node: Node) -> Value | None:
         return inner.inputs[0]
     if len(node.inputs) == 2 and node.inputs[1] is not None:
         a, b = x, node.inputs[1]
+        if node.op == "pow" and _power_exponent(node) == 1:
+            return x
         unit: dict[str, list[tuple[Value, Value]]] = {
             "mul": [(a, b), (b, a)],
             "div": [(a, b)],
@@ -199,6 +213,36 @@ def _rewrite_in_place(node: Node, graph: Graph) -> bool:
             rewritten |= _try(node, graph, functools.partial(_set, node, inputs, **{flag: flipped}))
         return rewritten
     return False
+
+
+def _power_exponent(node: Node) -> int | None:
+    """Rule 7: the exponent (1, 2 or 3) of a ``pow`` of a float base by a constant that does not widen it."""
+    if node.op != "pow" or len(node.inputs) != 2 or node.inputs[0] is None or node.inputs[1] is None:
+        return None
+    x, e, out = node.inputs[0], node.inputs[1], node.outputs[0]
+    c = _const(e)
+    if x.type.dtype not in _FLOAT_BASES or c is None or c.size == 0 or not _no_widening(x, e, out):
+        return None
+    first = c.reshape(-1)[0]
+    if not np.all(c == first) or float(first) not in (1.0, 2.0, 3.0):
+        return None
+    return int(first)
+
+
+def _power_as_products(node: Node) -> Node | None:
+    """Rule 7 in place: ``pow(x, 2)`` becomes ``mul(x, x)``; ``pow(x, 3)`` becomes ``mul(s, x)`` and
+    the new node ``s = mul(x, x)`` that it returns (to be placed before it)."""
+    n = _power_exponent(node)
+    if n not in (2, 3):
+        return None
+    x, out = node.inputs[0], node.outputs[0]
+    assert x is not None
+    if n == 2:
+        node.op, node.inputs, node.attrs = "mul", [x, x], {}
+        return None
+    square = Value(f"{out.name}_square", x.type)
+    node.op, node.inputs, node.attrs = "mul", [square, x], {}
+    return Node("mul", [x, x], [square], {}, f"{node.name}_square" if node.name else "")
 
 
 def _perm(perm: object, rank: int) -> list[int]:
