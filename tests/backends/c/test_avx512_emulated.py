@@ -70,7 +70,7 @@ from tests.support.int8_conv_graph import run_twice_against_the_reference
 
 def build(graph):
     work = Path(sys.argv[1])
-    m = cuvil.compile(graph, "x86_avx512", passes="", cache_dir=str(work / "cache"))
+    m = cuvil.compile(graph, "x86_avx512", passes="", cache_dir=sys.argv[2])
     info = m.build_info
     build_emulated(info.source, work / "model.so", ["avx512_vnni"], sanitize=True)  # as model.avx512vnni.so
     executor = CExecutor(Build(info.folder, True, 0.0), {}, library=work / "model.so", num_threads=2)
@@ -81,8 +81,8 @@ run_twice_against_the_reference(build)
 
 
 @pytest.mark.slow
-def test_int8_vnni_kernels_are_clean_under_asan_and_ubsan(tmp_path: Path) -> None:
+def test_int8_vnni_kernels_are_clean_under_asan_and_ubsan(build_cache: str, tmp_path: Path) -> None:
     """The AVX-512 int8 kernels' masked row tails and VNNI panels under AddressSanitizer and UBSan,
     on two threads (the emulation's masked loads and stores touch enabled lanes only, as the
     instructions do, so an access past a buffer is the kernel's)."""
-    assert_clean_under_sanitizers(_SANITIZED_CHILD, str(tmp_path))
+    assert_clean_under_sanitizers(_SANITIZED_CHILD, str(tmp_path), build_cache)
