@@ -27,11 +27,18 @@ EXAMPLE = REPO / "cuvil" / "examples" / "tiny_cnn.onnx"
 FEATURES = {v.name: tuple(sorted(v.features)) for v in TARGET_VARIANTS["x86_avx512"]}
 
 
+@pytest.fixture(scope="module")
+def build_cache(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One build cache for the module's x86_avx512 compiles: the target's kernel library is built once."""
+    return str(tmp_path_factory.mktemp("avx512-cache"))
+
+
 @pytest.mark.parametrize("features", [(), FEATURES["avx512vnni"]], ids=["model.so", "model.avx512vnni.so"])
-def test_int8_kernels_match_the_reference_bit_for_bit(features: tuple[str, ...], tmp_path: Path) -> None:
+def test_int8_kernels_match_the_reference_bit_for_bit(features: tuple[str, ...], build_cache: str,
+                                                      tmp_path: Path) -> None:
     graph, inputs = conv_graph()
     want = cuvil.compile(graph, "ref").run(inputs)
-    m = cuvil.compile(graph, "x86_avx512", passes="", cache_dir=str(tmp_path / "cache"))
+    m = cuvil.compile(graph, "x86_avx512", passes="", cache_dir=build_cache)
     got = emulated(m, tmp_path / "emu", features).run(inputs)
     for name, w in want.items():
         assert got[name].dtype == w.dtype and np.array_equal(got[name], w), name
@@ -44,10 +51,10 @@ def test_int8_kernels_match_the_reference_bit_for_bit(features: tuple[str, ...],
     ("bf16", FEATURES["avx512bf16"], 1e-2),
 ], ids=["fp32", "fp16", "bf16-widened", "bf16-dot"])
 def test_float_kernels_match_the_reference(precision: str, features: tuple[str, ...], tol: float,
-                                           tmp_path: Path) -> None:
+                                           build_cache: str, tmp_path: Path) -> None:
     x = np.random.default_rng(5).standard_normal((2, 3, 32, 32)).astype(np.float32)
     want = cuvil.compile(str(EXAMPLE), "ref")(x)[0]
-    m = cuvil.compile(str(EXAMPLE), "x86_avx512", precision=precision, cache_dir=str(tmp_path / "cache"))
+    m = cuvil.compile(str(EXAMPLE), "x86_avx512", precision=precision, cache_dir=build_cache)
     got = emulated(m, tmp_path / "emu", features)(x)[0]
     assert got.shape == want.shape and relative_l2(got, want) <= tol
 
@@ -63,7 +70,7 @@ from tests.support.int8_conv_graph import run_twice_against_the_reference
 
 def build(graph):
     work = Path(sys.argv[1])
-    m = cuvil.compile(graph, "x86_avx512", passes="", cache_dir=str(work / "cache"))
+    m = cuvil.compile(graph, "x86_avx512", passes="", cache_dir=sys.argv[2])
     info = m.build_info
     build_emulated(info.source, work / "model.so", ["avx512_vnni"], sanitize=True)  # as model.avx512vnni.so
     executor = CExecutor(Build(info.folder, True, 0.0), {}, library=work / "model.so", num_threads=2)
@@ -74,8 +81,8 @@ run_twice_against_the_reference(build)
 
 
 @pytest.mark.slow
-def test_int8_vnni_kernels_are_clean_under_asan_and_ubsan(tmp_path: Path) -> None:
+def test_int8_vnni_kernels_are_clean_under_asan_and_ubsan(build_cache: str, tmp_path: Path) -> None:
     """The AVX-512 int8 kernels' masked row tails and VNNI panels under AddressSanitizer and UBSan,
     on two threads (the emulation's masked loads and stores touch enabled lanes only, as the
     instructions do, so an access past a buffer is the kernel's)."""
-    assert_clean_under_sanitizers(_SANITIZED_CHILD, str(tmp_path))
+    assert_clean_under_sanitizers(_SANITIZED_CHILD, str(tmp_path), build_cache)
