@@ -82,6 +82,7 @@ LAYER_OF: dict[str, str] = {
     "cuvil.pytest_plugin": "tools",
     "cuvil.conformance": "tools",
     "cuvil.reduce": "tools",
+    "cuvil.reduce.forkserver": "tools",  # candidates judged in children forked from one pre-imported process
 }
 
 # layer -> the lower layers it may import

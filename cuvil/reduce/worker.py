@@ -2,7 +2,8 @@
 
 ``DIR`` holds ``model.cir``, ``inputs.npz`` (keyed by input name) and ``job.json`` (target, planted
 faults, threshold, build cache); the worker writes ``outcome.json`` and, when the reference ran,
-``expected.npz`` (the reference's outputs, keyed by output name).  It runs in a fresh process so
+``expected.npz`` (the reference's outputs, keyed by output name).  Where the folder holds
+``reference.npz`` (the outputs the original run recorded for a cut), the reference does not run again.  It runs in a fresh process so
 that a crash of the compiled code takes only this process down (the oracle reads a death by signal
 as a ``crash`` outcome).
 """
@@ -33,9 +34,11 @@ def load_arrays(path: Path, names: Sequence[str]) -> list[np.ndarray]:
 
 
 def evaluate(graph: Graph, inputs: Sequence[np.ndarray], target: str, faults: Sequence[str], threshold: float,
-             cache_dir: str | None = None) -> tuple[Outcome, list[np.ndarray] | None]:
+             cache_dir: str | None = None,
+             reference: Sequence[np.ndarray] | None = None) -> tuple[Outcome, list[np.ndarray] | None]:
     """The outcome of compiling ``graph`` for ``target`` and running it on ``inputs``, with the
-    reference's outputs (None when the candidate is invalid)."""
+    reference's outputs (None when the candidate is invalid); ``reference``: those outputs where they
+    are known already, so the reference interpreter does not run again."""
     from cuvil.api import compile as cuvil_compile
     from cuvil.backends.ref.interpreter import run_graph
     from cuvil.ir.verify import verification_errors
@@ -44,7 +47,7 @@ def evaluate(graph: Graph, inputs: Sequence[np.ndarray], target: str, faults: Se
     if errors:
         return Outcome("invalid", message=errors[0]), None
     try:
-        want = run_graph(graph, list(inputs))
+        want = list(reference) if reference is not None else run_graph(graph, list(inputs))
     except Exception as exc:  # the candidate is beyond what the reference runs: not a failure of the target
         return Outcome("invalid", error=type(exc).__name__, message=str(exc)), None
     try:
@@ -73,8 +76,10 @@ def main(argv: Sequence[str]) -> int:
     job: dict[str, Any] = json.loads((d / "job.json").read_text())
     graph = parse_graph((d / "model.cir").read_text())
     inputs = load_arrays(d / "inputs.npz", [v.name for v in graph.inputs])
+    known = d / "reference.npz"
+    reference = load_arrays(known, [v.name for v in graph.outputs]) if known.exists() else None
     outcome, want = evaluate(graph, inputs, job["target"], job.get("faults", []), float(job["threshold"]),
-                             job.get("cache_dir"))
+                             job.get("cache_dir"), reference)
     if want is not None and job.get("write_expected", False):
         arrays: dict[str, Any] = {v.name: a for v, a in zip(graph.outputs, want)}
         np.savez(d / "expected.npz", **arrays)
