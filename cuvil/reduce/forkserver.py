@@ -20,7 +20,8 @@ from pathlib import Path
 #: What the fork server imports before it forks: everything a candidate's judgement imports.
 PRELOAD = ("cuvil.reduce.forkserver", "cuvil.reduce.worker", "cuvil.api", "cuvil.ir.parser", "cuvil.ir.verify",
            "cuvil.backends.ref.interpreter", "cuvil.backends.registry", "cuvil.backends.c.target",
-           "cuvil.passes.manager", "cuvil.pipeline", "cuvil.metrics", "numpy", "onnx")
+           "cuvil.passes.manager", "cuvil.pipeline", "cuvil.metrics", "cuvil.frontends.onnx.cut",
+           "cuvil.verify.onnxruntime_subject", "numpy", "onnx", "onnxruntime")
 
 _context: BaseContext | None = None
 

@@ -26,17 +26,27 @@ from cuvil.reduce.signature import DEFAULT_THRESHOLD, Outcome
 
 @dataclass(frozen=True)
 class Job:
-    """What every candidate is judged with: the target, the planted faults, the threshold."""
+    """What every candidate is judged with: the target, the planted faults, the threshold; with
+    ``subject="onnxruntime"``, an onnxruntime session on the cut of the ``source`` ONNX model instead
+    of a Cuvil build (the target is then ``onnxruntime``)."""
 
     target: str
     faults: tuple[str, ...] = ()
     threshold: float = DEFAULT_THRESHOLD
     timeout: float = 120.0
     cache_dir: str | None = None
+    subject: str | None = None
+    source: str | None = None
 
     def to_json(self) -> dict[str, object]:
         return {"target": self.target, "faults": list(self.faults), "threshold": self.threshold,
-                "timeout": self.timeout, "cache_dir": self.cache_dir}
+                "timeout": self.timeout, "cache_dir": self.cache_dir, "subject": self.subject,
+                "source": self.source}
+
+    @staticmethod
+    def from_json(j: Mapping[str, Any]) -> Job:
+        return Job(str(j["target"]), tuple(j.get("faults", ())), float(j["threshold"]), float(j.get("timeout", 120.0)),
+                   j.get("cache_dir"), j.get("subject"), j.get("source"))
 
 
 def write_case(d: Path, text: str, inputs: Mapping[str, np.ndarray], job: Job, write_expected: bool = False,

@@ -63,6 +63,7 @@ def test_a_planted_conv_stride_fault_reduces_and_replays(tmp_path: Path) -> None
     assert r.original_size > 20 and r.size <= 5
     assert {"model.cir", "inputs.npz", "expected.npz", "repro.json", "README.md"} <= {p.name for p in out.iterdir()}
     assert "b3_down" in (out / "model.cir").read_text()  # the strided conv the fault breaks is kept
+    assert [n.op_type for n in onnx.load(out / "model.onnx").graph.node if n.op_type == "Conv"]
     assert replay(out)[0]  # the fault is planted: still fails
     assert not replay(out, faults=[])[0]  # fixed: passes
 
@@ -102,3 +103,20 @@ def test_a_hundred_node_model_reduces_to_the_faulty_conv(tmp_path: Path) -> None
                      cache_dir=str(tmp_path / "cache"))
     assert r.original_size > 100 and r.size <= 5
     assert "b10_down" in (tmp_path / "repro" / "model.cir").read_text()
+
+
+@pytest.mark.slow
+def test_an_onnxruntime_disagreement_reduces_to_the_one_op(tmp_path: Path) -> None:
+    from cuvil.reduce.repro import replay
+    from cuvil.reduce.run import reduce_model
+    from tests.reduce.models import argmax_chain
+
+    pytest.importorskip("onnxruntime")
+    path = tmp_path / "chain.onnx"
+    onnx.save(argmax_chain(), path)
+    out = tmp_path / "repro"
+    r = reduce_model(str(path), out, check="outputs", subject="onnxruntime")
+    assert r.original_size >= 10 and r.size == 1
+    reduced = onnx.load(out / "model.onnx")
+    assert [n.op_type for n in reduced.graph.node] == ["ArgMax"]
+    assert replay(out)[0]
