@@ -72,6 +72,7 @@ LAYER_OF: dict[str, str] = {
     "cuvil.quant": "quant",
     "cuvil.custom": "custom",
     "cuvil.frontends": "frontends",
+    "cuvil.frontends.onnx.cut": "frontends",  # a source ONNX model cut as a cut of its imported graph (cuvil reduce)
     "cuvil": "api",  # the package root
     "cuvil.api": "api",
     "cuvil.verify": "verify",
