@@ -72,6 +72,7 @@ LAYER_OF: dict[str, str] = {
     "cuvil.quant": "quant",
     "cuvil.custom": "custom",
     "cuvil.frontends": "frontends",
+    "cuvil.frontends.onnx.cut": "frontends",  # a source ONNX model cut as a cut of its imported graph (cuvil reduce)
     "cuvil": "api",  # the package root
     "cuvil.api": "api",
     "cuvil.verify": "verify",
@@ -82,6 +83,7 @@ LAYER_OF: dict[str, str] = {
     "cuvil.pytest_plugin": "tools",
     "cuvil.conformance": "tools",
     "cuvil.reduce": "tools",
+    "cuvil.reduce.forkserver": "tools",  # candidates judged in children forked from one pre-imported process
 }
 
 # layer -> the lower layers it may import

@@ -37,7 +37,7 @@ def _cmd_reduce(args: argparse.Namespace) -> int:
 
     result = reduce_model(args.model, args.output, check=args.check, target=args.target, inputs=args.inputs,
                           faults=_faults(args.faults) or (), threshold=args.threshold, timeout=args.timeout,
-                          cache_dir=cache_dir(), progress=progress)
+                          cache_dir=cache_dir(), progress=progress, subject=args.subject)
     print(f"reduced {result.original_size} -> {result.size} nodes in {result.tried} candidates "
           f"({result.seconds:.1f} s): {result.outcome.describe()}")
     print(f"repro in {args.output}; replay: cuvil reduce --replay {args.output}")
@@ -57,6 +57,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="the failing check; each is re-checked as the target's outputs against the reference "
                         "interpreter on the recorded inputs")
     r.add_argument("--target", default="native", help="the target the check failed on (default: native)")
+    r.add_argument("--subject", choices=["onnxruntime"],
+                   help="reduce a disagreement of an onnxruntime session (on the ONNX model) with the reference "
+                        "instead of a Cuvil build's")
     r.add_argument("--inputs", metavar="X.npz", help="the failing inputs, keyed by input name (default: seeded random)")
     r.add_argument("-o", "--output", metavar="DIR", help="the repro folder to write")
     r.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,

@@ -120,6 +120,11 @@ class Space:
                 v.producer = original[v]
         return text, {v.name: self.recorded[v] for v in new_inputs}
 
+    def expected(self, cut: Cut) -> dict[str, np.ndarray]:
+        """The cut's outputs as the original run recorded them: the reference's outputs on the cut, known
+        without running it again."""
+        return {v.name: self.recorded[v] for v in cut.outputs}
+
     def _order(self, v: Value) -> tuple[int, str]:
         if v in self.graph.inputs:
             return (-1 - self.graph.inputs[::-1].index(v), v.name)

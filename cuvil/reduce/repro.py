@@ -15,6 +15,7 @@ import shlex
 import shutil
 import tempfile
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ def write_repro(d: Path, result: ReduceResult, signature: FailureSignature, job:
     """Write the repro folder ``d`` for ``result`` (``extra``: more files already written there, to list)."""
     # the expected outputs come from the reference run in a worker of its own, as every judgement does
     write_case(d, result.text, result.inputs, job, write_expected=True)
+    onnx_note = _write_onnx(d, result, job)
     seen = judge(d, job.timeout)
     (d / "outcome.json").unlink(missing_ok=True)
     meta: dict[str, Any] = {
@@ -43,7 +45,21 @@ def write_repro(d: Path, result: ReduceResult, signature: FailureSignature, job:
         "replay": replay_command(d),
     }
     (d / "repro.json").write_text(json.dumps(meta, indent=1) + "\n")
-    (d / "README.md").write_text(_readme(d, result, signature, job, source, extra))
+    (d / "README.md").write_text(_readme(d, result, signature, job, source, [onnx_note, *extra]))
+
+
+def _write_onnx(d: Path, result: ReduceResult, job: Job) -> str:
+    """Write ``model.onnx``, the source ONNX model cut as the reduced graph is; the README's line on it."""
+    if job.source is None or not job.source.endswith(".onnx"):
+        return "model.onnx: not written: the source is not an ONNX model (the reduced graph is model.cir)"
+    from cuvil.frontends.onnx.cut import OnnxCutError, load_source, save_cut
+    from cuvil.ir.parser import parse_graph
+
+    try:
+        save_cut(load_source(job.source), parse_graph(result.text), d / "model.onnx")
+    except OnnxCutError as exc:
+        return f"model.onnx: not written: {exc} (the reduced graph is model.cir)"
+    return "model.onnx: the source ONNX model cut the same way (inputs.npz feeds it too)"
 
 
 def _readme(d: Path, result: ReduceResult, signature: FailureSignature, job: Job, source: str,
@@ -60,7 +76,7 @@ def _readme(d: Path, result: ReduceResult, signature: FailureSignature, job: Job
         f"Source: `{source}`, reduced from {result.original_size} to {result.size} node(s) "
         f"({result.tried} candidates, {result.seconds:.1f} s).",
         "",
-        f"What fails: compiled for `{job.target}`{faults}, the model's outputs on `inputs.npz` "
+        f"What fails: {_subject(job)}{faults}, the model's outputs on `inputs.npz` "
         f"disagree with the reference interpreter: {result.outcome.describe()} "
         f"(signature: {signature.kind}" + (f", threshold relative L2 {signature.threshold:g}"
                                             if signature.kind == "mismatch" else "") + ").",
@@ -76,6 +92,12 @@ def _readme(d: Path, result: ReduceResult, signature: FailureSignature, job: Job
     ])
 
 
+def _subject(job: Job) -> str:
+    if job.subject == "onnxruntime":
+        return "run by onnxruntime (model.onnx, CPU execution provider, every graph optimisation on)"
+    return f"compiled for `{job.target}`"
+
+
 def replay(d: Path, faults: Sequence[str] | None = None) -> tuple[bool, Outcome, FailureSignature]:
     """Judge repro folder ``d`` again: (whether it still fails with its signature, the outcome,
     the signature).  ``faults`` replaces the recorded planted faults."""
@@ -84,9 +106,11 @@ def replay(d: Path, faults: Sequence[str] | None = None) -> tuple[bool, Outcome,
         raise CuvilError(f"{d}: not a repro folder (no repro.json)")
     meta = json.loads(meta_path.read_text())
     sig = FailureSignature.from_json(meta["signature"])
-    j = meta["job"]
-    job = Job(str(j["target"]), tuple(j["faults"] if faults is None else faults), float(j["threshold"]),
-              float(j.get("timeout", 120.0)), j.get("cache_dir"))
+    job = Job.from_json(meta["job"])
+    if faults is not None:
+        job = replace(job, faults=tuple(faults))
+    if job.subject is not None:  # the session runs the repro's own cut of the source
+        job = replace(job, source=str(d / "model.onnx"))
     with tempfile.TemporaryDirectory(prefix="cuvil-replay-") as tmp:
         case = Path(tmp)
         write_case(case, (d / "model.cir").read_text(), {}, job)

@@ -49,13 +49,23 @@ def model_inputs(graph: Graph, path: str | Path | None, seed: int = 0) -> list[n
 def reduce_model(model: Any, out_dir: str | Path, *, check: str = "outputs", target: str = "native",
                  inputs: str | Path | None = None, faults: Sequence[str] = (), threshold: float = DEFAULT_THRESHOLD,
                  timeout: float = 120.0, cache_dir: str | None = None, progress: Progress | None = None,
-                 source: str | None = None) -> ReduceResult:
-    """Reduce ``model``'s failure of ``check`` on ``target`` to a small repro written to ``out_dir``."""
+                 source: str | None = None, subject: str | None = None) -> ReduceResult:
+    """Reduce ``model``'s failure of ``check`` on ``target`` to a small repro written to ``out_dir``;
+    ``subject="onnxruntime"``: the failure of an onnxruntime session on ``model`` (an ONNX file)."""
     from cuvil.faults import checked
 
+    onnx_file = str(Path(model).resolve()) if isinstance(model, str | Path) and str(model).endswith(".onnx") else None
+    if subject is not None:
+        if subject != "onnxruntime":
+            raise CuvilError(f"cuvil reduce: unknown subject {subject!r} (known: onnxruntime)")
+        if onnx_file is None:
+            raise CuvilError(f"cuvil reduce --subject onnxruntime needs an ONNX model file, not {model!r}")
+        if faults:
+            raise CuvilError("cuvil reduce --subject onnxruntime plants no faults (they are Cuvil's compiler's)")
+        target = "onnxruntime"
     graph = load_graph(model)
     feeds = model_inputs(graph, inputs)
-    job = Job(target, tuple(sorted(checked(faults))), threshold, timeout, cache_dir)
+    job = Job(target, tuple(sorted(checked(faults))), threshold, timeout, cache_dir, subject, onnx_file)
     try:
         recorded = record(graph, feeds)
     except CuvilError as exc:

@@ -54,7 +54,7 @@ class _Search:
         if not self.space.live(cut):
             return False
         text, inputs = self.space.build(cut)
-        outcome = self.oracle.outcome(text, inputs)
+        outcome = self.oracle.outcome(text, inputs, self.space.expected(cut))
         ok = self.signature.matches(outcome)
         if ok and self.space.size(cut) <= self.space.size(self.best):
             self.best, self.best_outcome = cut, outcome

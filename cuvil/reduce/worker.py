@@ -2,7 +2,10 @@
 
 ``DIR`` holds ``model.cir``, ``inputs.npz`` (keyed by input name) and ``job.json`` (target, planted
 faults, threshold, build cache); the worker writes ``outcome.json`` and, when the reference ran,
-``expected.npz`` (the reference's outputs, keyed by output name).  It runs in a fresh process so
+``expected.npz`` (the reference's outputs, keyed by output name).  Where the folder holds
+``reference.npz`` (the outputs the original run recorded for a cut), the reference does not run again.
+With the ``onnxruntime`` subject the job names the ``source`` ONNX model: the candidate's cut of it
+runs in onnxruntime instead of a Cuvil build.  It runs in a fresh process so
 that a crash of the compiled code takes only this process down (the oracle reads a death by signal
 as a ``crash`` outcome).
 """
@@ -18,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from cuvil.errors import CuvilError
+from cuvil.frontends.onnx.cut import OnnxCutError, load_source
 from cuvil.ir.graph import Graph
 from cuvil.metrics import compare
 from cuvil.reduce.signature import Outcome
@@ -33,9 +37,13 @@ def load_arrays(path: Path, names: Sequence[str]) -> list[np.ndarray]:
 
 
 def evaluate(graph: Graph, inputs: Sequence[np.ndarray], target: str, faults: Sequence[str], threshold: float,
-             cache_dir: str | None = None) -> tuple[Outcome, list[np.ndarray] | None]:
+             cache_dir: str | None = None,
+             reference: Sequence[np.ndarray] | None = None,
+             source: Any = None) -> tuple[Outcome, list[np.ndarray] | None]:
     """The outcome of compiling ``graph`` for ``target`` and running it on ``inputs``, with the
-    reference's outputs (None when the candidate is invalid)."""
+    reference's outputs (None when the candidate is invalid); ``reference``: those outputs where they
+    are known already, so the reference interpreter does not run again; ``source``: run the cut of
+    this ONNX model in onnxruntime instead of a Cuvil build."""
     from cuvil.api import compile as cuvil_compile
     from cuvil.backends.ref.interpreter import run_graph
     from cuvil.ir.verify import verification_errors
@@ -44,12 +52,17 @@ def evaluate(graph: Graph, inputs: Sequence[np.ndarray], target: str, faults: Se
     if errors:
         return Outcome("invalid", message=errors[0]), None
     try:
-        want = run_graph(graph, list(inputs))
+        want = list(reference) if reference is not None else run_graph(graph, list(inputs))
     except Exception as exc:  # the candidate is beyond what the reference runs: not a failure of the target
         return Outcome("invalid", error=type(exc).__name__, message=str(exc)), None
     try:
-        m = cuvil_compile(graph, target, cache_dir=cache_dir, faults=frozenset(faults))
-        got = m(*inputs)
+        if source is not None:
+            got = run_onnxruntime(source, graph, inputs)
+        else:
+            m = cuvil_compile(graph, target, cache_dir=cache_dir, faults=frozenset(faults))
+            got = m(*inputs)
+    except OnnxCutError as exc:
+        return Outcome("invalid", error=type(exc).__name__, message=str(exc)), None
     except CuvilError as exc:
         return Outcome("refusal", error=type(exc).__name__, message=str(exc).splitlines()[0][:300]), want
     except Exception as exc:
@@ -66,6 +79,15 @@ def evaluate(graph: Graph, inputs: Sequence[np.ndarray], target: str, faults: Se
     return worst, want
 
 
+def run_onnxruntime(source: Any, graph: Graph, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """``source`` (an ONNX model) cut as ``graph`` is, run by the onnxruntime subject's session."""
+    from cuvil.frontends.onnx.cut import serialize_cut
+    from cuvil.verify.onnxruntime_subject import run_once
+
+    return run_once(serialize_cut(source, graph), [v.name for v in graph.inputs], inputs,
+                    [v.name for v in graph.outputs])
+
+
 def main(argv: Sequence[str]) -> int:
     from cuvil.ir.parser import parse_graph
 
@@ -73,8 +95,12 @@ def main(argv: Sequence[str]) -> int:
     job: dict[str, Any] = json.loads((d / "job.json").read_text())
     graph = parse_graph((d / "model.cir").read_text())
     inputs = load_arrays(d / "inputs.npz", [v.name for v in graph.inputs])
+    known = d / "reference.npz"
+    reference = load_arrays(known, [v.name for v in graph.outputs]) if known.exists() else None
+    source = load_source(job["source"]) if job.get("subject") == "onnxruntime" else None
     outcome, want = evaluate(graph, inputs, job["target"], job.get("faults", []), float(job["threshold"]),
-                             job.get("cache_dir"))
+                             job.get("cache_dir"), reference, source)
+
     if want is not None and job.get("write_expected", False):
         arrays: dict[str, Any] = {v.name: a for v, a in zip(graph.outputs, want)}
         np.savez(d / "expected.npz", **arrays)

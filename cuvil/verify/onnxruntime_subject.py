@@ -256,6 +256,17 @@ def _run(sess: Any, names: Sequence[str], arrays: Sequence[Any], outputs: Sequen
         raise OrtRunError(f"onnxruntime failed: {type(exc).__name__}: {str(exc).strip()}") from None
 
 
+def run_once(model_bytes: bytes, names: Sequence[str], arrays: Sequence[Any], outputs: Sequence[str]) -> list[np.ndarray]:
+    """One run of a session on ``model_bytes`` as the subject makes it (CPU, every graph optimisation on):
+    ``cuvil reduce --subject onnxruntime`` judges each candidate so."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.log_severity_level = 3
+    return _run(ort.InferenceSession(model_bytes, opts, providers=[PROVIDER]), names, arrays, outputs)
+
+
 class OrtContext(VerifyContext):
     """A context whose one target, ``onnxruntime``, is a session; ``ref`` stays Cuvil's reference (the oracle)."""
 

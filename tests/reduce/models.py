@@ -40,3 +40,29 @@ def conv_tower(blocks: int = 6, strided_at: int = 3) -> onnx.ModelProto:
     nodes.append(helper.make_node("GlobalAveragePool", [cur], ["pooled"], name="pool"))
     nodes.append(helper.make_node("Flatten", ["pooled"], ["y"], name="flatten"))
     return onnx_model(nodes, [f32("x", [1, 4, 12, 12])], [f32("y", [1, 4])], inits)
+
+
+def argmax_chain() -> onnx.ModelProto:
+    """x[4,16] -> log -> mul -> add -> ArgMax(axis 1) -> cast to float -> mul -> add -> y[4], with a
+    side branch (x -> sigmoid -> reduce-sum -> mul) added in.  The log of a negative entry is NaN, and
+    onnxruntime's ArgMax skips a NaN where the reference (NumPy) picks it: the one op the two disagree on."""
+    rng = np.random.default_rng(1)
+
+    def const(name: str, *shape: int) -> onnx.TensorProto:
+        return numpy_helper.from_array((rng.standard_normal(shape) + 1.0).astype(np.float32), name)
+
+    inits = [const("k1", 16), const("k2", 16), const("k3", 4), numpy_helper.from_array(np.array([1], np.int64), "ax")]
+    nodes = [
+        helper.make_node("Log", ["x"], ["r"], name="log"),
+        helper.make_node("Mul", ["r", "k1"], ["m"], name="mul"),
+        helper.make_node("Add", ["m", "k2"], ["a"], name="add"),
+        helper.make_node("ArgMax", ["a"], ["i"], name="argmax", axis=1, keepdims=0),
+        helper.make_node("Cast", ["i"], ["f"], name="cast", to=onnx.TensorProto.FLOAT),
+        helper.make_node("Mul", ["f", "k3"], ["g"], name="scale"),
+        helper.make_node("Sigmoid", ["x"], ["s"], name="gate"),
+        helper.make_node("ReduceSum", ["s", "ax"], ["t"], name="sum", keepdims=0),
+        helper.make_node("Mul", ["t", "k3"], ["u"], name="side"),
+        helper.make_node("Add", ["g", "u"], ["y"], name="out"),
+    ]
+    return onnx_model(nodes, [f32("x", [4, 16])], [f32("y", [4])], inits)
+

@@ -63,6 +63,7 @@ def test_a_planted_conv_stride_fault_reduces_and_replays(tmp_path: Path) -> None
     assert r.original_size > 20 and r.size <= 5
     assert {"model.cir", "inputs.npz", "expected.npz", "repro.json", "README.md"} <= {p.name for p in out.iterdir()}
     assert "b3_down" in (out / "model.cir").read_text()  # the strided conv the fault breaks is kept
+    assert [n.op_type for n in onnx.load(out / "model.onnx").graph.node if n.op_type == "Conv"]
     assert replay(out)[0]  # the fault is planted: still fails
     assert not replay(out, faults=[])[0]  # fixed: passes
 
@@ -75,3 +76,47 @@ def test_the_reducible_checks_are_verify_checks() -> None:
 
     load_builtin_checks()
     assert set(CHECKS) - {"outputs"} <= set(all_checks())
+
+
+def test_a_candidate_that_hangs_or_dies_is_a_signature_not_the_end(tmp_path: Path) -> None:
+    """Candidates run in children of the fork server: one past its timeout is killed (a hang), one
+    that fails outright is a crash named by its last line of stderr, and the next still runs."""
+    from cuvil.reduce.oracle import Job, judge, write_case
+
+    case = tmp_path / "case"
+    write_case(case, "this is not a graph", {}, Job("native"))
+    assert judge(case, 0.001).kind == "hang"
+    crashed = judge(case, 60.0)
+    assert crashed.kind == "crash" and crashed.error and "Error" in crashed.error
+    assert "not a graph" in (case / "stderr.txt").read_text() or crashed.message
+
+
+@pytest.mark.slow
+def test_a_hundred_node_model_reduces_to_the_faulty_conv(tmp_path: Path) -> None:
+    from cuvil.reduce.run import reduce_model
+
+    path = tmp_path / "tower.onnx"
+    model = conv_tower(blocks=20, strided_at=10)
+    assert len(model.graph.node) > 100
+    onnx.save(model, path)
+    r = reduce_model(str(path), tmp_path / "repro", check="layerwise", target="native", faults=["conv-stride"],
+                     cache_dir=str(tmp_path / "cache"))
+    assert r.original_size > 100 and r.size <= 5
+    assert "b10_down" in (tmp_path / "repro" / "model.cir").read_text()
+
+
+@pytest.mark.slow
+def test_an_onnxruntime_disagreement_reduces_to_the_one_op(tmp_path: Path) -> None:
+    from cuvil.reduce.repro import replay
+    from cuvil.reduce.run import reduce_model
+    from tests.reduce.models import argmax_chain
+
+    pytest.importorskip("onnxruntime")
+    path = tmp_path / "chain.onnx"
+    onnx.save(argmax_chain(), path)
+    out = tmp_path / "repro"
+    r = reduce_model(str(path), out, check="outputs", subject="onnxruntime")
+    assert r.original_size >= 10 and r.size == 1
+    reduced = onnx.load(out / "model.onnx")
+    assert [n.op_type for n in reduced.graph.node] == ["ArgMax"]
+    assert replay(out)[0]
