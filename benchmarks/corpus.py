@@ -121,8 +121,9 @@ def export_model(name: str, batch: int, route: str) -> tuple[Path, list[np.ndarr
         folder, _ = get_or_build(cache_root() / "bench", f"zoo-{name}-b{batch}",
                                  lambda f: zoo.export_onnx(net.build(), inputs, f / "model.onnx"))
         return folder / "model.onnx", [t.numpy() for t in inputs]
-    from cuvil.backends.c.cache import get_or_build
     from real_models import MODELS as REAL
+
+    from cuvil.backends.c.cache import get_or_build
     from tests.support.corpus.models import MODELS, Shape
     from tests.support.corpus.routes import cache_root, export_onnx
 

@@ -29,7 +29,15 @@ import transformers
 from torch import nn
 
 from tests.support.corpus.models import (
-    IMAGE_DYNAMIC, TEXT, TEXT_DYNAMIC, CorpusModel, Shape, _audio, _features, _images, _text,
+    IMAGE_DYNAMIC,
+    TEXT,
+    TEXT_DYNAMIC,
+    CorpusModel,
+    Shape,
+    _audio,
+    _features,
+    _images,
+    _text,
 )
 
 SEQ = 128
@@ -208,18 +216,18 @@ class _Plain(CorpusModel):
         return _Named(module).eval()
 
 
-def _gray(height: int, width: int):  # noqa: ANN202
+def _gray(height: int, width: int):
     def feed(shape: Shape, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
         return (torch.randn(shape.batch, 1, height, width, generator=gen),)
 
     return feed
 
 
-def _image(name: str, make, outputs: tuple[str, ...], size: int) -> CorpusModel:  # noqa: ANN001
+def _image(name: str, make, outputs: tuple[str, ...], size: int) -> CorpusModel:
     return CorpusModel(name, make, ("pixel_values",), outputs, _images(size), IMAGE_DYNAMIC, Shape(1, 0))
 
 
-def _text_model(name: str, make, outputs: tuple[str, ...], **kw: bool) -> CorpusModel:  # noqa: ANN001
+def _text_model(name: str, make, outputs: tuple[str, ...], **kw: bool) -> CorpusModel:
     return CorpusModel(name, make, TEXT, outputs, _text, TEXT_DYNAMIC, TEXT_SHAPE, **kw)
 
 
